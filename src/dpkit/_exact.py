@@ -1,0 +1,160 @@
+"""Exact numbers and argument validation shared by every module.
+
+Privacy parameters are stored as :class:`fractions.Fraction`. A float the user typed is read as the
+shortest decimal that prints as that float (``0.1`` means 1/10), because that is the number the
+user meant and budgets must add up the way people add them (ten charges of 0.1 spend exactly 1).
+Quantities that bound what the *data* can do (sensitivities, bounds) are instead rounded
+*against the analyst*: the larger of the decimal and the exact binary value of the float.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, localcontext
+from fractions import Fraction
+from numbers import Rational
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from dpkit.errors import InvalidParameterError
+
+Number: TypeAlias = int | float | Fraction | Decimal | str | np.integer[Any] | np.floating[Any]
+
+__all__ = [
+    "Number",
+    "check_alpha",
+    "check_delta",
+    "check_epsilon",
+    "check_positive",
+    "check_probability",
+    "check_rho",
+    "exp_upper",
+    "fraction_of",
+    "log_upper",
+    "round_up",
+    "sensitivity_of",
+    "sqrt_upper",
+]
+
+
+def fraction_of(name: str, value: Number) -> Fraction:
+    """Read ``value`` as an exact fraction (floats by their shortest decimal), or raise."""
+    if isinstance(value, bool):
+        raise InvalidParameterError(name, value, "a number, not a bool")
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, int | np.integer):
+        return Fraction(int(value))
+    if isinstance(value, Rational):
+        return Fraction(value.numerator, value.denominator)
+    if isinstance(value, float | np.floating):
+        if not math.isfinite(float(value)):
+            raise InvalidParameterError(name, value, "a finite number")
+        return Fraction(repr(float(value)))
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise InvalidParameterError(name, value, "a finite number")
+        return Fraction(value)
+    if isinstance(value, str):
+        try:
+            return Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            raise InvalidParameterError(
+                name, value, "a number such as 0.5, '1/3' or '1e-6'"
+            ) from None
+    raise InvalidParameterError(name, value, "a number (int, float, Fraction, Decimal or str)")
+
+
+def sensitivity_of(name: str, value: Number) -> Fraction:
+    """Read a data bound exactly, rounding a float *up*: max(its decimal, its binary value)."""
+    exact = fraction_of(name, value)
+    if isinstance(value, float | np.floating):
+        exact = max(exact, Fraction(float(value)))
+    return exact
+
+
+def check_positive(name: str, value: Number, *, allow_zero: bool = False) -> Fraction:
+    """An exact number that must be > 0 (or >= 0 with ``allow_zero``)."""
+    exact = fraction_of(name, value)
+    if exact < 0 or (exact == 0 and not allow_zero):
+        raise InvalidParameterError(name, value, ">= 0" if allow_zero else "> 0")
+    return exact
+
+
+def check_epsilon(value: Number, name: str = "epsilon") -> Fraction:
+    """ε: finite and > 0."""
+    return check_positive(name, value)
+
+
+def check_rho(value: Number, name: str = "rho") -> Fraction:
+    """ρ for zCDP: finite and > 0."""
+    return check_positive(name, value)
+
+
+def check_delta(value: Number, name: str = "delta", *, allow_zero: bool = True) -> Fraction:
+    """δ in [0, 1) (or (0, 1) when ``allow_zero`` is false)."""
+    exact = fraction_of(name, value)
+    if not (0 <= exact < 1) or (exact == 0 and not allow_zero):
+        raise InvalidParameterError(name, value, "in [0, 1)" if allow_zero else "in (0, 1)")
+    return exact
+
+
+def check_probability(value: Number, name: str, *, open_low: bool = False,
+                      open_high: bool = False) -> Fraction:
+    """A probability in [0, 1], optionally with open ends."""
+    exact = fraction_of(name, value)
+    low_ok = exact > 0 if open_low else exact >= 0
+    high_ok = exact < 1 if open_high else exact <= 1
+    if not (low_ok and high_ok):
+        interval = ("(" if open_low else "[") + "0, 1" + (")" if open_high else "]")
+        raise InvalidParameterError(name, value, f"a probability in {interval}")
+    return exact
+
+
+def check_alpha(value: float, name: str = "alpha") -> float:
+    """The miss probability of a (1 - α) confidence interval: in (0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | Fraction):
+        raise InvalidParameterError(name, value, "a number in (0, 1)")
+    if not (0 < float(value) < 1):
+        raise InvalidParameterError(name, value, "in (0, 1), e.g. 0.05 for a 95% interval")
+    return float(value)
+
+
+# --- rational upper bounds of transcendental values -------------------------------------------
+# Decimal's exp/ln/sqrt are correctly rounded; we compute with 40 digits and then add a margin of
+# 1e-35 relative, so the returned fraction is a certain upper bound, and tight to ~35 digits.
+
+_DIGITS = 40
+_MARGIN = Fraction(1, 10**35)
+
+
+def round_up(value: Decimal) -> Fraction:
+    """A fraction >= the exact value that ``value`` approximates to 40 correct digits."""
+    exact = Fraction(value)
+    return exact + abs(exact) * _MARGIN + Fraction(1, 10**60)
+
+
+def _dec(value: Fraction) -> Decimal:
+    return Decimal(value.numerator) / Decimal(value.denominator)
+
+
+def exp_upper(x: Fraction) -> Fraction:
+    """An upper bound on e^x, exact to ~35 significant digits."""
+    with localcontext() as ctx:
+        ctx.prec = _DIGITS
+        return round_up(_dec(x).exp())
+
+
+def log_upper(x: Fraction) -> Fraction:
+    """An upper bound on ln(x) for x > 0."""
+    with localcontext() as ctx:
+        ctx.prec = _DIGITS
+        return round_up(_dec(x).ln())
+
+
+def sqrt_upper(x: Fraction) -> Fraction:
+    """An upper bound on sqrt(x) for x >= 0."""
+    with localcontext() as ctx:
+        ctx.prec = _DIGITS
+        return round_up(_dec(x).sqrt())

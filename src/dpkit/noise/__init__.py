@@ -1,0 +1,38 @@
+"""dpkit.noise: the only module that draws randomness.
+
+* :func:`generator` – the process-wide cryptographically secure generator (AES-CTR, OS-keyed);
+* :func:`insecure_deterministic_seed` – a deterministic generator for tests, loudly insecure;
+* exact samplers: :func:`bernoulli`, :func:`bernoulli_exp`, :func:`geometric_exp`,
+  :func:`discrete_laplace`, :func:`discrete_gaussian`, :func:`uniform_integers`;
+* the output grid (:mod:`dpkit.noise.grid`) on which every continuous-valued mechanism releases.
+"""
+
+from dpkit.noise._exact import (
+    bernoulli,
+    bernoulli_exp,
+    discrete_gaussian,
+    discrete_laplace,
+    geometric_exp,
+    uniform_integers,
+)
+from dpkit.noise._rng import (
+    InsecureRandomnessWarning,
+    generator,
+    insecure_deterministic_seed,
+    is_secure,
+    random_words,
+)
+
+__all__ = [
+    "InsecureRandomnessWarning",
+    "bernoulli",
+    "bernoulli_exp",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "generator",
+    "geometric_exp",
+    "insecure_deterministic_seed",
+    "is_secure",
+    "random_words",
+    "uniform_integers",
+]

@@ -1,0 +1,289 @@
+"""Exact samplers, vectorised.
+
+Every sampler here produces *exactly* the distribution it names — not a floating-point
+approximation of it — while doing nearly all of its work in vectorised numpy.
+
+The one idea: a uniform U in [0, 1) is an infinite string of random bits, of which we draw 52 up
+front (``U ∈ [w·2⁻⁵², (w+1)·2⁻⁵²)``) and more only if needed. Each sampler is a comparison of U
+with a transcendental threshold (``U < e^{-γ}`` for Bernoulli(e^{-γ}); ``⌊-t·ln U⌋`` for the
+geometric). numpy evaluates the threshold in float64; with a proven error margin (``_REL``, 2^-40
+relative, far above the few-ulp error of exp/log) the comparison is *certain* for the whole
+52-bit cell of U for all but ~1e-9 of draws. Those rare uncertain draws are finished exactly with
+the *same* U, by interval arithmetic at increasing precision (Python's ``decimal``, whose exp and
+ln are correctly rounded) and by drawing further bits of U until the comparison is decided. So the
+map from the infinite bit string to the output is exactly the ideal inversion, and the output has
+exactly the ideal distribution. Rational parameters (``Fraction``) are used throughout the exact
+path. See docs/noise.md for the argument in full, and tests/statistical for checks that force the
+exact path.
+
+Algorithms:
+* Bernoulli(e^{-γ}) for rational γ >= 0: U < e^{-γ}.
+* Geometric with P(X >= k) = e^{-k/t}: X = ⌊-t·ln U⌋ (inversion).
+* Discrete Laplace P(Z = z) ∝ e^{-|z|/t}: sign and geometric magnitude, rejecting (-, 0)
+  (Canonne, Kamath & Steinke 2020, Alg. 2's final step).
+* Discrete Gaussian P(Z = z) ∝ e^{-z²/(2σ²)}: discrete Laplace proposal with t = ⌊σ⌋ + 1, accepted
+  with probability e^{-(|Y| - σ²/t)²/(2σ²)} (CKS 2020, Alg. 3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from decimal import Decimal, localcontext
+from fractions import Fraction
+
+import numpy as np
+
+from dpkit.noise._rng import generator, random_words
+
+__all__ = [
+    "bernoulli",
+    "bernoulli_exp",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "geometric_exp",
+    "uniform_integers",
+]
+
+_BITS = 52
+_CELL = 2.0**-_BITS
+_ONE_BITS = np.uint64(0x3FF0000000000000)
+_REL = 2.0**-40  # certified relative margin for float64 exp/log (true error: a few ulps, 2^-50)
+_FORCE_EXACT = False  # tests set this to send every draw down the exact path
+
+
+def _cell_floats(words: np.ndarray) -> np.ndarray:
+    """The low ends u = w·2⁻⁵² of the cells of the top 52 bits of ``words``, as exact float64.
+
+    Built by bit manipulation (exponent of 1.0, mantissa = the 52 bits, minus 1.0): no rounding.
+    The low 12 bits of each word stay free for other uses (a sign bit). Modifies ``words``.
+    """
+    bits = words
+    bits >>= np.uint64(64 - _BITS)
+    bits |= _ONE_BITS
+    u = bits.view(np.float64)
+    u -= 1.0
+    return u
+
+
+def _cell_index(u: float) -> int:
+    return int(u * 2.0**_BITS)
+
+
+# ------------------------------------------------------------------------- exact slow paths
+def _dec(x: Fraction) -> Decimal:
+    return Decimal(x.numerator) / Decimal(x.denominator)
+
+
+def _exp_neg_bounds(gamma: Fraction, digits: int) -> tuple[Fraction, Fraction]:
+    """Fractions lo <= e^{-γ} <= hi."""
+    with localcontext() as ctx:
+        ctx.prec = digits
+        value = Fraction((-_dec(gamma)).exp())
+    # Rounding γ to `digits` digits moves e^{-γ} by a factor e^{±γ·10^(1-digits)}; exp itself is
+    # correctly rounded (half an ulp). 4·(γ+1)·10^(1-digits) bounds both with room to spare.
+    rel = Fraction(4) * (gamma + 1) / Fraction(10) ** (digits - 1)
+    return value * (1 - rel), value * (1 + rel)
+
+
+def _exact_below_exp(cell: int, gamma: Fraction) -> bool:
+    """Exactly decide U < e^{-γ} for U uniform in the 52-bit cell ``cell``."""
+    num, bits, digits = cell, _BITS, 30
+    while True:
+        lo_u = Fraction(num, 1 << bits)
+        hi_u = Fraction(num + 1, 1 << bits)
+        lo_t, hi_t = _exp_neg_bounds(gamma, digits)
+        if hi_u <= lo_t:
+            return True
+        if lo_u >= hi_t:
+            return False
+        num = (num << 64) | int(random_words(1)[0])
+        bits += 64
+        digits += 25
+
+
+def _exact_floor_neg_log(cell: int, t: Fraction) -> int:
+    """Exactly compute ⌊-t·ln U⌋ for U uniform in the 52-bit cell ``cell``."""
+    num, bits, digits = cell, _BITS, 30
+    while True:
+        if num > 0:
+            with localcontext() as ctx:
+                ctx.prec = digits
+                scale = Decimal(bits) * Decimal(2).ln()
+                t_dec = _dec(t)
+                # -ln U ∈ (-ln hi, -ln lo] with lo = num/2^bits, hi = (num+1)/2^bits
+                y_low = t_dec * (scale - Decimal(num + 1).ln())
+                y_high = t_dec * (scale - Decimal(num).ln())
+            slack = (abs(Fraction(y_high)) + 1) * Fraction(8 * (bits + 10), 10 ** (digits - 2))
+            k_low = math.floor(Fraction(y_low) - slack)
+            k_high = math.floor(Fraction(y_high) + slack)
+            if k_low == k_high:
+                return k_low
+        num = (num << 64) | int(random_words(1)[0])
+        bits += 64
+        digits += 25
+
+
+# ------------------------------------------------------------------------- public samplers
+def uniform_integers(upper: int, size: int) -> np.ndarray:
+    """Uniform integers in [0, upper), exactly (numpy's unbiased Lemire rejection)."""
+    if upper < 1:
+        raise ValueError("upper must be >= 1")
+    if upper == 1:
+        return np.zeros(size, dtype=np.int64)
+    if upper <= 2**62:
+        return generator(size).integers(0, upper, size=size, dtype=np.int64)
+    out = np.empty(size, dtype=object)  # big ranges: rejection on whole 64-bit words
+    nbits = (upper - 1).bit_length()
+    for i in range(size):
+        while True:
+            words = random_words(-(-nbits // 64))
+            value = 0
+            for word in words:
+                value = (value << 64) | int(word)
+            value >>= len(words) * 64 - nbits
+            if value < upper:
+                out[i] = value
+                break
+    return out
+
+
+def bernoulli(p: Fraction, size: int) -> np.ndarray:
+    """Bernoulli(p) for a rational p in [0, 1], exactly: P[uniform{0..q-1} < n] = n/q."""
+    if not 0 <= p <= 1:
+        raise ValueError("p must be in [0, 1]")
+    return np.asarray(uniform_integers(p.denominator, size) < p.numerator, dtype=bool)
+
+
+def _below_exp_vector(gamma_float: np.ndarray, margin: np.ndarray,
+                      gamma_exact: Callable[[int], Fraction]) -> np.ndarray:
+    """U_i < e^{-γ_i} for fresh uniforms U_i, exactly.
+
+    ``gamma_float`` approximates γ_i with |error| <= ``margin`` (absolute); ``gamma_exact(i)``
+    returns γ_i exactly, and is only called for the rare undecided draws.
+    """
+    size = gamma_float.shape[0]
+    low_u = _cell_floats(random_words(size))
+    high_u = low_u + _CELL
+    slack = margin + _REL * (1.0 + gamma_float)
+    theta_low = np.exp(-gamma_float - slack)
+    theta_high = np.exp(-gamma_float + slack)
+    result = high_u <= theta_low
+    undecided = ~result & (low_u < theta_high)
+    if _FORCE_EXACT:
+        undecided[:] = True
+    for i in np.flatnonzero(undecided):
+        result[i] = _exact_below_exp(_cell_index(low_u[i]), gamma_exact(int(i)))
+    return result
+
+
+def bernoulli_exp(gamma: Fraction, size: int) -> np.ndarray:
+    """Bernoulli(e^{-γ}) for rational γ >= 0, exactly."""
+    if gamma < 0:
+        raise ValueError("gamma must be >= 0")
+    g = float(gamma)
+    return _below_exp_vector(np.full(size, g), np.full(size, abs(g) * 2.0**-52), lambda _: gamma)
+
+
+def _geometric_from_words(words: np.ndarray, t: Fraction) -> np.ndarray:
+    """X = ⌊-t·ln U⌋ with U read from the top 52 bits of each word (+ lazy extra bits)."""
+    u = _cell_floats(words.copy())
+    t_float = float(t)
+    with np.errstate(divide="ignore"):
+        # ln is decreasing: over the cell [u, u + 2⁻⁵²), -t·ln U lies in
+        # (y_high - width, y_high] with y_high = -t·ln u and width = t·ln(1 + 2⁻⁵²/u) <= t·2⁻⁵²/u.
+        width = t_float * _CELL / u
+        y_high = np.log(u)
+        y_high *= -t_float
+    slack = np.abs(y_high)
+    slack += 1.0
+    slack *= _REL
+    k_high = np.floor(y_high + slack)
+    y_high -= width
+    y_high -= slack
+    k_low = np.floor(y_high, out=y_high)
+    undecided = k_low != k_high  # also catches u = 0, where y_high is infinite
+    if _FORCE_EXACT:
+        undecided[:] = True
+    k_low[undecided] = 0.0
+    if k_low.size and float(k_low.max()) >= 2.0**62:
+        raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
+    result = k_low.astype(np.int64)
+    for i in np.flatnonzero(undecided):
+        value = _exact_floor_neg_log(_cell_index(u[i]), t)
+        if value >= 2**62:
+            raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
+        result[i] = value
+    return result
+
+
+def geometric_exp(t: Fraction, size: int) -> np.ndarray:
+    """X >= 0 with P(X >= k) = e^{-k/t} (ratio e^{-1/t}), exactly, as int64."""
+    if t <= 0:
+        raise ValueError("t must be > 0")
+    return _geometric_from_words(random_words(size), t)
+
+
+def discrete_laplace(t: Fraction, size: int) -> np.ndarray:
+    """Z with P(Z = z) ∝ e^{-|z|/t} on the integers, exactly, as int64.
+
+    Z = ±X with X geometric and the sign from the lowest bit of the word that gave X (independent
+    of the 52 bits that X reads); (-, 0) is rejected and redrawn, which makes 0 as likely as any
+    other point of magnitude 0 should be.
+    """
+    if t <= 0:
+        raise ValueError("t must be > 0")
+    words = random_words(size)
+    z = _geometric_from_words(words, t)
+    negative = (words & np.uint64(1)).astype(bool)
+    np.negative(z, out=z, where=negative)
+    redo = np.flatnonzero(negative & (z == 0))
+    while redo.size:
+        words = random_words(redo.size)
+        fresh = _geometric_from_words(words, t)
+        negative = (words & np.uint64(1)).astype(bool)
+        fresh[negative] *= -1
+        z[redo] = fresh
+        redo = redo[negative & (fresh == 0)]
+    return z
+
+
+def _isqrt_floor_fraction(x: Fraction) -> int:
+    """⌊sqrt(x)⌋ for a rational x >= 0, exactly."""
+    n, d = x.numerator, x.denominator
+    r = math.isqrt(n * d) // d
+    while (r + 1) ** 2 * d <= n:
+        r += 1
+    while r * r * d > n:
+        r -= 1
+    return r
+
+
+def discrete_gaussian(sigma2: Fraction, size: int) -> np.ndarray:
+    """Z with P(Z = z) ∝ e^{-z²/(2σ²)} on the integers, exactly (CKS 2020, Alg. 3), as int64."""
+    if sigma2 <= 0:
+        raise ValueError("sigma2 must be > 0")
+    t = _isqrt_floor_fraction(sigma2) + 1
+    shift = sigma2 / t  # σ²/t, rational
+    s_float, shift_float = float(sigma2), float(shift)
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    while filled < size:
+        need = size - filled
+        draw = need + need // 2 + 16  # acceptance >= ~0.6 for every σ
+        y = discrete_laplace(Fraction(t), draw)
+        a = np.abs(y).astype(np.float64)
+        d = a - shift_float
+        gamma = d * d / (2.0 * s_float)
+        # |error| of gamma: each float op is within 2^-52 relative; with A = |y| + σ²/t the error
+        # is below (A²/(2σ²) + γ)·2^-46 (see docs/noise.md); 2^-44 leaves a factor 4.
+        big = (a + shift_float) ** 2 / (2.0 * s_float)
+        margin = (big + gamma + 1.0) * 2.0**-44
+
+        def exact(i: int, y: np.ndarray = y) -> Fraction:
+            return (abs(int(y[i])) - shift) ** 2 / (2 * sigma2)
+
+        accepted = y[_below_exp_vector(gamma, margin, exact)][:need]
+        out[filled:filled + accepted.size] = accepted
+        filled += accepted.size
+    return out

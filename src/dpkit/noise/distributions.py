@@ -1,0 +1,212 @@
+"""Noise distributions on the integer lattice, and their view in real units on a grid.
+
+A lattice distribution knows how to sample itself exactly and gives its pmf, cdf, E|Z|, Var Z and
+tail quantiles in closed form (or by exact summation). Distributions whose log-pmf is
+``-rate·level(k)`` for an integer-valued ``level`` (discrete Laplace, staircase, ladder) expose
+``level`` and ``rate`` so that :mod:`dpkit.testing` can check pure-DP claims *exactly*.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from scipy.special import logsumexp
+
+from dpkit._exact import check_alpha
+from dpkit.noise._exact import discrete_gaussian, discrete_laplace
+
+__all__ = [
+    "DiscreteGaussian",
+    "DiscreteLaplace",
+    "GridNoise",
+    "LatticeNoise",
+    "TieredLatticeNoise",
+]
+
+
+@runtime_checkable
+class LatticeNoise(Protocol):
+    """Integer-valued noise symmetric about 0."""
+
+    def sample(self, size: int) -> np.ndarray: ...
+    def log_pmf(self, k: np.ndarray) -> np.ndarray: ...
+    def cdf(self, k: np.ndarray) -> np.ndarray: ...
+    def expected_abs(self) -> float: ...
+    def variance(self) -> float: ...
+    def tail_bound(self, alpha: float) -> int:
+        """The smallest h with P(|Z| > h) <= alpha."""
+        ...
+    def support_radius(self, mass: float) -> int:
+        """An h with P(|Z| > h) <= mass (used to bound numeric sums)."""
+        ...
+
+
+@runtime_checkable
+class TieredLatticeNoise(LatticeNoise, Protocol):
+    """log pmf(k) = const - rate·level(k) with integer levels, and a periodic tail:
+    level(k + period) = level(k) + level_step for k >= tail_start (and symmetrically)."""
+
+    rate: Fraction
+    tail_start: int
+    period: int
+    level_step: int
+
+    def level(self, k: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DiscreteLaplace:
+    """P(Z = k) = (1-p)/(1+p) · p^|k| with p = e^{-1/scale} (two-sided geometric)."""
+
+    scale: Fraction
+
+    @property
+    def rate(self) -> Fraction:
+        return 1 / self.scale
+
+    tail_start = 0
+    period = 1
+    level_step = 1
+
+    def _p(self) -> float:
+        return math.exp(-1.0 / float(self.scale))
+
+    def level(self, k: np.ndarray) -> np.ndarray:
+        return np.abs(np.asarray(k, dtype=np.int64))
+
+    def sample(self, size: int) -> np.ndarray:
+        return discrete_laplace(self.scale, size)
+
+    def log_pmf(self, k: np.ndarray) -> np.ndarray:
+        p = self._p()
+        return np.log1p(-p) - np.log1p(p) - np.abs(np.asarray(k, dtype=np.float64)) / float(
+            self.scale)
+
+    def cdf(self, k: np.ndarray) -> np.ndarray:
+        p = self._p()
+        k = np.asarray(k, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            neg = np.exp(-np.abs(k) / float(self.scale)) / (1 + p)
+            pos = 1.0 - p * np.exp(-np.abs(k) / float(self.scale)) / (1 + p)
+        return np.where(k < 0, neg, pos)
+
+    def expected_abs(self) -> float:
+        p = self._p()
+        return 2 * p / ((1 - p) * (1 + p))
+
+    def variance(self) -> float:
+        p = self._p()
+        return 2 * p / (1 - p) ** 2
+
+    def tail_bound(self, alpha: float) -> int:
+        alpha = check_alpha(alpha)
+        p = self._p()
+        # P(|Z| > h) = 2 p^{h+1} / (1 + p)
+        h = math.ceil(math.log(alpha * (1 + p) / 2) / math.log(p)) - 1
+        while h > 0 and 2 * p**h / (1 + p) <= alpha:
+            h -= 1
+        while 2 * p ** (h + 1) / (1 + p) > alpha:
+            h += 1
+        return max(h, 0)
+
+    def support_radius(self, mass: float) -> int:
+        return self.tail_bound(mass)
+
+
+@dataclass(frozen=True, slots=True)
+class DiscreteGaussian:
+    """P(Z = k) ∝ e^{-k²/(2σ²)} on the integers (Canonne, Kamath & Steinke 2020)."""
+
+    sigma2: Fraction
+
+    @property
+    def sigma(self) -> float:
+        return math.sqrt(float(self.sigma2))
+
+    def sample(self, size: int) -> np.ndarray:
+        return discrete_gaussian(self.sigma2, size)
+
+    def _window(self) -> np.ndarray:
+        radius = int(math.ceil(40 * self.sigma)) + 2
+        return np.arange(-radius, radius + 1, dtype=np.int64)
+
+    def _log_norm(self) -> float:
+        k = self._window().astype(np.float64)
+        return float(logsumexp(-k * k / (2 * float(self.sigma2))))
+
+    def log_pmf(self, k: np.ndarray) -> np.ndarray:
+        k = np.asarray(k, dtype=np.float64)
+        return -k * k / (2 * float(self.sigma2)) - self._log_norm()
+
+    def cdf(self, k: np.ndarray) -> np.ndarray:
+        window = self._window()
+        pmf = np.exp(self.log_pmf(window))
+        cumulative = np.cumsum(pmf)
+        idx = np.searchsorted(window, np.asarray(k, dtype=np.int64), side="right") - 1
+        return np.where(idx < 0, 0.0, cumulative[np.clip(idx, 0, None)])
+
+    def expected_abs(self) -> float:
+        k = self._window()
+        return float(np.sum(np.abs(k) * np.exp(self.log_pmf(k))))
+
+    def variance(self) -> float:
+        k = self._window()
+        return float(np.sum(k.astype(np.float64) ** 2 * np.exp(self.log_pmf(k))))
+
+    def tail_bound(self, alpha: float) -> int:
+        alpha = check_alpha(alpha)
+        k = np.arange(0, self._window()[-1] + 1)
+        pmf = np.exp(self.log_pmf(k))
+        # P(|Z| > h) = 2·Σ_{j>h} p(j)
+        tail = 2 * (pmf.sum() - np.cumsum(pmf))
+        return int(np.argmax(tail <= alpha))
+
+    def support_radius(self, mass: float) -> int:
+        return self.tail_bound(mass)
+
+
+@dataclass(frozen=True, slots=True)
+class GridNoise:
+    """A lattice distribution seen in real units: the noise is ``Z · 2^exponent``."""
+
+    lattice: LatticeNoise
+    exponent: int
+
+    @property
+    def spacing(self) -> float:
+        return math.ldexp(1.0, self.exponent)
+
+    def pmf(self, x: np.ndarray) -> np.ndarray:
+        """P(noise = x); zero off the grid."""
+        x = np.asarray(x, dtype=np.float64)
+        k = np.ldexp(x, -self.exponent)
+        on_grid = k == np.round(k)
+        return np.where(on_grid, np.exp(self.lattice.log_pmf(np.round(k))), 0.0)
+
+    def cdf(self, x: np.ndarray) -> np.ndarray:
+        """P(noise <= x)."""
+        k = np.floor(np.ldexp(np.asarray(x, dtype=np.float64), -self.exponent))
+        return self.lattice.cdf(k)
+
+    def expected_abs(self) -> float:
+        """E|noise|."""
+        return self.lattice.expected_abs() * self.spacing
+
+    def variance(self) -> float:
+        """Var(noise)."""
+        return self.lattice.variance() * self.spacing**2
+
+    def interval_halfwidth(self, alpha: float = 0.05) -> float:
+        """The smallest h on the grid with P(|noise| > h) <= alpha."""
+        return self.lattice.tail_bound(alpha) * self.spacing
+
+    def confidence_interval(self, released: float | np.ndarray, alpha: float = 0.05
+                            ) -> tuple[np.ndarray, np.ndarray]:
+        """A (1-α) interval for the exact (grid-rounded) value: released ± halfwidth."""
+        h = self.interval_halfwidth(alpha)
+        released = np.asarray(released, dtype=np.float64)
+        return released - h, released + h
