@@ -10,6 +10,7 @@
 from dpkit.noise._exact import (
     bernoulli,
     bernoulli_exp,
+    bernoulli_exp_vector,
     discrete_gaussian,
     discrete_laplace,
     geometric_exp,
@@ -27,6 +28,7 @@ __all__ = [
     "InsecureRandomnessWarning",
     "bernoulli",
     "bernoulli_exp",
+    "bernoulli_exp_vector",
     "discrete_gaussian",
     "discrete_laplace",
     "generator",

@@ -39,6 +39,7 @@ from dpkit.noise._rng import generator, random_words
 __all__ = [
     "bernoulli",
     "bernoulli_exp",
+    "bernoulli_exp_vector",
     "discrete_gaussian",
     "discrete_laplace",
     "geometric_exp",
@@ -175,6 +176,22 @@ def _below_exp_vector(gamma_float: np.ndarray, margin: np.ndarray,
     for i in np.flatnonzero(undecided):
         result[i] = _exact_below_exp(_cell_index(low_u[i]), gamma_exact(int(i)))
     return result
+
+
+def bernoulli_exp_vector(gamma_float: np.ndarray, gamma_exact: Callable[[int], Fraction],
+                         abs_error: np.ndarray | float) -> np.ndarray:
+    """Independent Bernoulli(e^{-γ_i}) draws, exactly, for a vector of rational γ_i >= 0.
+
+    Args:
+        gamma_float: float64 approximations of γ_i.
+        gamma_exact: ``gamma_exact(i)`` returns γ_i exactly; called only for the rare draws the
+            float comparison cannot decide.
+        abs_error: a proven bound on |gamma_float[i] - γ_i| (scalar or per element). Be
+            generous: a larger bound only sends more draws down the exact path.
+    """
+    gamma_float = np.asarray(gamma_float, dtype=np.float64)
+    margin = np.broadcast_to(np.asarray(abs_error, dtype=np.float64), gamma_float.shape)
+    return _below_exp_vector(gamma_float, np.array(margin), gamma_exact)
 
 
 def bernoulli_exp(gamma: Fraction, size: int) -> np.ndarray:
