@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
-from numbers import Rational
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -46,8 +45,6 @@ def fraction_of(name: str, value: Number) -> Fraction:
         return value
     if isinstance(value, int | np.integer):
         return Fraction(int(value))
-    if isinstance(value, Rational):
-        return Fraction(value.numerator, value.denominator)
     if isinstance(value, float | np.floating):
         if not math.isfinite(float(value)):
             raise InvalidParameterError(name, value, "a finite number")
@@ -100,8 +97,9 @@ def check_delta(value: Number, name: str = "delta", *, allow_zero: bool = True) 
     return exact
 
 
-def check_probability(value: Number, name: str, *, open_low: bool = False,
-                      open_high: bool = False) -> Fraction:
+def check_probability(
+    value: Number, name: str, *, open_low: bool = False, open_high: bool = False
+) -> Fraction:
     """A probability in [0, 1], optionally with open ends."""
     exact = fraction_of(name, value)
     low_ok = exact > 0 if open_low else exact >= 0

@@ -22,7 +22,16 @@ from typing import Any, Generic, TypeVar
 
 from dpkit._exact import Number, fraction_of
 from dpkit.core.losses import ApproxDP, PrivacyLoss, PureDP, compose, parallel
-from dpkit.core.spaces import Domain, Measure, Metric
+from dpkit.core.spaces import (
+    AbsoluteDistance,
+    AtomDomain,
+    Domain,
+    L1Distance,
+    L2Distance,
+    Measure,
+    Metric,
+    VectorDomain,
+)
 from dpkit.errors import DomainMismatchError, InvalidParameterError
 
 __all__ = [
@@ -35,6 +44,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
 
 @dataclass(frozen=True, slots=True)
 class Transformation:
@@ -121,12 +131,12 @@ def make_chain(first: Transformation, second: Any) -> Any:
         raise DomainMismatchError(
             f"cannot chain into {type(second).__name__}: expected a Transformation or Measurement"
         )
-    if first.output_metric != second.input_metric:
+    if not _metrics_fit(first.output_metric, second.input_metric):
         raise DomainMismatchError(
             f"cannot chain {first.name} into {second.name}: {first.name} outputs distances in"
             f" {first.output_metric}, but {second.name} expects {second.input_metric}"
         )
-    if type(first.output_domain) is not type(second.input_domain):
+    if not _domains_fit(first.output_domain, second.input_domain):
         raise DomainMismatchError(
             f"cannot chain {first.name} into {second.name}: {first.name} outputs"
             f" {first.output_domain}, but {second.name} expects {second.input_domain}"
@@ -139,21 +149,46 @@ def make_chain(first: Transformation, second: Any) -> Any:
     if isinstance(second, Transformation):
         s1, s2 = first.stability_map, second.stability_map
         return Transformation(
-            first.input_domain, first.input_metric, second.output_domain, second.output_metric,
-            function, lambda d: s2(s1(d)), name=f"{first.name} >> {second.name}",
+            first.input_domain,
+            first.input_metric,
+            second.output_domain,
+            second.output_metric,
+            function,
+            lambda d: s2(s1(d)),
+            name=f"{first.name} >> {second.name}",
         )
     s1, p2 = first.stability_map, second.privacy_map
     # A pipeline that starts from a dataset is calibrated for one privacy unit (d_in = 1).
     d_in = Fraction(1) if second.d_in is not None else None
     return Measurement(
-        first.input_domain, first.input_metric, second.output_measure, function,
-        lambda d: p2(s1(d)), name=f"{first.name} >> {second.name}", noise=second.noise,
-        d_in=d_in, info=dict(second.info),
+        first.input_domain,
+        first.input_metric,
+        second.output_measure,
+        function,
+        lambda d: p2(s1(d)),
+        name=f"{first.name} >> {second.name}",
+        noise=second.noise,
+        d_in=d_in,
+        info=dict(second.info),
     )
 
 
-def make_postprocess(measurement: Measurement[Any], postprocess: Callable[[Any], Any]
-                     ) -> Measurement[Any]:
+def _metrics_fit(produced: Metric, expected: Metric) -> bool:
+    # On a scalar (a vector of length 1) the absolute distance is the L1 and the L2 distance.
+    scalar = (AbsoluteDistance(), L1Distance(), L2Distance())
+    return produced == expected or (produced == AbsoluteDistance() and expected in scalar)
+
+
+def _domains_fit(produced: Domain, expected: Domain) -> bool:
+    # A scalar fits wherever a vector of the same element kind (or a float vector) is read.
+    if isinstance(produced, AtomDomain) and isinstance(expected, VectorDomain):
+        return expected.element.kind in (produced.kind, "float")
+    return type(produced) is type(expected)
+
+
+def make_postprocess(
+    measurement: Measurement[Any], postprocess: Callable[[Any], Any]
+) -> Measurement[Any]:
     """Apply a data-independent function to a measurement's output: the privacy map is kept.
 
     Post-processing cannot increase privacy loss (Dwork & Roth 2014, Prop. 2.1): any event about
@@ -166,9 +201,15 @@ def make_postprocess(measurement: Measurement[Any], postprocess: Callable[[Any],
         return postprocess(inner(data))
 
     return Measurement(
-        measurement.input_domain, measurement.input_metric, measurement.output_measure,
-        function, measurement.privacy_map, name=f"{measurement.name} >> postprocess",
-        noise=None, d_in=measurement.d_in, info=dict(measurement.info),
+        measurement.input_domain,
+        measurement.input_metric,
+        measurement.output_measure,
+        function,
+        measurement.privacy_map,
+        name=f"{measurement.name} >> postprocess",
+        noise=None,
+        d_in=measurement.d_in,
+        info=dict(measurement.info),
     )
 
 
@@ -187,11 +228,14 @@ def _common_input(measurements: Sequence[Measurement[Any]], what: str) -> Measur
 
 
 def _measure_of(loss: PrivacyLoss) -> Measure:
-    return "pure" if isinstance(loss, PureDP) else "approx" if isinstance(loss, ApproxDP) else "zcdp"
+    return (
+        "pure" if isinstance(loss, PureDP) else "approx" if isinstance(loss, ApproxDP) else "zcdp"
+    )
 
 
-def make_sequential_composition(measurements: Sequence[Measurement[Any]]
-                                ) -> Measurement[tuple[Any, ...]]:
+def make_sequential_composition(
+    measurements: Sequence[Measurement[Any]],
+) -> Measurement[tuple[Any, ...]]:
     """Run every measurement on the same data and release all outputs (a tuple).
 
     Privacy map: the sum of the parts' losses (Dwork & Roth 2014, Thm. 3.16), exactly.
@@ -206,14 +250,21 @@ def make_sequential_composition(measurements: Sequence[Measurement[Any]]
         return compose(*(m.privacy_map(d_in) for m in parts))
 
     d_in = first.d_in if all(m.d_in == first.d_in for m in parts) else None
-    measure = _measure_of(privacy_map(d_in)) if d_in is not None else first.output_measure
-    return Measurement(first.input_domain, first.input_metric, measure, function, privacy_map,
-                       name="sequential(" + ", ".join(m.name for m in parts) + ")", d_in=d_in)
+    measure = first.output_measure if d_in is None else _measure_of(privacy_map(d_in))
+    return Measurement(
+        first.input_domain,
+        first.input_metric,
+        measure,
+        function,
+        privacy_map,
+        name="sequential(" + ", ".join(m.name for m in parts) + ")",
+        d_in=d_in,
+    )
 
 
-def make_parallel_composition(partition: Callable[[Any], Sequence[Any]],
-                              measurements: Sequence[Measurement[Any]]
-                              ) -> Measurement[tuple[Any, ...]]:
+def make_parallel_composition(
+    partition: Callable[[Any], Sequence[Any]], measurements: Sequence[Measurement[Any]]
+) -> Measurement[tuple[Any, ...]]:
     """Split the data into disjoint parts with ``partition`` and run measurement i on part i.
 
     ``partition`` must put each row (each privacy unit's rows) in exactly one part and must not
@@ -228,7 +279,9 @@ def make_parallel_composition(partition: Callable[[Any], Sequence[Any]],
         pieces = partition(data)
         if len(pieces) != len(parts):
             raise InvalidParameterError(
-                "partition", f"{len(pieces)} parts", f"exactly {len(parts)} parts, one per measurement"
+                "partition",
+                f"{len(pieces)} parts",
+                f"exactly {len(parts)} parts, one per measurement",
             )
         return tuple(m(piece) for m, piece in zip(parts, pieces, strict=True))
 
@@ -239,6 +292,12 @@ def make_parallel_composition(partition: Callable[[Any], Sequence[Any]],
         # d_in > 1 rows may fall in several parts: compose them all (conservative).
         return compose(*losses)
 
-    return Measurement(first.input_domain, first.input_metric, first.output_measure, function,
-                       privacy_map, name="parallel(" + ", ".join(m.name for m in parts) + ")",
-                       d_in=first.d_in)
+    return Measurement(
+        first.input_domain,
+        first.input_metric,
+        first.output_measure,
+        function,
+        privacy_map,
+        name="parallel(" + ", ".join(m.name for m in parts) + ")",
+        d_in=first.d_in,
+    )

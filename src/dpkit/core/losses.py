@@ -181,11 +181,10 @@ def _within(loss: PrivacyLoss, budget: PrivacyLoss) -> bool:
 def _promote(a: PrivacyLoss, b: PrivacyLoss) -> tuple[PrivacyLoss, PrivacyLoss]:
     if type(a) is type(b):
         return a, b
-    kinds = {type(a), type(b)}
-    if kinds == {PureDP, ApproxDP}:
-        return a.to_approx(), b.to_approx()  # type: ignore[union-attr]
-    if kinds == {PureDP, ZCDP}:
-        return a.to_zcdp(), b.to_zcdp()  # type: ignore[union-attr]
+    if isinstance(a, PureDP | ApproxDP) and isinstance(b, PureDP | ApproxDP):
+        return a.to_approx(), b.to_approx()
+    if isinstance(a, PureDP | ZCDP) and isinstance(b, PureDP | ZCDP):
+        return a.to_zcdp(), b.to_zcdp()
     raise InvalidParameterError(
         "losses",
         (a, b),
@@ -204,7 +203,7 @@ def _compose2(a: PrivacyLoss, b: PrivacyLoss) -> PrivacyLoss:
         if delta >= 1:
             raise InvalidParameterError("delta", delta, "< 1 after composition")
         return ApproxDP(a.epsilon + b.epsilon, delta)
-    assert isinstance(a, ZCDP) and isinstance(b, ZCDP)  # noqa: S101 - exhaustive by _promote
+    assert isinstance(a, ZCDP) and isinstance(b, ZCDP)
     return ZCDP(a.rho + b.rho)
 
 

@@ -22,7 +22,7 @@ from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.distributions import GridNoise, LatticeNoise
 from dpkit.noise.grid import from_grid, grid_spacing, to_grid
 
-__all__ = ["check_changed_coordinates", "make_grid_measurement", "integer_input"]
+__all__ = ["check_changed_coordinates", "integer_input", "make_grid_measurement"]
 
 
 def check_changed_coordinates(value: int | None) -> int | None:
@@ -63,8 +63,11 @@ def integer_input(data: Any, name: str = "data") -> np.ndarray:
         if not np.all(np.isfinite(array)):
             raise InvalidDataError(name, "contains NaN or infinite values")
         if not np.all(array == np.round(array)):
-            raise InvalidDataError(name, "contains non-integer values",
-                                   "Use make_laplace / make_gaussian for real-valued data.")
+            raise InvalidDataError(
+                name,
+                "contains non-integer values",
+                "Use make_laplace / make_gaussian for real-valued data.",
+            )
     if array.size and float(np.max(np.abs(array.astype(np.float64)))) >= 2.0**62:
         raise InvalidDataError(name, "a value is too large for exact int64 arithmetic")
     return array.astype(np.int64)
@@ -95,11 +98,16 @@ def make_grid_measurement(
             indices = integer_input(data)
         else:
             indices = to_grid(data, exponent)
-            if (changed_coordinates is None and indices.size > 1
-                    and not np.array_equal(from_grid(indices, exponent),
-                                           np.asarray(data, dtype=np.float64))):
+            if (
+                changed_coordinates is None
+                and indices.size > 1
+                and not np.array_equal(
+                    from_grid(indices, exponent), np.asarray(data, dtype=np.float64)
+                )
+            ):
                 raise InvalidDataError(
-                    "data", "a vector with values off the output grid "
+                    "data",
+                    "a vector with values off the output grid "
                     f"2^{exponent}, so rounding may move several coordinates",
                     "Pass changed_coordinates=c (how many coordinates neighbouring inputs can "
                     "differ in) so the privacy map accounts for the rounding.",

@@ -29,8 +29,11 @@ from dpkit._exact import Number, check_delta, check_epsilon, check_rho
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss
 from dpkit.errors import InvalidParameterError
-from dpkit.mechanisms._additive import check_changed_coordinates, lattice_l2_steps, \
-    make_grid_measurement
+from dpkit.mechanisms._additive import (
+    check_changed_coordinates,
+    lattice_l2_steps,
+    make_grid_measurement,
+)
 from dpkit.mechanisms.laplace import _check_grid_exponent, _sensitivity
 from dpkit.noise.distributions import DiscreteGaussian
 from dpkit.noise.grid import grid_spacing
@@ -81,11 +84,11 @@ def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) ->
 def discrete_gaussian_delta(sigma2: Fraction, shift: int, epsilon: Fraction) -> Fraction:
     """δ(ε) of N_Z(0, σ²) against N_Z(shift, σ²), by summation, rounded up (CKS Thm. 7)."""
     sigma = math.sqrt(float(sigma2))
-    radius = int(math.ceil(40 * sigma)) + abs(shift) + 2
+    radius = math.ceil(40 * sigma) + abs(shift) + 2
     k = np.arange(-radius, radius + 1, dtype=np.float64)
     s2 = float(sigma2)
     log_p = -k * k / (2 * s2)
-    log_q = -(k - shift) ** 2 / (2 * s2)
+    log_q = -((k - shift) ** 2) / (2 * s2)
     log_norm = float(np.logaddexp.reduce(log_p))
     eps = float(epsilon)
     excess = -np.expm1(np.minimum(eps + log_q - log_p, 0.0))  # max(0, 1 - e^{ε} q/p)
@@ -117,8 +120,16 @@ def make_gaussian(
         >>> dp.make_gaussian(sensitivity=1, rho=0.5).loss
         ZCDP(rho=Fraction(1, 2))
     """
-    return _make(sensitivity, epsilon, delta, rho, calibration, grid_exponent,
-                 changed_coordinates, integer=False)
+    return _make(
+        sensitivity,
+        epsilon,
+        delta,
+        rho,
+        calibration,
+        grid_exponent,
+        changed_coordinates,
+        integer=False,
+    )
 
 
 def make_discrete_gaussian(
@@ -137,13 +148,22 @@ def make_discrete_gaussian(
         >>> dp.make_discrete_gaussian(sensitivity=1, rho=Fraction(1, 8)).loss
         ZCDP(rho=Fraction(1, 8))
     """
-    return _make(sensitivity, epsilon, delta, rho, calibration, None, changed_coordinates,
-                 integer=True)
+    return _make(
+        sensitivity, epsilon, delta, rho, calibration, None, changed_coordinates, integer=True
+    )
 
 
-def _make(sensitivity: Number, epsilon: Number | None, delta: Number | None, rho: Number | None,
-          calibration: str, grid_exponent: int | None, changed_coordinates: int | None,
-          *, integer: bool) -> Measurement[Any]:
+def _make(
+    sensitivity: Number,
+    epsilon: Number | None,
+    delta: Number | None,
+    rho: Number | None,
+    calibration: str,
+    grid_exponent: int | None,
+    changed_coordinates: int | None,
+    *,
+    integer: bool,
+) -> Measurement[Any]:
     delta_f = _sensitivity(sensitivity)
     exponent_arg = _check_grid_exponent(grid_exponent)
     changed = check_changed_coordinates(changed_coordinates)
@@ -158,7 +178,9 @@ def _make(sensitivity: Number, epsilon: Number | None, delta: Number | None, rho
     else:
         if epsilon is None or delta is None:
             raise InvalidParameterError(
-                "delta", delta, "given together with epsilon (or pass rho= for zCDP)",
+                "delta",
+                delta,
+                "given together with epsilon (or pass rho= for zCDP)",
                 "The Gaussian mechanism cannot be pure DP: it needs delta > 0.",
             )
         eps = check_epsilon(epsilon)
@@ -166,7 +188,9 @@ def _make(sensitivity: Number, epsilon: Number | None, delta: Number | None, rho
         if calibration == "classic":
             if eps >= 1:
                 raise InvalidParameterError(
-                    "epsilon", epsilon, "< 1 for the classic Gaussian bound",
+                    "epsilon",
+                    epsilon,
+                    "< 1 for the classic Gaussian bound",
                     "Use calibration='analytic', which is valid (and tighter) for every epsilon.",
                 )
             sigma_real = classic_gaussian_sigma(float(delta_f), float(eps), float(target))
@@ -210,8 +234,11 @@ def _make(sensitivity: Number, epsilon: Number | None, delta: Number | None, rho
         sensitivity=delta_f,
         changed_coordinates=changed,
         integer_output=integer,
-        info={"sigma": math.sqrt(float(sigma2)) * float(g), "grid_exponent": exponent,
-              "calibration": calibration if measure == "approx" else "zcdp"},
+        info={
+            "sigma": math.sqrt(float(sigma2)) * float(g),
+            "grid_exponent": exponent,
+            "calibration": calibration if measure == "approx" else "zcdp",
+        },
     )
 
 
@@ -229,8 +256,9 @@ def _zcdp_delta(zcdp: ZCDP, epsilon: Fraction) -> Fraction:
     return Fraction(math.exp(high))
 
 
-def _raise_until_within(sigma2: Fraction, steps: Fraction, epsilon: Fraction, delta: Fraction,
-                        changed: int | None) -> Fraction:
+def _raise_until_within(
+    sigma2: Fraction, steps: Fraction, epsilon: Fraction, delta: Fraction, changed: int | None
+) -> Fraction:
     def ok(s2: Fraction) -> bool:
         if (changed or 1) == 1 and steps.denominator == 1:
             return discrete_gaussian_delta(s2, int(steps), epsilon) <= delta

@@ -39,7 +39,9 @@ def _sensitivity(value: Number) -> Fraction:
     sensitivity = sensitivity_of("sensitivity", value)
     if sensitivity <= 0:
         raise InvalidParameterError(
-            "sensitivity", value, "> 0",
+            "sensitivity",
+            value,
+            "> 0",
             "A query whose output cannot change needs no noise; check the bounds you declared.",
         )
     return sensitivity
@@ -86,7 +88,8 @@ def make_laplace(
         steps = grid_steps(delta_f, exponent) + (changed or 1) - 1
         t = Fraction(steps) / eps  # lattice scale: loss for `steps` steps is exactly ε
     else:
-        b = check_positive("scale", scale)  # type: ignore[arg-type]
+        assert scale is not None  # exactly one of them: checked above
+        b = check_positive("scale", scale)
         exponent = exponent_arg if exponent_arg is not None else choose_exponent(b)
         t = b / grid_spacing(exponent)
     lattice = DiscreteLaplace(t)
@@ -124,8 +127,11 @@ def make_geometric(
     if (epsilon is None) == (scale is None):
         raise InvalidParameterError("epsilon", epsilon, "given, or else scale (exactly one)")
     steps = grid_steps(delta_f, 0)
-    t = Fraction(steps) / check_epsilon(epsilon) if epsilon is not None else check_positive(
-        "scale", scale)  # type: ignore[arg-type]
+    if epsilon is not None:
+        t = Fraction(steps) / check_epsilon(epsilon)
+    else:
+        assert scale is not None  # exactly one of them: checked above
+        t = check_positive("scale", scale)
     return make_grid_measurement(
         name="geometric",
         lattice=DiscreteLaplace(t),

@@ -156,8 +156,9 @@ def bernoulli(p: Fraction, size: int) -> np.ndarray:
     return np.asarray(uniform_integers(p.denominator, size) < p.numerator, dtype=bool)
 
 
-def _below_exp_vector(gamma_float: np.ndarray, margin: np.ndarray,
-                      gamma_exact: Callable[[int], Fraction]) -> np.ndarray:
+def _below_exp_vector(
+    gamma_float: np.ndarray, margin: np.ndarray, gamma_exact: Callable[[int], Fraction]
+) -> np.ndarray:
     """U_i < e^{-γ_i} for fresh uniforms U_i, exactly.
 
     ``gamma_float`` approximates γ_i with |error| <= ``margin`` (absolute); ``gamma_exact(i)``
@@ -178,8 +179,9 @@ def _below_exp_vector(gamma_float: np.ndarray, margin: np.ndarray,
     return result
 
 
-def bernoulli_exp_vector(gamma_float: np.ndarray, gamma_exact: Callable[[int], Fraction],
-                         abs_error: np.ndarray | float) -> np.ndarray:
+def bernoulli_exp_vector(
+    gamma_float: np.ndarray, gamma_exact: Callable[[int], Fraction], abs_error: np.ndarray | float
+) -> np.ndarray:
     """Independent Bernoulli(e^{-γ_i}) draws, exactly, for a vector of rational γ_i >= 0.
 
     Args:
@@ -301,6 +303,6 @@ def discrete_gaussian(sigma2: Fraction, size: int) -> np.ndarray:
             return (abs(int(y[i])) - shift) ** 2 / (2 * sigma2)
 
         accepted = y[_below_exp_vector(gamma, margin, exact)][:need]
-        out[filled:filled + accepted.size] = accepted
+        out[filled : filled + accepted.size] = accepted
         filled += accepted.size
     return out

@@ -40,6 +40,7 @@ class LatticeNoise(Protocol):
     def tail_bound(self, alpha: float) -> int:
         """The smallest h with P(|Z| > h) <= alpha."""
         ...
+
     def support_radius(self, mass: float) -> int:
         """An h with P(|Z| > h) <= mass (used to bound numeric sums)."""
         ...
@@ -83,8 +84,9 @@ class DiscreteLaplace:
 
     def log_pmf(self, k: np.ndarray) -> np.ndarray:
         p = self._p()
-        return np.log1p(-p) - np.log1p(p) - np.abs(np.asarray(k, dtype=np.float64)) / float(
-            self.scale)
+        return (
+            np.log1p(-p) - np.log1p(p) - np.abs(np.asarray(k, dtype=np.float64)) / float(self.scale)
+        )
 
     def cdf(self, k: np.ndarray) -> np.ndarray:
         p = self._p()
@@ -131,7 +133,7 @@ class DiscreteGaussian:
         return discrete_gaussian(self.sigma2, size)
 
     def _window(self) -> np.ndarray:
-        radius = int(math.ceil(40 * self.sigma)) + 2
+        radius = math.ceil(40 * self.sigma) + 2
         return np.arange(-radius, radius + 1, dtype=np.int64)
 
     def _log_norm(self) -> float:
@@ -204,8 +206,9 @@ class GridNoise:
         """The smallest h on the grid with P(|noise| > h) <= alpha."""
         return self.lattice.tail_bound(alpha) * self.spacing
 
-    def confidence_interval(self, released: float | np.ndarray, alpha: float = 0.05
-                            ) -> tuple[np.ndarray, np.ndarray]:
+    def confidence_interval(
+        self, released: float | np.ndarray, alpha: float = 0.05
+    ) -> tuple[np.ndarray, np.ndarray]:
         """A (1-α) interval for the exact (grid-rounded) value: released ± halfwidth."""
         h = self.interval_halfwidth(alpha)
         released = np.asarray(released, dtype=np.float64)

@@ -64,15 +64,18 @@ def to_grid(values: object, exponent: int, name: str = "data") -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(array)):
         raise InvalidDataError(
-            name, "contains NaN or infinite values",
+            name,
+            "contains NaN or infinite values",
             "Clean or impute them first; dpkit never guesses how to treat them.",
         )
     scaled = np.ldexp(array, -exponent)
     if scaled.size and float(np.max(np.abs(scaled))) >= _MAX_INDEX:
         limit = math.ldexp(_MAX_INDEX, exponent)
         raise InvalidDataError(
-            name, f"a value's magnitude is at least {limit:g}, too large for the output grid 2^"
-            f"{exponent}", "Pass a larger grid_exponent or rescale the data.",
+            name,
+            f"a value's magnitude is at least {limit:g}, too large for the output grid 2^"
+            f"{exponent}",
+            "Pass a larger grid_exponent or rescale the data.",
         )
     floor = np.floor(scaled)
     rounded = floor + ((scaled - floor) >= 0.5)
@@ -83,7 +86,8 @@ def from_grid(indices: np.ndarray, exponent: int, name: str = "output") -> np.nd
     """n·2^exponent as float64, exactly (refuses |n| >= 2^53, where floats lose integers)."""
     if indices.size and int(np.max(np.abs(indices))) >= 2**53:
         raise InvalidDataError(
-            name, "the noisy value does not fit exactly in a float64 at this grid",
+            name,
+            "the noisy value does not fit exactly in a float64 at this grid",
             "Pass a larger grid_exponent.",
         )
     return np.ldexp(indices.astype(np.float64), exponent)

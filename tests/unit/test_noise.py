@@ -1,0 +1,137 @@
+"""dpkit.noise: the secure source, the insecure test switch, exactness of the fast path."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpkit import noise
+from dpkit.noise import _exact
+from dpkit.noise.grid import choose_exponent, from_grid, grid_steps, to_grid
+
+
+@pytest.fixture
+def force_exact() -> Iterator[None]:
+    _exact._FORCE_EXACT = True
+    try:
+        yield
+    finally:
+        _exact._FORCE_EXACT = False
+
+
+def test_default_generator_is_secure_aes_ctr() -> None:
+    assert noise.is_secure()
+    assert type(noise.generator().bit_generator).__name__ == "AESCounter"
+
+
+def test_insecure_seed_warns_and_is_deterministic() -> None:
+    with pytest.warns(noise.InsecureRandomnessWarning), noise.insecure_deterministic_seed(7):
+        assert not noise.is_secure()
+        a = noise.discrete_laplace(Fraction(3), 100)
+    with pytest.warns(noise.InsecureRandomnessWarning), noise.insecure_deterministic_seed(7):
+        b = noise.discrete_laplace(Fraction(3), 100)
+    assert np.array_equal(a, b)
+    assert noise.is_secure()
+
+
+def test_a_forked_child_never_continues_the_parents_stream() -> None:
+    noise.random_words(1)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.write(write, noise.random_words(4).tobytes())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = np.frombuffer(os.read(read, 32), dtype=np.uint64)
+    parent = noise.random_words(4)
+    assert not np.array_equal(child, parent)
+
+
+@pytest.mark.parametrize("t", [Fraction(1, 3), Fraction(3, 2), Fraction(2**20), Fraction(7, 5)])
+def test_fast_path_equals_exact_path_on_the_same_bits(t: Fraction) -> None:
+    """The float fast path only ever returns what exact inversion returns for the same U."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", noise.InsecureRandomnessWarning)
+        with noise.insecure_deterministic_seed(11):
+            fast = noise.geometric_exp(t, 3000)
+        _exact._FORCE_EXACT = True
+        try:
+            with noise.insecure_deterministic_seed(11):
+                exact = noise.geometric_exp(t, 3000)
+        finally:
+            _exact._FORCE_EXACT = False
+    assert np.array_equal(fast, exact)
+
+
+def test_bernoulli_exp_fast_path_equals_exact_path() -> None:
+    gamma = Fraction(5, 7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", noise.InsecureRandomnessWarning)
+        with noise.insecure_deterministic_seed(3):
+            fast = noise.bernoulli_exp(gamma, 3000)
+        _exact._FORCE_EXACT = True
+        try:
+            with noise.insecure_deterministic_seed(3):
+                exact = noise.bernoulli_exp(gamma, 3000)
+        finally:
+            _exact._FORCE_EXACT = False
+    assert np.array_equal(fast, exact)
+
+
+def test_exact_floor_neg_log_handles_the_zero_cell() -> None:
+    # U in [0, 2^-52): -ln U > 36; the exact path must draw more bits and return a big value
+    value = _exact._exact_floor_neg_log(0, Fraction(1))
+    assert value >= 36
+
+
+def test_bernoulli_rational_is_exact_in_frequency() -> None:
+    draws = noise.bernoulli(Fraction(1, 3), 300_000)
+    assert abs(draws.mean() - 1 / 3) < 5 * np.sqrt(2 / 9 / 300_000)
+
+
+def test_uniform_integers_beyond_int64() -> None:
+    values = noise.uniform_integers(2**70, 5)
+    assert all(0 <= int(v) < 2**70 for v in values)
+
+
+def test_to_grid_rounds_half_up_exactly() -> None:
+    assert to_grid([0.5, 1.5, -0.5, -1.5, 2.49999999], 0).tolist() == [1, 2, 0, -1, 2]
+    # 2^52 + 1 cannot be rounded with floor(x + 0.5) in floats; our rounding is exact
+    assert to_grid([2.0**51 + 1], 0).tolist() == [2**51 + 1]
+
+
+def test_grid_refuses_values_it_cannot_represent() -> None:
+    from dpkit.errors import InvalidDataError
+
+    with pytest.raises(InvalidDataError, match="grid_exponent"):
+        to_grid([2.0**60], 0)
+    with pytest.raises(InvalidDataError, match="NaN"):
+        to_grid([float("nan")], 0)
+    with pytest.raises(InvalidDataError):
+        from_grid(np.array([2**53]), 0)
+
+
+def test_rounding_is_shift_consistent() -> None:
+    """Inputs Δ apart land at most ⌈Δ/g⌉ grid steps apart (the privacy maps rely on it)."""
+    rng = np.random.default_rng(0)  # test data only
+    x = rng.uniform(-100, 100, 100_000)
+    for delta in (0.3, 1.0, 2.75):
+        steps = grid_steps(Fraction(delta), -2)
+        moved = to_grid(x + delta, -2) - to_grid(x, -2)
+        assert int(np.max(np.abs(moved))) <= steps
+
+
+def test_choose_exponent_brackets_the_scale() -> None:
+    for scale in (Fraction(1, 3), Fraction(1), Fraction(1000, 7)):
+        k = choose_exponent(scale, 20)
+        assert 2**20 <= scale / Fraction(2) ** k < 2**21
+
+
+def test_discrete_gaussian_is_exact_on_the_forced_path(force_exact: None) -> None:
+    z = noise.discrete_gaussian(Fraction(2), 4000)
+    assert abs(z.var() - 2.0) < 0.25
