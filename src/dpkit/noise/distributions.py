@@ -51,10 +51,14 @@ class TieredLatticeNoise(LatticeNoise, Protocol):
     """log pmf(k) = const - rate·level(k) with integer levels, and a periodic tail:
     level(k + period) = level(k) + level_step for k >= tail_start (and symmetrically)."""
 
-    rate: Fraction
-    tail_start: int
-    period: int
-    level_step: int
+    @property
+    def rate(self) -> Fraction: ...
+    @property
+    def tail_start(self) -> int: ...
+    @property
+    def period(self) -> int: ...
+    @property
+    def level_step(self) -> int: ...
 
     def level(self, k: np.ndarray) -> np.ndarray: ...
 
