@@ -135,3 +135,23 @@ def test_choose_exponent_brackets_the_scale() -> None:
 def test_discrete_gaussian_is_exact_on_the_forced_path(force_exact: None) -> None:
     z = noise.discrete_gaussian(Fraction(2), 4000)
     assert abs(z.var() - 2.0) < 0.25
+
+
+@pytest.mark.parametrize(("ratio", "gamma"), [(Fraction(3), Fraction(1)), (Fraction(1, 7), 2)])
+def test_bernoulli_logistic_frequency_and_exact_path(ratio: Fraction, gamma: int) -> None:
+    import math
+
+    p = 1 / (1 + float(ratio) * math.exp(-gamma))
+    draws = noise.bernoulli_logistic(ratio, Fraction(gamma), 400_000)
+    assert abs(draws.mean() - p) < 5 * math.sqrt(p * (1 - p) / 400_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", noise.InsecureRandomnessWarning)
+        with noise.insecure_deterministic_seed(5):
+            fast = noise.bernoulli_logistic(ratio, Fraction(gamma), 2000)
+        _exact._FORCE_EXACT = True
+        try:
+            with noise.insecure_deterministic_seed(5):
+                exact = noise.bernoulli_logistic(ratio, Fraction(gamma), 2000)
+        finally:
+            _exact._FORCE_EXACT = False
+    assert np.array_equal(fast, exact)

@@ -40,6 +40,7 @@ __all__ = [
     "bernoulli",
     "bernoulli_exp",
     "bernoulli_exp_vector",
+    "bernoulli_logistic",
     "discrete_gaussian",
     "discrete_laplace",
     "geometric_exp",
@@ -87,13 +88,15 @@ def _exp_neg_bounds(gamma: Fraction, digits: int) -> tuple[Fraction, Fraction]:
     return value * (1 - rel), value * (1 + rel)
 
 
-def _exact_below_exp(cell: int, gamma: Fraction) -> bool:
-    """Exactly decide U < e^{-γ} for U uniform in the 52-bit cell ``cell``."""
+def _exact_below(cell: int, bounds: Callable[[int], tuple[Fraction, Fraction]]) -> bool:
+    """Exactly decide U < θ for U uniform in the 52-bit cell ``cell``, where ``bounds(digits)``
+    returns fractions lo <= θ <= hi that tighten as ``digits`` grows (θ irrational, or at least
+    not a dyadic rational, so that the loop ends with probability 1)."""
     num, bits, digits = cell, _BITS, 30
     while True:
         lo_u = Fraction(num, 1 << bits)
         hi_u = Fraction(num + 1, 1 << bits)
-        lo_t, hi_t = _exp_neg_bounds(gamma, digits)
+        lo_t, hi_t = bounds(digits)
         if hi_u <= lo_t:
             return True
         if lo_u >= hi_t:
@@ -101,6 +104,11 @@ def _exact_below_exp(cell: int, gamma: Fraction) -> bool:
         num = (num << 64) | int(random_words(1)[0])
         bits += 64
         digits += 25
+
+
+def _exact_below_exp(cell: int, gamma: Fraction) -> bool:
+    """Exactly decide U < e^{-γ} for U uniform in the 52-bit cell ``cell``."""
+    return _exact_below(cell, lambda digits: _exp_neg_bounds(gamma, digits))
 
 
 def _exact_floor_neg_log(cell: int, t: Fraction) -> int:
@@ -194,6 +202,37 @@ def bernoulli_exp_vector(
     gamma_float = np.asarray(gamma_float, dtype=np.float64)
     margin = np.broadcast_to(np.asarray(abs_error, dtype=np.float64), gamma_float.shape)
     return _below_exp_vector(gamma_float, np.array(margin), gamma_exact)
+
+
+def bernoulli_logistic(ratio: Fraction, gamma: Fraction, size: int) -> np.ndarray:
+    """Bernoulli(1 / (1 + r·e^{-γ})) for rational r >= 0 and γ >= 0, exactly.
+
+    U < θ with θ = 1/(1 + r·e^{-γ}), certified in float64 (relative margin 2^-40) and decided
+    exactly for the rare undecided cells from interval bounds on e^{-γ}. It picks between two
+    groups of outcomes weighted 1 and r·e^{-γ} in one draw, where rejection sampling would need
+    up to 1 + r·e^{-γ}... or 1 + e^{γ}/r proposals.
+    """
+    if ratio < 0 or gamma < 0:
+        raise ValueError("ratio and gamma must be >= 0")
+    if ratio == 0:
+        return np.ones(size, dtype=bool)
+    low_u = _cell_floats(random_words(size))
+    high_u = low_u + _CELL
+    theta = 1.0 / (1.0 + float(ratio) * math.exp(-float(gamma)))
+    # float θ: exp within 4 ulps, three more roundings; |error| < 2^-48 relative. Margin 2^-40.
+    theta_low, theta_high = theta * (1 - _REL), theta * (1 + _REL)
+    result = high_u <= theta_low
+    undecided = ~result & (low_u < theta_high)
+    if _FORCE_EXACT:
+        undecided[:] = True
+
+    def bounds(digits: int) -> tuple[Fraction, Fraction]:
+        lo_e, hi_e = _exp_neg_bounds(gamma, digits)
+        return 1 / (1 + ratio * hi_e), 1 / (1 + ratio * lo_e)
+
+    for i in np.flatnonzero(undecided):
+        result[i] = _exact_below(_cell_index(low_u[i]), bounds)
+    return result
 
 
 def bernoulli_exp(gamma: Fraction, size: int) -> np.ndarray:
