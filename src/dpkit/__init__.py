@@ -1,9 +1,9 @@
 """dpkit: differential privacy with exact books.
 
-    >>> import dpkit as dp
-    >>> m = dp.make_laplace(sensitivity=1, epsilon=0.5)
-    >>> m.loss
-    PureDP(epsilon=Fraction(1, 2))
+>>> import dpkit as dp
+>>> m = dp.make_laplace(sensitivity=1, epsilon=0.5)
+>>> m.loss
+PureDP(epsilon=Fraction(1, 2))
 """
 
 from fractions import Fraction

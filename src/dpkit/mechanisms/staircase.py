@@ -373,8 +373,8 @@ class DiscreteStaircase:
 
         Magnitude A = G·D + J: the period index G is geometric with P(G >= g) = e^{-gε}
         (:func:`dpkit.noise.geometric_exp` with t = 1/ε), and the offset J in [0, D) has
-        P(J = r) ∝ e^{-ε·[r >= m]} (:meth:`_offsets`); then P(A = a) ∝ e^{-ε·level(a)}. A fair sign bit
-        makes Z = ±A, and (-, 0) is rejected and redrawn, so 0 counts once, as in
+        P(J = r) ∝ e^{-ε·[r >= m]} (:meth:`_offsets`); then P(A = a) ∝ e^{-ε·level(a)}.
+        A fair sign bit makes Z = ±A, and (-, 0) is rejected and redrawn, so 0 counts once, as in
         :func:`dpkit.noise.discrete_laplace`. Every step is exact, so Z has exactly the pmf.
         """
         if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 0:

@@ -1,0 +1,49 @@
+"""dpkit.testing: privacy checks you can run on any mechanism, including your own.
+
+* Exact and numerical checks (:mod:`dpkit.testing.exact`): recompute the privacy loss from the
+  noise distribution a mechanism declares and compare it with the claim —
+  :func:`check_measurement_exact`, :func:`check_tiered_pure_dp`, :func:`check_lattice_approx_dp`,
+  :func:`check_lattice_zcdp`, :func:`check_finite_pure_dp`, :func:`check_finite_approx_dp`,
+  :func:`check_finite_zcdp`.
+* Statistical audits (:mod:`dpkit.testing.audit`): a confidence lower bound on the real loss from
+  releases on neighbouring inputs — :func:`audit_measurement`, :func:`audit_samples`,
+  :func:`audit_samples_zcdp`.
+* A conformance suite (:mod:`dpkit.testing.conformance`) every mechanism should pass:
+  :func:`check_mechanism`.
+
+Each returns a result with ``passed`` and ``raise_if_failed()``, which raises
+:class:`dpkit.errors.PrivacyCheckError`. See docs/verification.md.
+"""
+
+from dpkit.testing.audit import AuditResult, audit_measurement, audit_samples, audit_samples_zcdp
+from dpkit.testing.conformance import OMIT, ConformanceReport, check_mechanism
+from dpkit.testing.exact import (
+    DEFAULT_ALPHAS,
+    CheckResult,
+    check_finite_approx_dp,
+    check_finite_pure_dp,
+    check_finite_zcdp,
+    check_lattice_approx_dp,
+    check_lattice_zcdp,
+    check_measurement_exact,
+    check_tiered_pure_dp,
+)
+
+__all__ = [
+    "DEFAULT_ALPHAS",
+    "OMIT",
+    "AuditResult",
+    "CheckResult",
+    "ConformanceReport",
+    "audit_measurement",
+    "audit_samples",
+    "audit_samples_zcdp",
+    "check_finite_approx_dp",
+    "check_finite_pure_dp",
+    "check_finite_zcdp",
+    "check_lattice_approx_dp",
+    "check_lattice_zcdp",
+    "check_measurement_exact",
+    "check_mechanism",
+    "check_tiered_pure_dp",
+]
