@@ -39,10 +39,19 @@ from dpkit.errors import (
     UnsupportedQueryError,
 )
 from dpkit.mechanisms import (
+    estimate_frequencies,
+    estimate_proportion,
     make_discrete_gaussian,
+    make_exponential,
     make_gaussian,
+    make_generalized_randomized_response,
     make_geometric,
     make_laplace,
+    make_permute_and_flip,
+    make_randomized_response,
+    make_randomized_response_epsilon,
+    make_report_noisy_max,
+    make_staircase,
 )
 
 __version__ = "0.1.0"
@@ -71,13 +80,22 @@ __all__ = [
     "VectorDomain",
     "__version__",
     "compose",
+    "estimate_frequencies",
+    "estimate_proportion",
     "make_chain",
     "make_discrete_gaussian",
+    "make_exponential",
     "make_gaussian",
+    "make_generalized_randomized_response",
     "make_geometric",
     "make_laplace",
     "make_parallel_composition",
+    "make_permute_and_flip",
     "make_postprocess",
+    "make_randomized_response",
+    "make_randomized_response_epsilon",
+    "make_report_noisy_max",
     "make_sequential_composition",
+    "make_staircase",
     "parallel",
 ]

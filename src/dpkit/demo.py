@@ -29,7 +29,7 @@ from dpkit.transformations import make_bounded_sum, make_clamp, make_count
 __all__ = ["demo_dataset", "run_demo"]
 
 
-def demo_dataset(n: int = 1000, mean: float = 50.0, sd: float = 15.0) -> np.ndarray:
+def demo_dataset(n: int = 1000, mean: float = 46.0, sd: float = 15.0) -> np.ndarray:
     """n values shaped like the seed's normal sample, but deterministic (normal quantiles), so
     the demo needs no randomness outside dpkit.noise."""
     return np.asarray(mean + sd * norm.ppf((np.arange(n) + 0.5) / n))
@@ -111,9 +111,9 @@ def _budgeted_queries(console: Console) -> None:
     table.add_row(
         "most common band",
         "0.2",
-        f"[{edges[band]}, {edges[band + 1]})",
-        f"count ≥ best − {bound:.0f}",
-        f"[{edges[best]}, {edges[best + 1]})",
+        f"[{edges[band]}, {edges[band + 1]}): {counts[band]:.0f}",
+        f"≥ {counts.max() - bound:.0f} values",
+        f"[{edges[best]}, {edges[best + 1]}): {counts[best]:.0f}",
         *book(select.loss),
     )
     console.print(table)

@@ -37,6 +37,15 @@ EXPECTED = {
     "make_postprocess",
     "make_sequential_composition",
     "parallel",
+    "make_exponential",
+    "make_permute_and_flip",
+    "make_report_noisy_max",
+    "make_randomized_response",
+    "make_randomized_response_epsilon",
+    "make_generalized_randomized_response",
+    "estimate_proportion",
+    "estimate_frequencies",
+    "make_staircase",
 }
 
 

@@ -1,11 +1,53 @@
 """Mechanisms: ``make_*`` constructors returning :class:`~dpkit.core.framework.Measurement`."""
 
+from dpkit.mechanisms.exponential import (
+    exponential_utility_bound,
+    make_exponential,
+    make_permute_and_flip,
+    make_report_noisy_max,
+)
 from dpkit.mechanisms.gaussian import make_discrete_gaussian, make_gaussian
 from dpkit.mechanisms.laplace import make_geometric, make_laplace
+from dpkit.mechanisms.randomized_response import (
+    Estimate,
+    FrequencyEstimate,
+    estimate_frequencies,
+    estimate_proportion,
+    frequency_variance,
+    make_generalized_randomized_response,
+    make_randomized_response,
+    make_randomized_response_epsilon,
+    proportion_variance,
+)
+from dpkit.mechanisms.staircase import (
+    DiscreteStaircase,
+    make_staircase,
+    staircase_expected_abs,
+    staircase_optimal_gamma,
+    staircase_variance,
+)
 
 __all__ = [
+    "DiscreteStaircase",
+    "Estimate",
+    "FrequencyEstimate",
+    "estimate_frequencies",
+    "estimate_proportion",
+    "exponential_utility_bound",
+    "frequency_variance",
     "make_discrete_gaussian",
+    "make_exponential",
     "make_gaussian",
+    "make_generalized_randomized_response",
     "make_geometric",
     "make_laplace",
+    "make_permute_and_flip",
+    "make_randomized_response",
+    "make_randomized_response_epsilon",
+    "make_report_noisy_max",
+    "make_staircase",
+    "proportion_variance",
+    "staircase_expected_abs",
+    "staircase_optimal_gamma",
+    "staircase_variance",
 ]

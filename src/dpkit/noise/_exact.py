@@ -51,6 +51,8 @@ _BITS = 52
 _CELL = 2.0**-_BITS
 _ONE_BITS = np.uint64(0x3FF0000000000000)
 _REL = 2.0**-40  # certified relative margin for float64 exp/log (true error: a few ulps, 2^-50)
+_SPLIT_STEP = 256.0
+_SPLIT_GAMMA = 512.0  # above this, e^{-γ} is split (float64 exp underflows near 745)
 _FORCE_EXACT = False  # tests set this to send every draw down the exact path
 
 
@@ -173,6 +175,29 @@ def _below_exp_vector(
     returns γ_i exactly, and is only called for the rare undecided draws.
     """
     size = gamma_float.shape[0]
+    big = gamma_float > _SPLIT_GAMMA
+    if big.any():
+        # e^{-γ} underflows past γ ≈ 745: split Bernoulli(e^{-γ}) into the AND of independent
+        # Bernoulli(e^{-256}) and Bernoulli(e^{-(γ-256)}), exactly, recursing as needed.
+        result = np.zeros(size, dtype=bool)
+        small = np.flatnonzero(~big)
+        if small.size:
+            result[small] = _below_exp_vector(
+                gamma_float[small], margin[small], lambda j: gamma_exact(int(small[j]))
+            )
+        index = np.flatnonzero(big)
+        first = _below_exp_vector(
+            np.full(index.size, _SPLIT_STEP), np.zeros(index.size), lambda _: Fraction(_SPLIT_STEP)
+        )
+        alive = index[first]
+        if alive.size:
+            rest = gamma_float[alive] - _SPLIT_STEP
+            result[alive] = _below_exp_vector(
+                rest,
+                margin[alive] + np.abs(gamma_float[alive]) * 2.0**-52,
+                lambda j: gamma_exact(int(alive[j])) - Fraction(_SPLIT_STEP),
+            )
+        return result
     low_u = _cell_floats(random_words(size))
     high_u = low_u + _CELL
     slack = margin + _REL * (1.0 + gamma_float)
