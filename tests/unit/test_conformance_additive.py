@@ -1,0 +1,232 @@
+"""The conformance suite on the additive mechanisms, and on broken ones it must reject."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+
+import dpkit as dp
+from dpkit.core.framework import Measurement, make_postprocess
+from dpkit.core.losses import PureDP
+from dpkit.errors import InvalidParameterError, PrivacyCheckError
+from dpkit.testing import OMIT, AuditResult, CheckResult, ConformanceReport, check_mechanism
+
+LAPLACE_BAD: list[tuple[dict[str, Any], str]] = [
+    ({"epsilon": -1}, "epsilon"),
+    ({"epsilon": 0}, "epsilon"),
+    ({"epsilon": float("nan")}, "epsilon"),
+    ({"epsilon": OMIT}, "epsilon"),  # neither epsilon nor scale
+    ({"scale": 2}, "epsilon"),  # both epsilon and scale
+    ({"sensitivity": 0}, "sensitivity"),
+    ({"sensitivity": -2}, "sensitivity"),
+    ({"sensitivity": True}, "sensitivity"),
+    ({"grid_exponent": 2.5}, "grid_exponent"),
+    ({"changed_coordinates": 0}, "changed_coordinates"),
+]
+
+GAUSSIAN_BAD: list[tuple[dict[str, Any], str]] = [
+    ({"delta": 0}, "delta"),
+    ({"delta": 1}, "delta"),
+    ({"delta": OMIT}, "delta"),
+    ({"epsilon": -0.5}, "epsilon"),
+    ({"sensitivity": 0}, "sensitivity"),
+    ({"calibration": "optimal"}, "calibration"),
+    ({"rho": 0.5}, "rho"),  # rho together with epsilon and delta
+]
+
+ZCDP_BAD: list[tuple[dict[str, Any], str]] = [
+    ({"rho": 0}, "rho"),
+    ({"rho": -1}, "rho"),
+    ({"rho": "a lot"}, "rho"),
+    ({"sensitivity": -1}, "sensitivity"),
+]
+
+CASES: list[tuple[str, Callable[..., Measurement[Any]], dict[str, Any], list[Any], Any, Any]] = [
+    ("laplace", dp.make_laplace, {"sensitivity": 1, "epsilon": 1}, LAPLACE_BAD, 0.0, 1.0),
+    ("laplace-scale", dp.make_laplace, {"sensitivity": 2, "scale": 3}, [], 0.0, 2.0),
+    (
+        "geometric",
+        dp.make_geometric,
+        {"sensitivity": 1, "epsilon": 0.5},
+        [({"epsilon": -1}, "epsilon"), ({"sensitivity": 0}, "sensitivity")],
+        0,
+        1,
+    ),
+    (
+        "gaussian",
+        dp.make_gaussian,
+        {"sensitivity": 1, "epsilon": 1, "delta": 1e-6},
+        GAUSSIAN_BAD,
+        0.0,
+        1.0,
+    ),
+    ("gaussian-zcdp", dp.make_gaussian, {"sensitivity": 1, "rho": 0.5}, ZCDP_BAD, 0.0, 1.0),
+    (
+        "discrete-gaussian",
+        dp.make_discrete_gaussian,
+        {"sensitivity": 2, "epsilon": 0.5, "delta": 1e-7},
+        GAUSSIAN_BAD,
+        0,
+        2,
+    ),
+    (
+        "discrete-gaussian-zcdp",
+        dp.make_discrete_gaussian,
+        {"sensitivity": 1, "rho": Fraction(1, 8)},
+        ZCDP_BAD,
+        0,
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("factory", "valid", "bad", "x", "neighbour"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_additive_mechanisms_conform(
+    factory: Callable[..., Measurement[Any]],
+    valid: dict[str, Any],
+    bad: list[tuple[dict[str, Any], str]],
+    x: Any,
+    neighbour: Any,
+) -> None:
+    report = check_mechanism(
+        factory, valid, bad_kwargs=bad, sample_input=x, neighbour_input=neighbour
+    )
+    assert isinstance(report, ConformanceReport)
+    assert isinstance(report.privacy, CheckResult)  # the exact check applied
+    assert report.checks[0] == "privacy (exact check)"
+    assert len(report.checks) == 6
+
+
+@pytest.mark.usefixtures("seeded")
+def test_a_measurement_without_declared_noise_is_audited_instead() -> None:
+    def factory(**kwargs: Any) -> Measurement[Any]:
+        return make_postprocess(dp.make_laplace(**kwargs), lambda v: v)
+
+    report = check_mechanism(
+        factory, {"sensitivity": 1, "epsilon": 1}, audit_samples_per_side=5_000
+    )
+    assert isinstance(report.privacy, AuditResult)
+    assert report.checks[0] == "privacy (statistical audit)"
+
+
+# ----------------------------------------------------------------------- what it must reject
+def laplace_claiming_half(**kwargs: Any) -> Measurement[Any]:
+    real = dp.make_laplace(kwargs["sensitivity"], 2 * kwargs["epsilon"])
+    return dataclasses.replace(real, privacy_map=lambda d: PureDP(d * kwargs["epsilon"]))
+
+
+def test_rejects_an_under_reported_loss() -> None:
+    with pytest.raises(PrivacyCheckError, match="'privacy' failed"):
+        check_mechanism(laplace_claiming_half, {"sensitivity": 1, "epsilon": 1})
+
+
+@pytest.mark.usefixtures("seeded")
+def test_rejects_an_under_reported_loss_by_audit_when_no_exact_check_applies() -> None:
+    def factory(**kwargs: Any) -> Measurement[Any]:
+        return make_postprocess(laplace_claiming_half(**kwargs), lambda v: v)
+
+    with pytest.raises(PrivacyCheckError, match="'privacy' failed: statistical audit"):
+        check_mechanism(factory, {"sensitivity": 1, "epsilon": 1}, audit_samples_per_side=5_000)
+
+
+def test_rejects_a_silently_repaired_parameter() -> None:
+    def lenient(sensitivity: Any, epsilon: Any) -> Measurement[Any]:
+        return dp.make_laplace(sensitivity, abs(epsilon))  # "fixes" a negative ε
+
+    with pytest.raises(PrivacyCheckError, match=r"'parameters' failed.*was accepted"):
+        check_mechanism(
+            lenient, {"sensitivity": 1, "epsilon": 1}, bad_kwargs=[({"epsilon": -1}, "epsilon")]
+        )
+
+
+def test_rejects_an_error_naming_the_wrong_parameter() -> None:
+    def confused(sensitivity: Any, epsilon: Any) -> Measurement[Any]:
+        if epsilon <= 0:
+            raise InvalidParameterError("eps", epsilon, "> 0")
+        return dp.make_laplace(sensitivity, epsilon)
+
+    with pytest.raises(PrivacyCheckError, match="about 'eps', expected 'epsilon'"):
+        check_mechanism(
+            confused, {"sensitivity": 1, "epsilon": 1}, bad_kwargs=[({"epsilon": -1}, "epsilon")]
+        )
+
+
+def test_rejects_a_generic_error_for_a_bad_parameter() -> None:
+    def terse(sensitivity: Any, epsilon: Any) -> Measurement[Any]:
+        if epsilon <= 0:
+            raise ValueError("bad")
+        return dp.make_laplace(sensitivity, epsilon)
+
+    with pytest.raises(PrivacyCheckError, match="raised ValueError"):
+        check_mechanism(
+            terse, {"sensitivity": 1, "epsilon": 1}, bad_kwargs=[({"epsilon": -1}, "epsilon")]
+        )
+
+
+def with_function(function: Callable[[Any], Any]) -> Callable[..., Measurement[Any]]:
+    def factory(**kwargs: Any) -> Measurement[Any]:
+        return dataclasses.replace(dp.make_laplace(**kwargs), function=function)
+
+    return factory
+
+
+def test_rejects_a_mechanism_that_accepts_nan() -> None:
+    real = dp.make_laplace(1, 1)
+
+    def careless(data: Any) -> Any:
+        array = np.asarray(data, dtype=np.float64)
+        if not np.all(np.isfinite(array)):
+            return data  # passes NaN through instead of refusing it
+        return real(data)
+
+    with pytest.raises(PrivacyCheckError, match="'data' failed"):
+        check_mechanism(with_function(careless), {"sensitivity": 1, "epsilon": 1})
+
+
+def test_rejects_numpy_scalars_and_lost_shapes() -> None:
+    real = dp.make_laplace(1, 1)
+
+    def numpy_scalar(data: Any) -> Any:
+        out = real(data)
+        return np.float64(out) if np.ndim(data) == 0 else out
+
+    with pytest.raises(PrivacyCheckError, match=r"'shapes' failed.*Python scalar"):
+        check_mechanism(with_function(numpy_scalar), {"sensitivity": 1, "epsilon": 1})
+
+    def flattening(data: Any) -> Any:
+        out = real(data)
+        return np.ravel(out) if np.ndim(data) > 1 else out
+
+    with pytest.raises(PrivacyCheckError, match=r"'shapes' failed.*\(2, 3\)"):
+        check_mechanism(with_function(flattening), {"sensitivity": 1, "epsilon": 1})
+
+
+class MutableMeasurement(Measurement[Any]):
+    """A measurement subclass that (wrongly) allows attribute assignment."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+
+def test_rejects_a_mutable_measurement() -> None:
+    def factory(**kwargs: Any) -> Measurement[Any]:
+        real = dp.make_laplace(**kwargs)
+        fields = {f.name: getattr(real, f.name) for f in dataclasses.fields(real)}
+        return MutableMeasurement(**fields)
+
+    with pytest.raises(PrivacyCheckError, match="'frozen' failed"):
+        check_mechanism(factory, {"sensitivity": 1, "epsilon": 1})
+
+
+def test_rejects_a_factory_that_does_not_build_a_measurement() -> None:
+    with pytest.raises(PrivacyCheckError, match="'construct' failed"):
+        check_mechanism(lambda **kwargs: object(), {})  # type: ignore[arg-type]
