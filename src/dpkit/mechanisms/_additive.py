@@ -127,5 +127,5 @@ def make_grid_measurement(
         name=name,
         noise=GridNoise(lattice, exponent),
         d_in=sensitivity,
-        info=dict(info or {}),
+        info={"changed_coordinates": changed_coordinates or 1, **(info or {})},
     )

@@ -210,9 +210,8 @@ def _make(
         # rounding can add up to one step: keep ρ exact by using the grid sensitivity
         sigma2 = steps_calibrated**2 / (2 * rho_f)
     else:
-        sigma2 = Fraction(sigma_l**2).limit_denominator(2**20)
-        if sigma2 < sigma_l**2:
-            sigma2 = sigma_l**2
+        # round σ² up to a multiple of 2^-20 grid steps²: short fractions, never less noise
+        sigma2 = Fraction(math.ceil(sigma_l**2 * 2**20), 2**20)
         sigma2 = _raise_until_within(sigma2, steps_calibrated, eps, target, changed)
     lattice = DiscreteGaussian(sigma2)
 

@@ -165,11 +165,12 @@ class DiscreteGaussian:
 
     def tail_bound(self, alpha: float) -> int:
         alpha = check_alpha(alpha)
-        k = np.arange(0, self._window()[-1] + 1)
+        k = np.arange(0, self._window()[-1] + 2)
         pmf = np.exp(self.log_pmf(k))
-        # P(|Z| > h) = 2·Σ_{j>h} p(j)
-        tail = 2 * (pmf.sum() - np.cumsum(pmf))
-        return int(np.argmax(tail <= alpha))
+        # P(|Z| > h) = 2·Σ_{j>h} p(j), summed from the far tail inwards (no cancellation)
+        tail_from = np.cumsum(pmf[::-1])[::-1]  # tail_from[h] = Σ_{j>=h} p(j)
+        beyond = 2 * tail_from[1:]  # beyond[h] = P(|Z| > h)
+        return int(np.argmax(beyond <= alpha))
 
     def support_radius(self, mass: float) -> int:
         return self.tail_bound(mass)
