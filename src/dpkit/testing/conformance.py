@@ -21,9 +21,9 @@ returns a :class:`ConformanceReport`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -69,6 +69,36 @@ def _merge(valid: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in merged.items() if value is not OMIT}
 
 
+def _check_shapes(measurement: Measurement[Any], sample_input: Any, input_kind: str) -> str:
+    """Scalars give scalars and arrays keep their shape (elementwise); a vector gives one
+    release and a stack of k vectors gives k (vector)."""
+    if input_kind == "vector":
+        one = measurement(np.asarray(sample_input))
+        if isinstance(one, np.ndarray) and one.ndim > 0:
+            raise _fail("shapes", f"one input vector gave an array of shape {one.shape}")
+        rows = measurement(np.stack([np.asarray(sample_input)] * 3))
+        if np.shape(rows) != (3,):
+            raise _fail("shapes", f"3 stacked input vectors gave shape {np.shape(rows)}")
+        return "shapes (vector → one release, 3 rows → 3)"
+    scalar_out = measurement(sample_input)
+    if isinstance(scalar_out, np.ndarray):
+        raise _fail("shapes", f"a scalar input gave an array of shape {scalar_out.shape}")
+    if isinstance(scalar_out, np.generic):
+        raise _fail(
+            "shapes",
+            f"a scalar input gave numpy {type(scalar_out).__name__}; expected a Python scalar",
+        )
+    for shape in ((7,), (2, 3)):
+        out = measurement(np.full(shape, sample_input))
+        if not isinstance(out, np.ndarray) or out.shape != shape:
+            got = out.shape if isinstance(out, np.ndarray) else type(out).__name__
+            raise _fail("shapes", f"an input of shape {shape} gave {got}")
+        numeric_scalar = isinstance(scalar_out, int | float | bool)
+        if numeric_scalar and out.dtype.kind not in "biuf":
+            raise _fail("shapes", f"an input of shape {shape} gave dtype {out.dtype}")
+    return "shapes (scalar, (7,), (2, 3))"
+
+
 def check_mechanism(
     factory: Callable[..., Measurement[Any]],
     valid_kwargs: dict[str, Any],
@@ -77,6 +107,8 @@ def check_mechanism(
     sample_input: Any = 0.0,
     neighbour_input: Any = 1.0,
     d_in: Number | None = None,
+    neighbour_pairs: Iterable[tuple[Any, Any]] | None = None,
+    input_kind: Literal["elementwise", "vector"] = "elementwise",
     audit_samples_per_side: int = 50_000,
     audit_confidence: float = 0.999,
 ) -> ConformanceReport:
@@ -92,6 +124,12 @@ def check_mechanism(
             value the mechanism takes as is (0 for the grid mechanisms).
         neighbour_input: a neighbour of ``sample_input`` at distance ``d_in`` (for the audit).
         d_in: the distance the privacy check uses; default the measurement's own ``d_in``.
+        neighbour_pairs: for finite-output mechanisms (``info["output_pmf"]``), the pairs of
+            neighbouring inputs the exact check compares; default: the sample and neighbour
+            inputs, both ways.
+        input_kind: ``"elementwise"`` (each element of an array is released independently:
+            a scalar gives a scalar, an array an array of the same shape) or ``"vector"`` (a
+            1-d input gives one release, e.g. a utility vector; a 2-d input one per row).
         audit_samples_per_side: releases per input when no exact check applies.
         audit_confidence: the audit's confidence.
 
@@ -111,8 +149,10 @@ def check_mechanism(
 
     # (a) the declared loss is honoured
     privacy: CheckResult | AuditResult
+    if neighbour_pairs is None and "output_pmf" in measurement.info:
+        neighbour_pairs = [(sample_input, neighbour_input), (neighbour_input, sample_input)]
     try:
-        privacy = check_measurement_exact(measurement, distance)
+        privacy = check_measurement_exact(measurement, distance, neighbour_pairs=neighbour_pairs)
         how = "exact check"
     except NotImplementedError:
         privacy = audit_measurement(
@@ -155,7 +195,12 @@ def check_mechanism(
     passed.append(f"parameters ({len(bad_kwargs)} refused)")
 
     # (c) unusable data is refused
-    for bad in (np.nan, np.inf, -np.inf, np.array([0.0, np.nan]), np.array([np.inf, 0.0])):
+    if input_kind == "vector":
+        width = np.size(sample_input)
+        bad_inputs: list[Any] = [np.full(width, np.nan), np.full(width, np.inf)]
+    else:
+        bad_inputs = [np.nan, np.inf, -np.inf, np.array([0.0, np.nan]), np.array([np.inf, 0.0])]
+    for bad in bad_inputs:
         try:
             measurement(bad)
         except InvalidDataError:
@@ -169,23 +214,12 @@ def check_mechanism(
     passed.append("data (NaN/inf refused)")
 
     # (d) shapes
-    scalar_out = measurement(sample_input)
-    if isinstance(scalar_out, np.generic | np.ndarray) or not isinstance(
-        scalar_out, int | float | complex | bool
-    ):
-        raise _fail(
-            "shapes",
-            f"a scalar input gave {type(scalar_out).__name__}; expected a "
-            "Python scalar (int or float)",
-        )
-    for shape in ((7,), (2, 3)):
-        out = measurement(np.full(shape, sample_input))
-        if not isinstance(out, np.ndarray) or out.shape != shape:
-            got = out.shape if isinstance(out, np.ndarray) else type(out).__name__
-            raise _fail("shapes", f"an input of shape {shape} gave {got}")
-        if out.dtype.kind not in "iuf":
-            raise _fail("shapes", f"an input of shape {shape} gave dtype {out.dtype}")
-    passed.append("shapes (scalar, (7,), (2, 3))")
+    try:
+        passed.append(_check_shapes(measurement, sample_input, input_kind))
+    except PrivacyCheckError:
+        raise
+    except Exception as error:
+        raise _fail("shapes", f"{type(error).__name__}: {error}") from error
 
     # (e) post-processing keeps the map
     for post in (make_postprocess(measurement, lambda value: value), measurement >> abs):
