@@ -1,0 +1,105 @@
+"""The session-level accountant: no result leaves without a matching ledger entry.
+
+``Accountant.release`` is the one path from a measurement to a released value:
+
+1. compute the measurement's loss from its privacy map (nothing touches the data);
+2. ``ledger.reserve`` records the charge atomically, or refuses with
+   :class:`~dpkit.errors.BudgetExceededError` - before any data is read;
+3. run the measurement on the data;
+4. ``ledger.commit`` records the receipt; the caller gets a :class:`Release`.
+
+If step 3 or 4 fails the reservation is marked failed and the error re-raised; the charge stays
+(no refunds: a failure can leak as much as a result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from dpkit._exact import Number
+from dpkit.core.framework import Measurement
+from dpkit.core.losses import PrivacyLoss
+from dpkit.errors import InvalidParameterError
+from dpkit.ledger import Ledger, Receipt, Reservation
+
+__all__ = ["Accountant", "Release"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Release(Generic[T]):
+    """A released value with the loss it cost and the ledger receipt that records it."""
+
+    value: T
+    loss: PrivacyLoss
+    receipt: Receipt
+
+
+class Accountant:
+    """Charges every release of one dataset (and optionally one analyst) to a ledger.
+
+    Args:
+        ledger: the ledger holding the dataset's budget.
+        dataset: the dataset's name in the ledger.
+        analyst: charge the analyst's budget under the dataset's too.
+
+    Example:
+        >>> from dpkit.core.losses import PureDP
+        >>> from dpkit.ledger import Ledger
+        >>> from dpkit.mechanisms import make_laplace
+        >>> ledger = Ledger.open(":memory:")
+        >>> _ = ledger.create_budget("visits", PureDP(1))
+        >>> accountant = Accountant(ledger, "visits")
+        >>> release = accountant.release(make_laplace(sensitivity=1, epsilon=0.25), 10.0)
+        >>> release.loss, ledger.spent("visits")
+        (PureDP(epsilon=Fraction(1, 4)), PureDP(epsilon=Fraction(1, 4)))
+    """
+
+    def __init__(self, ledger: Ledger, dataset: str, analyst: str | None = None) -> None:
+        if not isinstance(ledger, Ledger):
+            raise InvalidParameterError("ledger", ledger, "a dpkit.ledger.Ledger")
+        self.ledger = ledger
+        self.dataset = dataset
+        self.analyst = analyst
+        ledger.budget(dataset, analyst)  # fail early on an unknown dataset or analyst
+
+    def reserve(self, loss: PrivacyLoss, *, query: str = "", mechanism: str = "") -> Reservation:
+        """Reserve a loss directly (for callers that run their own measurement)."""
+        return self.ledger.reserve(
+            self.dataset, loss, analyst=self.analyst, query=query, mechanism=mechanism
+        )
+
+    def release(
+        self, measurement: Measurement[T], data: Any, *, query: str = "", d_in: Number | None = None
+    ) -> Release[T]:
+        """Reserve the measurement's loss, run it on ``data``, commit; return the release."""
+        if not isinstance(measurement, Measurement):
+            raise InvalidParameterError("measurement", measurement, "a dpkit Measurement")
+        loss = measurement.map(d_in)
+        reservation = self.ledger.reserve(
+            self.dataset, loss, analyst=self.analyst, query=query, mechanism=measurement.name
+        )
+        try:
+            value = measurement(data)
+            receipt = self.ledger.commit(reservation)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                self.ledger.fail(reservation, f"{type(exc).__name__}: {exc}")
+            raise
+        return Release(value, loss, receipt)
+
+    def spent(self) -> PrivacyLoss:
+        return self.ledger.spent(self.dataset, self.analyst)
+
+    def remaining(self) -> PrivacyLoss:
+        return self.ledger.remaining(self.dataset, self.analyst)
+
+    def can_afford(self, loss: PrivacyLoss) -> bool:
+        return self.ledger.can_afford(self.dataset, loss, self.analyst)
+
+    def __repr__(self) -> str:
+        who = f", analyst={self.analyst!r}" if self.analyst else ""
+        return f"Accountant({self.ledger!r}, {self.dataset!r}{who})"

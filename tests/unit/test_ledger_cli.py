@@ -1,0 +1,87 @@
+"""`dpkit budget status|history` (the typer sub-app, driven through CliRunner)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dpkit.core.losses import ApproxDP, PureDP
+from dpkit.ledger import BudgetMonitor, Ledger
+from dpkit.ledger.cli import budget_app
+
+runner = CliRunner()
+
+
+def _ledger(tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.db"
+    clock = iter(float(1_700_000_000 + 60 * i) for i in range(1000))
+    with Ledger.open(path, monitor=BudgetMonitor(log=False), clock=lambda: next(clock)) as ledger:
+        ledger.create_budget("visits", PureDP(1), privacy_unit="user_id")
+        ledger.create_budget("visits", PureDP(0.5), analyst="ana")
+        ledger.create_budget("sales", ApproxDP(2, 1e-6))
+        for _ in range(3):
+            ledger.commit(ledger.reserve("visits", PureDP(0.1), analyst="ana", query="count"))
+        ledger.fail(ledger.reserve("sales", ApproxDP(0.5, 1e-7)), "timeout")
+        ledger.reserve("visits", PureDP(0.2))
+    return path
+
+
+def test_status_table(tmp_path: Path) -> None:
+    path = _ledger(tmp_path)
+    result = runner.invoke(budget_app, ["status", "--ledger", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "visits" in result.output and "ana" in result.output and "sales" in result.output
+    assert "integrity: ok" in result.output
+    assert "never committed" in result.output
+
+
+def test_status_json_and_env(tmp_path: Path) -> None:
+    path = _ledger(tmp_path)
+    result = runner.invoke(
+        budget_app, ["status", "--json", "--dataset", "visits"], env={"DPKIT_LEDGER": str(path)}
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    by_scope = {(b["dataset"], b["analyst"]): b for b in payload["budgets"]}
+    assert by_scope[("visits", None)]["spent"] == {"epsilon": "1/2"}
+    assert by_scope[("visits", "ana")]["used"] == 0.6
+    assert payload["integrity"]["ok"] is True
+
+
+def test_history_writes_png(tmp_path: Path) -> None:
+    path = _ledger(tmp_path)
+    png = tmp_path / "out" / "usage.png"
+    result = runner.invoke(
+        budget_app, ["history", "--ledger", f"sqlite:///{path}", "--plot", str(png)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "reserve" in result.output and "commit" in result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    filtered = runner.invoke(
+        budget_app, ["history", "-l", str(path), "-d", "visits", "-a", "ana", "--limit", "2"]
+    )
+    assert filtered.exit_code == 0
+    assert "sales" not in filtered.output
+
+
+def test_missing_and_corrupt_ledgers_give_clear_errors(tmp_path: Path) -> None:
+    result = runner.invoke(budget_app, ["status", "--ledger", str(tmp_path / "nope.db")])
+    assert result.exit_code == 1 and "no ledger" in result.output
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"garbage" * 1000)
+    result = runner.invoke(budget_app, ["status", "--ledger", str(bad)])
+    assert result.exit_code == 1 and "damaged" in result.output
+
+
+def test_status_reports_failed_integrity(tmp_path: Path) -> None:
+    path = _ledger(tmp_path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE budgets SET spent_xi = '0' WHERE dataset = 'visits' AND analyst = ''")
+    conn.commit()
+    conn.close()
+    result = runner.invoke(budget_app, ["status", "--ledger", str(path)])
+    assert result.exit_code == 2
+    assert "integrity: FAILED" in result.output
