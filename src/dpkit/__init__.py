@@ -6,7 +6,9 @@
 PureDP(epsilon=Fraction(1, 2))
 """
 
+import importlib
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from dpkit.core import (
     ZCDP,
@@ -56,11 +58,40 @@ from dpkit.mechanisms import (
 
 __version__ = "0.1.0"
 
+# The analytics and ledger layers pull in pandas, DuckDB, pyarrow and sqlglot; they load on first
+# use (PEP 562) so that `import dpkit` for the mechanisms stays fast.
+_LAZY = {
+    "Accountant": "dpkit.accounting",
+    "Bounding": "dpkit.analytics",
+    "KeySet": "dpkit.analytics",
+    "Query": "dpkit.analytics",
+    "Session": "dpkit.analytics",
+    "col": "dpkit.analytics",
+    "lit": "dpkit.analytics",
+    "Ledger": "dpkit.ledger",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dpkit' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from dpkit.accounting import Accountant
+    from dpkit.analytics import Bounding, KeySet, Query, Session, col, lit
+    from dpkit.ledger import Ledger
+
 __all__ = [
     "ZCDP",
     "AbsoluteDistance",
+    "Accountant",
     "ApproxDP",
     "AtomDomain",
+    "Bounding",
     "BudgetExceededError",
     "ChangeOneDistance",
     "DPError",
@@ -68,20 +99,26 @@ __all__ = [
     "Fraction",
     "InvalidDataError",
     "InvalidParameterError",
+    "KeySet",
     "L1Distance",
     "L2Distance",
+    "Ledger",
     "Measurement",
     "PrivacyCheckError",
     "PrivacyLoss",
     "PureDP",
+    "Query",
+    "Session",
     "SymmetricDistance",
     "Transformation",
     "UnsupportedQueryError",
     "VectorDomain",
     "__version__",
+    "col",
     "compose",
     "estimate_frequencies",
     "estimate_proportion",
+    "lit",
     "make_chain",
     "make_discrete_gaussian",
     "make_exponential",

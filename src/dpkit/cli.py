@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import typer
 
+from dpkit.analytics.cli import query_command
+from dpkit.ledger.cli import budget_app
+
 app = typer.Typer(
     name="dpkit",
     help="dpkit: differential privacy with exact books.",
     no_args_is_help=True,
     add_completion=False,
 )
+app.add_typer(budget_app, name="budget", help="Privacy budgets: status, history and plots.")
+app.command("query", help="Answer a query with differential privacy.")(query_command)
 
 
 @app.command()

@@ -7,6 +7,7 @@
    differentially private; we replace it with a correct selection: the exponential mechanism
    picking the most common value band.)
 3. Laplace against staircase: expected |noise| at several ε.
+4. A bundled synthetic payroll table analysed through a Session, with the SQLite ledger.
 """
 
 from __future__ import annotations
@@ -150,3 +151,6 @@ def run_demo(console: Console | None = None) -> None:
     _survey(console)
     _budgeted_queries(console)
     _laplace_vs_staircase(console)
+    from dpkit.analytics.demo import payroll_demo
+
+    payroll_demo(console)

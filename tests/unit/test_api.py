@@ -46,6 +46,14 @@ EXPECTED = {
     "estimate_proportion",
     "estimate_frequencies",
     "make_staircase",
+    "Accountant",
+    "Bounding",
+    "KeySet",
+    "Query",
+    "Session",
+    "col",
+    "lit",
+    "Ledger",
 }
 
 

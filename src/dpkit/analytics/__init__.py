@@ -1,0 +1,64 @@
+"""dpkit.analytics: differentially private analytics over tables.
+
+    >>> import pandas as pd
+    >>> import dpkit as dp
+    >>> from dpkit.analytics import Session, col, count, mean
+    >>> df = pd.DataFrame({"user": [1, 2, 3, 4], "dept": ["a", "a", "b", "b"],
+    ...                    "salary": [10.0, 20.0, 30.0, 40.0]})
+    >>> session = Session(df, privacy_unit="user", budget=dp.PureDP(1), max_rows=1)
+    >>> query = (session.query().filter(col("salary") > 0)
+    ...          .group_by("dept", keys=["a", "b"]).agg(count(), mean("salary", (0, 50))))
+    >>> release = session.evaluate(query, epsilon=0.5)
+    >>> release.table["dept"].tolist()
+    ['a', 'b']
+
+See docs/analytics.md for the tutorial.
+"""
+
+from dpkit.analytics.engines import DuckDBEngine, Engine, PandasEngine
+from dpkit.analytics.expr import Expr, col, lit
+from dpkit.analytics.planner import CompiledQuery
+from dpkit.analytics.query import (
+    Bounding,
+    KeySet,
+    Query,
+    count,
+    count_distinct_units,
+    histogram,
+    mean,
+    median,
+    quantile,
+    std,
+    sum,
+    variance,
+    workload,
+)
+from dpkit.analytics.results import Accuracy, Release
+from dpkit.analytics.session import BoundsEstimate, Session
+
+__all__ = [
+    "Accuracy",
+    "Bounding",
+    "BoundsEstimate",
+    "CompiledQuery",
+    "DuckDBEngine",
+    "Engine",
+    "Expr",
+    "KeySet",
+    "PandasEngine",
+    "Query",
+    "Release",
+    "Session",
+    "col",
+    "count",
+    "count_distinct_units",
+    "histogram",
+    "lit",
+    "mean",
+    "median",
+    "quantile",
+    "std",
+    "sum",
+    "variance",
+    "workload",
+]

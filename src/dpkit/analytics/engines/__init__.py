@@ -1,0 +1,75 @@
+"""Engines run a compiled query's exact, bounded relational plan; none of them draws noise.
+
+* :class:`PandasEngine` — the local reference engine and test oracle;
+* :class:`DuckDBEngine` — the default;
+* :class:`SparkEngine` — the same plans on Spark, for data at scale.
+
+The :class:`Engine` protocol is three methods: ``schema()``, ``run(plan)`` and ``close()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpkit.analytics.engines.base import BinSpec, BoundedPlan, Engine, Output, Step, ValueSpec
+from dpkit.analytics.engines.duckdb_engine import DuckDBEngine
+from dpkit.analytics.engines.pandas_engine import PandasEngine
+from dpkit.errors import InvalidParameterError
+
+__all__ = [
+    "BinSpec",
+    "BoundedPlan",
+    "DuckDBEngine",
+    "Engine",
+    "Output",
+    "PandasEngine",
+    "SparkEngine",
+    "Step",
+    "ValueSpec",
+    "make_engine",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SparkEngine":  # imported lazily: pyspark is an optional dependency
+        from dpkit.analytics.engines.spark_engine import SparkEngine
+
+        return SparkEngine
+    raise AttributeError(name)
+
+
+def _is_spark_frame(source: Any) -> bool:
+    return type(source).__module__.startswith("pyspark.")
+
+
+def make_engine(engine: Any, source: Any, *, spark: Any = None) -> Engine:
+    """An engine over ``source``: ``"duckdb"``, ``"pandas"``, ``"spark"`` or an Engine."""
+    if not isinstance(engine, str):
+        if isinstance(engine, Engine):
+            return engine
+        raise InvalidParameterError("engine", engine, "'duckdb', 'pandas', 'spark' or an Engine")
+    if engine == "duckdb":
+        if _is_spark_frame(source):
+            source = source.toArrow()
+        return DuckDBEngine(source)
+    if engine == "pandas":
+        if isinstance(source, str):
+            import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+
+            source = (
+                pd.read_parquet(source)
+                if source.lower().endswith((".parquet", ".pq"))
+                else pd.read_csv(source)
+            )
+        elif _is_spark_frame(source):
+            source = source.toPandas()
+        elif hasattr(source, "to_pandas") and not hasattr(source, "iloc"):
+            source = source.to_pandas()
+        elif hasattr(source, "df") and hasattr(source, "fetchall"):
+            source = source.df()
+        return PandasEngine(source)
+    if engine == "spark":
+        from dpkit.analytics.engines.spark_engine import SparkEngine
+
+        return SparkEngine(source, spark=spark)
+    raise InvalidParameterError("engine", engine, "'duckdb', 'pandas' or 'spark'")

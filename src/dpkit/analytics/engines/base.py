@@ -1,0 +1,157 @@
+"""The bounded relational plan every engine runs, and the small :class:`Engine` protocol.
+
+A :class:`BoundedPlan` is exact and noise-free: it says which rows to keep (steps), how to bound
+each privacy unit's contribution, how to turn value columns into clamped grid integers, and which
+integer aggregates to compute per group. Its semantics, which every engine implements identically:
+
+1. Apply the steps (derived columns and filters) in order; drop rows whose privacy unit is NULL
+   and, with public keys, rows whose key is not one of them; with ``bins``, rows that fall in no
+   bin.
+2. Value ``j`` of a row is ``idx_j = round_half_up(clamp(v, lower, upper) · 2^-exponent)``, an
+   integer; NULL and NaN values give NULL.
+3. Contribution bounding, per privacy unit: keep the ``max_groups`` groups with the smallest
+   ``md5(group text)``; in each, the ``max_rows_per_group`` rows with the smallest
+   ``md5(row text)``; then overall the ``max_rows`` rows with the smallest ``md5(row text)``.
+   The texts (:func:`group_text_parts`, :func:`row_text_parts`) start with a secret salt and hold
+   the unit, the keys and the row's integer values, so the choice depends only on the unit's own
+   rows (which is what the privacy analysis needs), and rows with equal texts contribute
+   identically (so ties do not matter).
+4. Per group (and bin): integer outputs — rows, distinct units, non-NULL values, sums of
+   ``idx_j`` and of ``idx_j²`` — computed exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
+
+from dpkit.analytics.expr import ColumnKind, Expr
+from dpkit.analytics.query import KeySet
+
+__all__ = [
+    "BinSpec",
+    "BoundedPlan",
+    "Engine",
+    "Output",
+    "Step",
+    "ValueSpec",
+    "power_of_two_text",
+]
+
+SEPARATOR = "\x1f"
+"""Separates the parts of a hashed text (the ASCII unit separator)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ValueSpec:
+    """A value column turned into clamped grid integers."""
+
+    column: str
+    lower: float
+    upper: float
+    exponent: int
+
+
+@dataclass(frozen=True, slots=True)
+class BinSpec:
+    """An extra integer grouping column ``bin``: the grid integer of value ``value`` (``kind =
+    "grid"``), or the index of the declared bin of ``column`` (``kind = "edges"``)."""
+
+    kind: Literal["grid", "edges"]
+    value: int = 0
+    column: str = ""
+    edges: tuple[float, ...] = ()
+
+
+OutputKind: TypeAlias = Literal["rows", "units", "nonnull", "sum", "sumsq"]
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One exact per-group aggregate; ``value`` indexes :attr:`BoundedPlan.values`."""
+
+    kind: OutputKind
+    value: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A relational step before aggregation: ``filter`` (``expr`` is a predicate),
+    ``derive`` (add/replace column ``name``) or ``select`` (keep ``columns``)."""
+
+    kind: Literal["filter", "derive", "select"]
+    expr: Expr | None = None
+    name: str = ""
+    columns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BoundedPlan:
+    """The exact part of a compiled query (see the module docstring for its semantics)."""
+
+    steps: tuple[Step, ...]
+    unit: str
+    keys: tuple[str, ...]
+    key_set: KeySet | None
+    max_rows: int | None
+    max_groups: int | None
+    max_rows_per_group: int | None
+    salt: int
+    values: tuple[ValueSpec, ...]
+    outputs: tuple[Output, ...]
+    bins: BinSpec | None = None
+
+    @property
+    def group_columns(self) -> tuple[str, ...]:
+        """Result columns that identify a group: the keys, then ``bin`` if any."""
+        return self.keys + (("bin",) if self.bins else ())
+
+    @property
+    def output_columns(self) -> tuple[str, ...]:
+        return tuple(f"o{i}" for i in range(len(self.outputs)))
+
+
+def power_of_two_text(exponent: int) -> str:
+    """2^exponent as the shortest decimal that parses back to exactly that double."""
+    return repr(2.0**exponent)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Runs bounded plans on one table. Engines never draw noise."""
+
+    name: str
+
+    def schema(self) -> dict[str, ColumnKind]:
+        """Column name -> kind, read from metadata only (no rows)."""
+        ...
+
+    def run(self, plan: BoundedPlan) -> pa.Table:
+        """The plan's result: one row per non-empty group, columns ``group_columns`` then
+        ``o0, o1, ...`` (integers; sums may be arbitrary-precision decimals)."""
+        ...
+
+    def close(self) -> None:
+        """Release engine resources (views, connections) created by this engine."""
+        ...
+
+
+def kind_of_arrow(dtype: Any) -> ColumnKind:
+    """Map an Arrow type to a column kind."""
+    if pa.types.is_boolean(dtype):
+        return "bool"
+    if pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
+        return "numeric"
+    if (
+        pa.types.is_string(dtype)
+        or pa.types.is_large_string(dtype)
+        or pa.types.is_string_view(dtype)
+    ):
+        return "string"
+    if pa.types.is_temporal(dtype):
+        return "temporal"
+    if pa.types.is_dictionary(dtype):
+        return kind_of_arrow(dtype.value_type)
+    return "other"

@@ -1,0 +1,528 @@
+"""Compile a :class:`~dpkit.analytics.engines.base.BoundedPlan` to a sqlglot expression tree.
+
+No SQL text is ever assembled from user input: column names become quoted sqlglot identifiers and
+values become sqlglot literals, so the generator escapes them for each dialect. The same tree is
+rendered for DuckDB and Spark.
+
+The contribution bounding runs in one pass over the table for most rows (see the module
+docstring of :mod:`dpkit.analytics.engines.base` for the semantics):
+
+* ``heavy``: the units that exceed a bound, from one ``GROUP BY unit`` (a hash aggregate);
+* ``total``: every row aggregated per group directly (a scan with a small hash aggregate);
+* only the heavy units' rows are hashed and ranked with window functions; their aggregates are
+  subtracted from the total (all of their rows) and added back (the rows kept);
+* every aggregate is an exact integer sum, so the correction is exact (distinct-unit counts
+  subtract too, because heavy and light units are disjoint sets).
+
+This avoids a window over the whole table (a sort by unit), which is what makes bounding slow in
+plain SQL plans; when no unit exceeds its bounds the heavy side is empty and costs nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from sqlglot import exp
+
+from dpkit.analytics.engines.base import SEPARATOR, BoundedPlan, Output, power_of_two_text
+from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Lit, Unary, infer_kind
+from dpkit.errors import InvalidParameterError, UnsupportedQueryError
+
+__all__ = ["Dialect", "build_query", "literal"]
+
+Dialect = Literal["duckdb", "spark"]
+
+
+def ident(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def column(name: str, table: str | None = None) -> exp.Column:
+    return exp.Column(this=ident(name), table=ident(table) if table else None)
+
+
+def double(value: float) -> exp.Expr:
+    """A double literal that parses to exactly ``value`` (shortest round-trip decimal)."""
+    return exp.cast(exp.Literal.string(repr(float(value))), "DOUBLE")
+
+
+def literal(value: Any) -> exp.Expr:
+    """A sqlglot literal for a Python value (never pasted into text)."""
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool | np.bool_):
+        return exp.Boolean(this=bool(value))
+    if isinstance(value, int | np.integer):
+        return exp.Literal.number(str(int(value)))
+    if isinstance(value, float | np.floating):
+        return double(float(value))
+    if isinstance(value, decimal.Decimal):
+        return exp.Literal.number(str(value))
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, _dt.datetime):
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
+    if isinstance(value, _dt.date):
+        return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
+    raise InvalidParameterError("key", value, "an int, float, str, bool, date or datetime")
+
+
+def _nan_to_null(value: exp.Expr) -> exp.Expr:
+    return exp.Case().when(exp.IsNan(this=value), exp.Null(), copy=False).else_(value, copy=False)
+
+
+def _as_double(value: exp.Expr) -> exp.Expr:
+    return exp.cast(value, "DOUBLE")
+
+
+class _ExprCompiler:
+    """Expr -> sqlglot, tracking which columns are float columns of the source (NaN -> NULL)."""
+
+    def __init__(self, schema: Mapping[str, ColumnKind], float_columns: set[str]) -> None:
+        self.schema = dict(schema)
+        self.float_columns = set(float_columns)
+
+    def kind(self, expr: Expr) -> ColumnKind | None:
+        return infer_kind(expr, self.schema)
+
+    def compile(self, expr: Expr) -> exp.Expr:
+        if isinstance(expr, Col):
+            ref = column(expr.name)
+            if expr.name in self.float_columns:
+                return _nan_to_null(ref)
+            return ref
+        if isinstance(expr, Lit):
+            return literal(expr.value)
+        if isinstance(expr, IsIn):
+            numeric = self.kind(expr.operand) == "numeric"
+            operand = self.compile(expr.operand)
+            values = [
+                literal(float(v))
+                if numeric and isinstance(v, int | float) and not isinstance(v, bool)
+                else literal(v)
+                for v in expr.values
+            ]
+            return exp.In(this=_as_double(operand) if numeric else operand, expressions=values)
+        if isinstance(expr, Unary):
+            operand = self.compile(expr.operand)
+            if expr.op == "is_null":
+                return exp.Is(this=operand, expression=exp.Null())
+            if expr.op == "is_not_null":
+                return exp.Not(this=exp.Is(this=operand, expression=exp.Null()))
+            if expr.op == "not":
+                return exp.Not(this=exp.Paren(this=operand))
+            if expr.op == "neg":
+                return exp.Neg(this=exp.Paren(this=_as_double(operand)))
+            if expr.op == "abs":
+                return exp.Abs(this=_as_double(operand))
+            if expr.op == "floor":
+                return _as_double(exp.Floor(this=_as_double(operand)))
+            if expr.op == "ceil":
+                return _as_double(exp.Ceil(this=_as_double(operand)))
+            if expr.op == "lower":
+                return exp.Lower(this=operand)
+            return exp.Upper(this=operand)
+        if isinstance(expr, Binary):
+            return self._binary(expr)
+        raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
+
+    def _binary(self, expr: Binary) -> exp.Expr:
+        left_kind, right_kind = self.kind(expr.left), self.kind(expr.right)
+        left, right = self.compile(expr.left), self.compile(expr.right)
+        numeric = "numeric" in (left_kind, right_kind)
+        if expr.op in ("+", "-", "*", "/"):
+            a, b = exp.Paren(this=_as_double(left)), exp.Paren(this=_as_double(right))
+            if expr.op == "/":
+                zero = exp.EQ(this=_as_double(right), expression=double(0.0))
+                return (
+                    exp.Case()
+                    .when(zero, exp.Null(), copy=False)
+                    .else_(_nan_to_null(exp.Div(this=a, expression=b)), copy=False)
+                )
+            node = {"+": exp.Add, "-": exp.Sub, "*": exp.Mul}[expr.op](this=a, expression=b)
+            return _nan_to_null(node)
+        if expr.op == "and":
+            return exp.And(this=exp.Paren(this=left), expression=exp.Paren(this=right))
+        if expr.op == "or":
+            return exp.Or(this=exp.Paren(this=left), expression=exp.Paren(this=right))
+        if numeric:
+            left, right = _as_double(left), _as_double(right)
+        if expr.op == "coalesce":
+            return exp.Coalesce(this=left, expressions=[right])
+        node_type = {
+            "<": exp.LT,
+            "<=": exp.LTE,
+            ">": exp.GT,
+            ">=": exp.GTE,
+            "==": exp.EQ,
+            "!=": exp.NEQ,
+        }[expr.op]
+        return node_type(this=left, expression=right)
+
+
+def _text_part(value: exp.Expr) -> exp.Expr:
+    """'v' || CAST(value AS VARCHAR), or 'n' for NULL."""
+    text = exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(value, "VARCHAR"), safe=True)
+    return exp.Coalesce(this=text, expressions=[exp.Literal.string("n")])
+
+
+def _md5_of(parts: Sequence[exp.Expr]) -> exp.Expr:
+    joined: exp.Expr = parts[0]
+    for part in parts[1:]:
+        joined = exp.DPipe(
+            this=exp.DPipe(this=joined, expression=exp.Literal.string(SEPARATOR), safe=True),
+            expression=part,
+            safe=True,
+        )
+    return exp.MD5(this=joined)
+
+
+def _row_number(kind: type[exp.Expr], partition: Sequence[exp.Expr], order: exp.Expr) -> exp.Expr:
+    return exp.Window(
+        this=kind(),
+        partition_by=list(partition),
+        order=exp.Order(expressions=[exp.Ordered(this=order)]),
+    )
+
+
+def _select(*expressions: exp.Expr | str) -> exp.Select:
+    return exp.Select(
+        expressions=[e if isinstance(e, exp.Expr) else exp.Star() for e in expressions]
+    )
+
+
+def _in_heavy(negate: bool) -> exp.Expr:
+    sub = exp.select(column("__u")).from_(exp.to_table("__heavy"), copy=False).subquery()
+    node = exp.In(this=column("__u"), query=sub)
+    return exp.Not(this=node) if negate else node
+
+
+def _aggregates(plan: BoundedPlan, dialect: Dialect) -> list[exp.Expr]:
+    out: list[exp.Expr] = [exp.alias_(exp.Count(this=exp.Star()), "__n", quoted=True)]
+    for i, spec in enumerate(plan.outputs):
+        out.append(exp.alias_(_aggregate(spec, dialect), f"o{i}", quoted=True))
+    return out
+
+
+def _wide(value: exp.Expr, dialect: Dialect) -> exp.Expr:
+    """Exact integer sums: DuckDB widens SUM(BIGINT) to HUGEINT; Spark needs DECIMAL(38, 0)."""
+    return exp.cast(value, "DECIMAL(38, 0)") if dialect == "spark" else value
+
+
+def _aggregate(spec: Output, dialect: Dialect) -> exp.Expr:
+    if spec.kind == "rows":
+        return exp.Count(this=exp.Star())
+    if spec.kind == "units":
+        return exp.Count(this=exp.Distinct(expressions=[column("__u")]))
+    value = column(f"__v{spec.value}")
+    if spec.kind == "nonnull":
+        return exp.Count(this=value)
+    if spec.kind == "sum":
+        return exp.Sum(this=_wide(value, dialect))
+    return exp.Sum(this=_wide(exp.Mul(this=value, expression=value), dialect))
+
+
+def build_query(
+    plan: BoundedPlan,
+    source: exp.Expr,
+    source_columns: Sequence[str],
+    schema: Mapping[str, ColumnKind],
+    float_columns: set[str],
+    dialect: Dialect,
+) -> exp.Select:
+    """The whole plan as one SELECT with CTEs over ``source`` (a table or subquery)."""
+    ctes: list[tuple[str, exp.Expr]] = []
+    compiler = _ExprCompiler(schema, float_columns)
+    columns = list(source_columns)
+    ctes.append(("__s0", _select(*[column(c) for c in columns]).from_(source, copy=False)))
+    for n, step in enumerate(plan.steps, start=1):
+        prev = exp.to_table(f"__s{n - 1}")
+        if step.kind == "derive":
+            assert step.expr is not None
+            value = compiler.compile(step.expr)
+            kind = compiler.kind(step.expr)
+            kept = [column(c) for c in columns if c != step.name]
+            node = _select(*kept, exp.alias_(value, step.name, quoted=True)).from_(prev, copy=False)
+            columns = [c for c in columns if c != step.name] + [step.name]
+            compiler.schema[step.name] = kind if kind is not None else "numeric"
+            compiler.float_columns.discard(step.name)
+        elif step.kind == "filter":
+            assert step.expr is not None
+            node = (
+                _select("*").from_(prev, copy=False).where(compiler.compile(step.expr), copy=False)
+            )
+        else:
+            columns = list(step.columns)
+            node = _select(*[column(c) for c in columns]).from_(prev, copy=False)
+        ctes.append((f"__s{n}", node))
+    last = exp.to_table(f"__s{len(plan.steps)}")
+
+    # the scaled, clamped values: a = clamp(v) * 2^-e (NaN -> NULL)
+    pre: list[exp.Expr] = [exp.alias_(column(plan.unit), "__u", quoted=True)]
+    pre += [exp.alias_(column(k), f"__k{i}", quoted=True) for i, k in enumerate(plan.keys)]
+    for j, spec in enumerate(plan.values):
+        d = _as_double(column(spec.column))
+        clamped = (
+            exp.Case()
+            .when(exp.IsNan(this=d), exp.Null(), copy=False)
+            .when(exp.LT(this=d, expression=double(spec.lower)), double(spec.lower), copy=False)
+            .when(exp.GT(this=d, expression=double(spec.upper)), double(spec.upper), copy=False)
+            .else_(d, copy=False)
+        )
+        scaled = exp.Mul(
+            this=exp.Paren(this=clamped),
+            expression=exp.cast(exp.Literal.string(power_of_two_text(-spec.exponent)), "DOUBLE"),
+        )
+        pre.append(exp.alias_(scaled, f"__a{j}", quoted=True))
+    if plan.bins is not None and plan.bins.kind == "edges":
+        d = _as_double(column(plan.bins.column))
+        edges = plan.bins.edges
+        case = (
+            exp.Case()
+            .when(exp.IsNan(this=d), exp.Null(), copy=False)
+            .when(exp.LT(this=d, expression=double(edges[0])), exp.Null(), copy=False)
+        )
+        for b in range(1, len(edges) - 1):
+            case = case.when(
+                exp.LT(this=d, expression=double(edges[b])), exp.Literal.number(b - 1), copy=False
+            )
+        case = case.when(
+            exp.LTE(this=d, expression=double(edges[-1])),
+            exp.Literal.number(len(edges) - 2),
+            copy=False,
+        ).else_(exp.Null(), copy=False)
+        pre.append(exp.alias_(case, "__b", quoted=True))
+    ctes.append(("__pre", _select(*pre).from_(last, copy=False)))
+
+    base_cols: list[exp.Expr] = [column("__u")]
+    base_cols += [column(f"__k{i}") for i in range(len(plan.keys))]
+    for j in range(len(plan.values)):
+        a = column(f"__a{j}")
+        floor = exp.Floor(this=a)
+        rounded = exp.Add(
+            this=exp.cast(floor, "BIGINT"),
+            expression=exp.Case()
+            .when(
+                exp.GTE(this=exp.Sub(this=a, expression=floor), expression=double(0.5)),
+                exp.Literal.number(1),
+                copy=False,
+            )
+            .else_(exp.Literal.number(0), copy=False),
+        )
+        base_cols.append(exp.alias_(rounded, f"__v{j}", quoted=True))
+    if plan.bins is not None:
+        source_bin = column("__b") if plan.bins.kind == "edges" else column(f"__v{plan.bins.value}")
+        base_cols.append(
+            exp.alias_(source_bin, "__b", quoted=True)
+            if plan.bins.kind == "edges"
+            else exp.alias_(_grid_bin(plan, column(f"__a{plan.bins.value}")), "__b", quoted=True)
+        )
+    conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=column("__u"), expression=exp.Null()))]
+    base_from: exp.Expr = exp.to_table("__pre")
+    base = _select(*base_cols).from_(base_from, copy=False)
+    if plan.key_set is not None:
+        if len(plan.keys) == 1:
+            conditions.append(
+                exp.In(this=column("__k0"), expressions=[literal(r[0]) for r in plan.key_set.rows])
+            )
+        else:
+            tuples = [exp.Tuple(expressions=[literal(v) for v in row]) for row in plan.key_set.rows]
+            values = exp.Values(
+                expressions=tuples,
+                alias=exp.TableAlias(
+                    this=ident("__keys"), columns=[ident(f"__x{i}") for i in range(len(plan.keys))]
+                ),
+            )
+            on: exp.Expr | None = None
+            for i in range(len(plan.keys)):
+                eq = exp.EQ(this=column(f"__k{i}", "__pre"), expression=column(f"__x{i}", "__keys"))
+                on = eq if on is None else exp.And(this=on, expression=eq)
+            base = base.join(values, on=on, join_type="INNER", copy=False)
+    if plan.bins is not None:
+        conditions.append(exp.Not(this=exp.Is(this=column("__b"), expression=exp.Null())))
+    where = conditions[0]
+    for cond in conditions[1:]:
+        where = exp.And(this=where, expression=cond)
+    ctes.append(("__base0", base))
+    ctes.append(
+        ("__base", _select("*").from_(exp.to_table("__base0"), copy=False).where(where, copy=False))
+    )
+
+    keys = [column(f"__k{i}") for i in range(len(plan.keys))]
+    group = keys + ([column("__b")] if plan.bins is not None else [])
+    k, m, c = plan.max_rows, plan.max_groups, plan.max_rows_per_group
+    base_t = exp.to_table("__base")
+    if m is None and c is None:
+        heavy = (
+            _select(column("__u"))
+            .from_(base_t, copy=False)
+            .group_by(column("__u"), copy=False)
+            .having(exp.GT(this=exp.Count(this=exp.Star()), expression=literal(k)), copy=False)
+        )
+    else:
+        ug = _select(
+            column("__u"), *keys, exp.alias_(exp.Count(this=exp.Star()), "__n", quoted=True)
+        )
+        ug = ug.from_(base_t, copy=False).group_by(column("__u"), *keys, copy=False)
+        ctes.append(("__ug", ug))
+        tests: list[exp.Expr] = []
+        if m is not None:
+            tests.append(exp.GT(this=exp.Count(this=exp.Star()), expression=literal(m)))
+        if c is not None:
+            tests.append(exp.GT(this=exp.Max(this=column("__n")), expression=literal(c)))
+        if k is not None:
+            tests.append(exp.GT(this=exp.Sum(this=column("__n")), expression=literal(k)))
+        having = tests[0]
+        for t in tests[1:]:
+            having = exp.Or(this=having, expression=t)
+        heavy = (
+            _select(column("__u"))
+            .from_(exp.to_table("__ug"), copy=False)
+            .group_by(column("__u"), copy=False)
+            .having(having, copy=False)
+        )
+    ctes.append(("__heavy", heavy))
+
+    aggs = _aggregates(plan, dialect)
+    total = _select(*group, *aggs).from_(base_t, copy=False)
+    if group:
+        total = total.group_by(*group, copy=False)
+    ctes.append(("__total", total))
+
+    salt = exp.Literal.string(str(plan.salt))
+    unit_part = _text_part(column("__u"))
+    key_parts = [_text_part(key) for key in keys]
+    value_parts = [_text_part(column(f"__v{j}")) for j in range(len(plan.values))]
+    if plan.bins is not None:
+        value_parts.append(_text_part(column("__b")))
+    row_hash = _md5_of([salt, exp.Literal.string("r"), unit_part, *key_parts, *value_parts])
+    hrows_cols: list[exp.Expr] = [exp.Star(), exp.alias_(row_hash, "__h", quoted=True)]
+    if m is not None:
+        group_hash = _md5_of([salt, exp.Literal.string("g"), unit_part, *key_parts])
+        hrows_cols.append(exp.alias_(group_hash, "__gh", quoted=True))
+    ctes.append(
+        (
+            "__h0",
+            _select(*hrows_cols)
+            .from_(base_t, copy=False)
+            .where(_in_heavy(negate=False), copy=False),
+        )
+    )
+    current = "__h0"
+    if m is not None:
+        rank = _row_number(exp.DenseRank, [column("__u")], column("__gh"))
+        ctes.append(
+            (
+                "__h1",
+                _select("*", exp.alias_(rank, "__gr", quoted=True)).from_(
+                    exp.to_table(current), copy=False
+                ),
+            )
+        )
+        ctes.append(
+            (
+                "__h1f",
+                _select("*")
+                .from_(exp.to_table("__h1"), copy=False)
+                .where(exp.LTE(this=column("__gr"), expression=literal(m)), copy=False),
+            )
+        )
+        current = "__h1f"
+    if c is not None:
+        rank = _row_number(exp.RowNumber, [column("__u"), *keys], column("__h"))
+        ctes.append(
+            (
+                "__h2",
+                _select("*", exp.alias_(rank, "__rc", quoted=True)).from_(
+                    exp.to_table(current), copy=False
+                ),
+            )
+        )
+        ctes.append(
+            (
+                "__h2f",
+                _select("*")
+                .from_(exp.to_table("__h2"), copy=False)
+                .where(exp.LTE(this=column("__rc"), expression=literal(c)), copy=False),
+            )
+        )
+        current = "__h2f"
+    if k is not None:
+        rank = _row_number(exp.RowNumber, [column("__u")], column("__h"))
+        ctes.append(
+            (
+                "__h3",
+                _select("*", exp.alias_(rank, "__rk", quoted=True)).from_(
+                    exp.to_table(current), copy=False
+                ),
+            )
+        )
+        ctes.append(
+            (
+                "__h3f",
+                _select("*")
+                .from_(exp.to_table("__h3"), copy=False)
+                .where(exp.LTE(this=column("__rk"), expression=literal(k)), copy=False),
+            )
+        )
+        current = "__h3f"
+    heavy_agg = _select(*group, *_aggregates(plan, dialect)).from_(
+        exp.to_table(current), copy=False
+    )
+    heavy_all = _select(*group, *_aggregates(plan, dialect)).from_(exp.to_table("__h0"), copy=False)
+    if group:
+        heavy_agg = heavy_agg.group_by(*group, copy=False)
+        heavy_all = heavy_all.group_by(*group, copy=False)
+    ctes.append(("__heavy_kept", heavy_agg))
+    ctes.append(("__heavy_all", heavy_all))
+    negated = _select(
+        *group,
+        *[
+            exp.alias_(exp.Neg(this=column(name)), name, quoted=True)
+            for name in ["__n", *plan.output_columns]
+        ],
+    )
+    negated = negated.from_(exp.to_table("__heavy_all"), copy=False)
+    union = exp.union(
+        exp.union(_select("*").from_(exp.to_table("__total"), copy=False), negated, distinct=False),
+        _select("*").from_(exp.to_table("__heavy_kept"), copy=False),
+        distinct=False,
+    )
+    names = [f"k{i}" for i in range(len(plan.keys))]
+    final_cols: list[exp.Expr] = [
+        exp.alias_(column(f"__k{i}"), plan.keys[i], quoted=True) for i in range(len(names))
+    ]
+    if plan.bins is not None:
+        final_cols.append(exp.alias_(column("__b"), "bin", quoted=True))
+    final_cols.extend(
+        exp.alias_(exp.Sum(this=column(f"o{i}")), f"o{i}", quoted=True)
+        for i in range(len(plan.outputs))
+    )
+    final: exp.Select = _select(*final_cols).from_(union.subquery("__parts"), copy=False)
+    if group:
+        # a group is present when it keeps at least one row (as in the reference engine)
+        final = final.group_by(*group, copy=False).having(
+            exp.GT(this=exp.Sum(this=column("__n")), expression=literal(0)), copy=False
+        )
+    for name, cte in ctes:
+        final = final.with_(ident(name), as_=cte, copy=False)
+    return final
+
+
+def _grid_bin(plan: BoundedPlan, scaled: exp.Expr) -> exp.Expr:
+    """For grid bins the bin is the grid integer itself (computed like ``__v``)."""
+    floor = exp.Floor(this=scaled)
+    return exp.Add(
+        this=exp.cast(floor, "BIGINT"),
+        expression=exp.Case()
+        .when(
+            exp.GTE(this=exp.Sub(this=scaled, expression=floor), expression=double(0.5)),
+            exp.Literal.number(1),
+            copy=False,
+        )
+        .else_(exp.Literal.number(0), copy=False),
+    )

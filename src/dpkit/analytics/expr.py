@@ -1,0 +1,401 @@
+"""A small, safe expression language for filters and derived columns.
+
+Expressions are frozen trees built with :func:`col` and :func:`lit` and Python operators::
+
+    (col("age") >= 18) & col("dept").is_in(["R&D", "Sales"])
+    (col("salary") * 12).alias("yearly")
+
+Only this subset exists, so every engine can evaluate it identically:
+
+* column references and literals (``None``, ``bool``, ``int``, ``float``, ``str``);
+* arithmetic ``+ - * /`` and unary ``-``, always in double precision (``x / 0`` is NULL);
+* comparisons ``< <= > >= == !=`` with SQL's three-valued logic (a comparison with NULL is NULL,
+  and a filter keeps only rows where the predicate is TRUE);
+* boolean ``&`` (and), ``|`` (or), ``~`` (not), with Kleene logic;
+* ``is_null()``, ``is_not_null()``, ``is_in([...])``, ``between(a, b)``, ``fill_null(v)``,
+  ``abs()``, ``floor()``, ``ceil()``, ``lower()``, ``upper()``.
+
+NaN in a float column is read as NULL by every engine. Identifiers and literals are never pasted
+into SQL text: the SQL engines turn these trees into sqlglot trees, which quote them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from dpkit.errors import InvalidParameterError, UnsupportedQueryError
+
+__all__ = [
+    "BinaryOp",
+    "Col",
+    "ColumnKind",
+    "Expr",
+    "IsIn",
+    "Lit",
+    "Unary",
+    "UnaryOp",
+    "col",
+    "columns_of",
+    "infer_kind",
+    "lit",
+]
+
+ColumnKind: TypeAlias = Literal["numeric", "string", "bool", "temporal", "other"]
+BinaryOp: TypeAlias = Literal[
+    "+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "and", "or", "coalesce"
+]
+UnaryOp: TypeAlias = Literal[
+    "not", "neg", "is_null", "is_not_null", "abs", "floor", "ceil", "lower", "upper"
+]
+LiteralValue: TypeAlias = bool | int | float | str | None
+
+_ARITHMETIC = frozenset({"+", "-", "*", "/"})
+_COMPARISON = frozenset({"<", "<=", ">", ">=", "==", "!="})
+_BOOLEAN = frozenset({"and", "or"})
+
+
+class Expr:
+    """Base of expression nodes. Operators build new nodes; nothing is evaluated here.
+
+    ``==`` and ``!=`` build comparisons (as in pandas and Polars), so use :meth:`same_as` to
+    compare two expression trees.
+    """
+
+    __slots__ = ()
+
+    # -- arithmetic
+    def __add__(self, other: object) -> Expr:
+        return Binary("+", self, _wrap(other))
+
+    def __radd__(self, other: object) -> Expr:
+        return Binary("+", _wrap(other), self)
+
+    def __sub__(self, other: object) -> Expr:
+        return Binary("-", self, _wrap(other))
+
+    def __rsub__(self, other: object) -> Expr:
+        return Binary("-", _wrap(other), self)
+
+    def __mul__(self, other: object) -> Expr:
+        return Binary("*", self, _wrap(other))
+
+    def __rmul__(self, other: object) -> Expr:
+        return Binary("*", _wrap(other), self)
+
+    def __truediv__(self, other: object) -> Expr:
+        return Binary("/", self, _wrap(other))
+
+    def __rtruediv__(self, other: object) -> Expr:
+        return Binary("/", _wrap(other), self)
+
+    def __neg__(self) -> Expr:
+        return Unary("neg", self)
+
+    # -- comparisons (== and != build expressions, like pandas / Polars)
+    def __lt__(self, other: object) -> Expr:
+        return Binary("<", self, _wrap(other))
+
+    def __le__(self, other: object) -> Expr:
+        return Binary("<=", self, _wrap(other))
+
+    def __gt__(self, other: object) -> Expr:
+        return Binary(">", self, _wrap(other))
+
+    def __ge__(self, other: object) -> Expr:
+        return Binary(">=", self, _wrap(other))
+
+    def __eq__(self, other: object) -> Expr:  # type: ignore[override]  # builds a predicate
+        return Binary("==", self, _wrap(other))
+
+    def __ne__(self, other: object) -> Expr:  # type: ignore[override]  # builds a predicate
+        return Binary("!=", self, _wrap(other))
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    # -- boolean
+    def __and__(self, other: object) -> Expr:
+        return Binary("and", self, _wrap(other))
+
+    def __rand__(self, other: object) -> Expr:
+        return Binary("and", _wrap(other), self)
+
+    def __or__(self, other: object) -> Expr:
+        return Binary("or", self, _wrap(other))
+
+    def __ror__(self, other: object) -> Expr:
+        return Binary("or", _wrap(other), self)
+
+    def __invert__(self) -> Expr:
+        return Unary("not", self)
+
+    def __bool__(self) -> bool:
+        raise UnsupportedQueryError(
+            "an expression has no truth value: combine predicates with & | ~ (not and/or/not), "
+            "and wrap comparisons in parentheses, e.g. (col('a') > 1) & (col('b') < 2)"
+        )
+
+    # -- methods
+    def is_null(self) -> Expr:
+        return Unary("is_null", self)
+
+    def is_not_null(self) -> Expr:
+        return Unary("is_not_null", self)
+
+    def is_in(self, values: Iterable[LiteralValue]) -> Expr:
+        checked = tuple(_check_literal(v) for v in values)
+        if not checked:
+            raise InvalidParameterError("values", values, "a non-empty list of literals")
+        return IsIn(self, checked)
+
+    def between(self, lower: object, upper: object) -> Expr:
+        return (self >= lower) & (self <= upper)
+
+    def fill_null(self, value: object) -> Expr:
+        return Binary("coalesce", self, _wrap(value))
+
+    def abs(self) -> Expr:
+        return Unary("abs", self)
+
+    def floor(self) -> Expr:
+        return Unary("floor", self)
+
+    def ceil(self) -> Expr:
+        return Unary("ceil", self)
+
+    def lower(self) -> Expr:
+        return Unary("lower", self)
+
+    def upper(self) -> Expr:
+        return Unary("upper", self)
+
+    def key(self) -> tuple[Any, ...]:
+        """A structural key: two trees are the same exactly when their keys are equal."""
+        raise NotImplementedError
+
+    def same_as(self, other: Expr) -> bool:
+        """Structural equality (``==`` builds a predicate instead)."""
+        return self.key() == other.key()
+
+    def render(self) -> str:
+        """A readable text form, for plans and receipts."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.render()
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Col(Expr):
+    """A reference to a column by name."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidParameterError("column", self.name, "a non-empty string")
+
+    def key(self) -> tuple[Any, ...]:
+        return ("col", self.name)
+
+    def render(self) -> str:
+        return f"col({self.name!r})"
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Lit(Expr):
+    """A literal value."""
+
+    value: LiteralValue
+
+    def __post_init__(self) -> None:
+        _check_literal(self.value)
+
+    def key(self) -> tuple[Any, ...]:
+        return ("lit", type(self.value).__name__, self.value)
+
+    def render(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Binary(Expr):
+    """``left op right``."""
+
+    op: BinaryOp
+    left: Expr
+    right: Expr
+
+    def key(self) -> tuple[Any, ...]:
+        return ("bin", self.op, self.left.key(), self.right.key())
+
+    def render(self) -> str:
+        if self.op == "coalesce":
+            return f"{self.left.render()}.fill_null({self.right.render()})"
+        symbol = {"and": "&", "or": "|"}.get(self.op, self.op)
+        return f"({self.left.render()} {symbol} {self.right.render()})"
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Unary(Expr):
+    """``op(operand)``."""
+
+    op: UnaryOp
+    operand: Expr
+
+    def key(self) -> tuple[Any, ...]:
+        return ("un", self.op, self.operand.key())
+
+    def render(self) -> str:
+        if self.op == "not":
+            return f"~{self.operand.render()}"
+        if self.op == "neg":
+            return f"-{self.operand.render()}"
+        return f"{self.operand.render()}.{self.op}()"
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class IsIn(Expr):
+    """``operand IN (values)`` (NULL operand: NULL)."""
+
+    operand: Expr
+    values: tuple[LiteralValue, ...]
+
+    def key(self) -> tuple[Any, ...]:
+        return ("in", self.operand.key(), tuple((type(v).__name__, v) for v in self.values))
+
+    def render(self) -> str:
+        return f"{self.operand.render()}.is_in({list(self.values)!r})"
+
+
+def col(name: str) -> Col:
+    """A column of the table (or a derived column defined earlier)."""
+    return Col(name)
+
+
+def lit(value: LiteralValue) -> Lit:
+    """A literal value."""
+    return Lit(value)
+
+
+def _check_literal(value: object) -> LiteralValue:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidParameterError("literal", value, "a finite number")
+        return value
+    raise InvalidParameterError(
+        "literal",
+        value,
+        "None, a bool, an int, a float or a str",
+        "Dates and other types can be used as group keys, but not inside expressions.",
+    )
+
+
+def _wrap(value: object) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    return Lit(_check_literal(value))
+
+
+def columns_of(expr: Expr) -> frozenset[str]:
+    """The column names an expression reads."""
+    if isinstance(expr, Col):
+        return frozenset({expr.name})
+    if isinstance(expr, Lit):
+        return frozenset()
+    if isinstance(expr, Binary):
+        return columns_of(expr.left) | columns_of(expr.right)
+    if isinstance(expr, Unary | IsIn):
+        return columns_of(expr.operand)
+    raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
+
+
+def _literal_kind(value: LiteralValue) -> ColumnKind | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "numeric"
+    return "string"
+
+
+def infer_kind(expr: Expr, schema: Mapping[str, ColumnKind]) -> ColumnKind | None:
+    """The kind of value ``expr`` produces (None: only NULL), or a clear error.
+
+    Raises:
+        InvalidParameterError: a column is not in ``schema``.
+        UnsupportedQueryError: an operation does not apply to its operands' kinds.
+    """
+    if isinstance(expr, Col):
+        if expr.name not in schema:
+            known = ", ".join(repr(c) for c in schema)
+            raise InvalidParameterError(
+                "column",
+                expr.name,
+                f"one of the table's columns ({known})",
+                "Check the spelling, or define it first with .with_column(name, expression).",
+            )
+        return schema[expr.name]
+    if isinstance(expr, Lit):
+        return _literal_kind(expr.value)
+    if isinstance(expr, IsIn):
+        inner = infer_kind(expr.operand, schema)
+        for value in expr.values:
+            _require_comparable(inner, _literal_kind(value), expr)
+        return "bool"
+    if isinstance(expr, Unary):
+        inner = infer_kind(expr.operand, schema)
+        if expr.op in ("is_null", "is_not_null"):
+            return "bool"
+        if expr.op == "not":
+            _require(inner, {"bool"}, expr)
+            return "bool"
+        if expr.op in ("neg", "abs", "floor", "ceil"):
+            _require(inner, {"numeric"}, expr)
+            return "numeric"
+        _require(inner, {"string"}, expr)
+        return "string"
+    if isinstance(expr, Binary):
+        left = infer_kind(expr.left, schema)
+        right = infer_kind(expr.right, schema)
+        if expr.op in _ARITHMETIC:
+            _require(left, {"numeric"}, expr)
+            _require(right, {"numeric"}, expr)
+            return "numeric"
+        if expr.op in _BOOLEAN:
+            _require(left, {"bool"}, expr)
+            _require(right, {"bool"}, expr)
+            return "bool"
+        if expr.op in _COMPARISON:
+            _require_comparable(left, right, expr)
+            return "bool"
+        # coalesce
+        _require_comparable(left, right, expr)
+        return left if left is not None else right
+    raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
+
+
+def _require(kind: ColumnKind | None, allowed: set[str], expr: Expr) -> None:
+    if kind is not None and kind not in allowed:
+        raise UnsupportedQueryError(
+            f"{expr.render()}: this operation needs {' or '.join(sorted(allowed))} values, but an "
+            f"operand is {kind}. Use a column of the right type (numbers for arithmetic, "
+            "predicates for & | ~)."
+        )
+
+
+def _require_comparable(a: ColumnKind | None, b: ColumnKind | None, expr: Expr) -> None:
+    if a is None or b is None:
+        return
+    if a != b or a in ("temporal", "other"):
+        raise UnsupportedQueryError(
+            f"{expr.render()}: cannot compare {a} values with {b} values. Compare numbers with "
+            "numbers, strings with strings and booleans with booleans (dates are supported as "
+            "group keys only)."
+        )

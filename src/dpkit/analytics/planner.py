@@ -1,0 +1,1140 @@
+"""From a query to a :class:`CompiledQuery`: validation, rewrites, sensitivity, mechanisms.
+
+1. **Validate** the plan against the table's schema (column names and kinds; the privacy unit
+   column must exist and cannot be redefined).
+2. **Rewrite** the relational steps with pure ``steps -> steps`` rules (:func:`merge_filters`,
+   :func:`push_filters`, :func:`prune_columns`); each preserves the result (property-tested).
+3. **Stability -> sensitivity**: the declared contribution bounds (:mod:`.bounding`) and the
+   declared value bounds give each aggregate's L1 / L2 sensitivity, in integer grid units.
+4. **Mechanism choice and calibration**: the query budget's kind decides — ``PureDP``: geometric
+   (discrete Laplace) noise; ``ZCDP``: discrete Gaussian noise; ``ApproxDP``: whichever of the two
+   has the smaller noise for the row counts (``mechanism=`` overrides), and partition selection
+   by a noisy threshold for private keys. Quantiles use the exponential mechanism (:mod:`._em`).
+   The budget is split across aggregations by their weights, explicitly; the split and every
+   measurement's loss are computed by the measurements' privacy maps and their composition is
+   checked against the query budget, exactly.
+
+Noise is added in :meth:`CompiledQuery.release`, in Python, to the exact integer aggregates the
+engine returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal, TypeAlias
+
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
+from scipy.stats import norm
+
+from dpkit._exact import log_upper, sqrt_upper
+from dpkit.analytics._em import em_quantile_index, rank_error_bound
+from dpkit.analytics.bounding import Contribution, contribution
+from dpkit.analytics.engines.base import BinSpec, BoundedPlan, Output, Step, ValueSpec
+from dpkit.analytics.engines.pandas_engine import grid_indices
+from dpkit.analytics.expr import Binary, ColumnKind, columns_of, infer_kind
+from dpkit.analytics.query import (
+    Aggregate,
+    Aggregation,
+    Bounding,
+    Count,
+    CountUnits,
+    Filter,
+    Histogram,
+    KeySet,
+    Mean,
+    PlanNode,
+    Quantile,
+    Query,
+    Select,
+    Source,
+    Sum,
+    Variance,
+    WithColumn,
+    Workload,
+)
+from dpkit.analytics.results import Accuracy
+from dpkit.core.framework import Measurement
+from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, compose
+from dpkit.core.spaces import AtomDomain, L2Distance, VectorDomain
+from dpkit.errors import InvalidParameterError, PrivacyCheckError, UnsupportedQueryError
+from dpkit.mechanisms import make_geometric
+from dpkit.noise import random_words
+from dpkit.noise.distributions import DiscreteGaussian, GridNoise
+from dpkit.noise.grid import choose_exponent
+
+__all__ = [
+    "CompiledQuery",
+    "Mechanism",
+    "compile_query",
+    "merge_filters",
+    "prune_columns",
+    "push_filters",
+    "rewrite",
+    "validate",
+]
+
+Mechanism: TypeAlias = Literal["auto", "laplace", "gaussian"]
+Family: TypeAlias = Literal["pure", "zcdp"]
+
+
+# ------------------------------------------------------------------ validation
+@dataclass(frozen=True, slots=True)
+class Validated:
+    steps: tuple[Step, ...]
+    schema: dict[str, ColumnKind]
+    aggregate: Aggregate
+
+
+def _flatten(node: PlanNode) -> list[PlanNode]:
+    chain: list[PlanNode] = []
+    current: PlanNode = node
+    while not isinstance(current, Source):
+        chain.append(current)
+        current = current.child
+    return list(reversed(chain))
+
+
+def _unknown_column(
+    name: str, schema: Mapping[str, ColumnKind], what: str = "column"
+) -> InvalidParameterError:
+    known = ", ".join(repr(c) for c in schema)
+    return InvalidParameterError(
+        what,
+        name,
+        f"one of the table's columns ({known})",
+        "Check the spelling (names are case-sensitive).",
+    )
+
+
+def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Validated:
+    """Check the query against the schema; return its relational steps and final schema."""
+    if not isinstance(query, Query) or not isinstance(query.plan, Aggregate):
+        raise UnsupportedQueryError(
+            "only aggregated queries can be released: finish the query with .agg(count(), ...) "
+            "or .group_by(...).agg(...)"
+        )
+    if unit not in schema:
+        raise InvalidParameterError(
+            "privacy_unit",
+            unit,
+            f"a column of the table ({', '.join(map(repr, schema))})",
+            "Name the column that identifies a person (or whatever one privacy unit is).",
+        )
+    current: dict[str, ColumnKind] = dict(schema)
+    steps: list[Step] = []
+    aggregate = query.plan
+    for node in _flatten(aggregate)[:-1]:
+        if isinstance(node, Filter):
+            kind = infer_kind(node.predicate, current)
+            if kind not in ("bool", None):
+                raise UnsupportedQueryError(
+                    f"filter {node.predicate.render()} is a {kind} value, not a predicate; "
+                    "compare it, e.g. col('x') > 0"
+                )
+            steps.append(Step("filter", expr=node.predicate))
+        elif isinstance(node, WithColumn):
+            if node.name == unit:
+                raise UnsupportedQueryError(
+                    f"with_column({node.name!r}, ...) would redefine the privacy unit column; "
+                    "derive a column with another name"
+                )
+            kind = infer_kind(node.expr, current)
+            current[node.name] = kind if kind is not None else "numeric"
+            steps.append(Step("derive", expr=node.expr, name=node.name))
+        elif isinstance(node, Select):
+            for name in node.columns:
+                if name not in current:
+                    raise _unknown_column(name, current)
+            keep = tuple(dict.fromkeys((*node.columns, unit)))
+            current = {c: current[c] for c in keep}
+            steps.append(Step("select", columns=keep))
+        else:  # pragma: no cover - the builder cannot nest aggregates
+            raise UnsupportedQueryError("nested aggregations are not supported")
+    for key in aggregate.keys:
+        if key not in current:
+            raise _unknown_column(key, current, "group_by")
+        if current[key] == "other":
+            raise UnsupportedQueryError(
+                f"group_by column {key!r} has an unsupported type; use strings, numbers, "
+                "booleans or dates as group keys"
+            )
+    for agg in aggregate.aggregations:
+        for name in _value_columns(agg):
+            if name not in current:
+                raise _unknown_column(name, current)
+            if current[name] != "numeric":
+                raise InvalidParameterError(
+                    "column",
+                    name,
+                    f"a numeric column for {type(agg).__name__.lower()}(), "
+                    f"but it holds {current[name]} values",
+                    "Convert it first (e.g. parse numbers when loading), or aggregate another "
+                    "column.",
+                )
+    return Validated(tuple(steps), current, aggregate)
+
+
+def _value_columns(agg: Aggregation) -> tuple[str, ...]:
+    if isinstance(agg, Count | CountUnits):
+        return ()
+    if isinstance(agg, Workload):
+        return (agg.column,) if agg.column else ()
+    return (agg.column,)
+
+
+# ------------------------------------------------------------------ rewrites
+def merge_filters(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    """Adjacent filters become one conjunction."""
+    out: list[Step] = []
+    for step in steps:
+        if step.kind == "filter" and out and out[-1].kind == "filter":
+            previous = out.pop()
+            assert previous.expr is not None and step.expr is not None
+            out.append(Step("filter", expr=Binary("and", previous.expr, step.expr)))
+        else:
+            out.append(step)
+    return tuple(out)
+
+
+def push_filters(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    """Move each filter before derived columns it does not read (filter early)."""
+    out = list(steps)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(1, len(out)):
+            before, step = out[i - 1], out[i]
+            if (
+                step.kind == "filter"
+                and before.kind == "derive"
+                and step.expr is not None
+                and before.name not in columns_of(step.expr)
+            ):
+                out[i - 1], out[i] = step, before
+                changed = True
+    return tuple(out)
+
+
+def prune_columns(steps: tuple[Step, ...], needed: frozenset[str]) -> tuple[Step, ...]:
+    """Drop derived columns nothing reads, and selects (they only restrict names)."""
+    out: list[Step] = []
+    live = set(needed)
+    for step in reversed(steps):
+        if step.kind == "select":
+            continue
+        if step.kind == "derive":
+            if step.name not in live:
+                continue
+            live.discard(step.name)
+        assert step.expr is not None
+        live |= columns_of(step.expr)
+        out.append(step)
+    return tuple(reversed(out))
+
+
+def rewrite(steps: tuple[Step, ...], needed: frozenset[str]) -> tuple[Step, ...]:
+    """All rewrite rules, in order."""
+    return prune_columns(push_filters(merge_filters(steps)), needed)
+
+
+# ------------------------------------------------------------------ helpers
+def _ceil_log2(x: Fraction) -> int:
+    """Smallest e with 2^e >= x (x > 0)."""
+    e = x.numerator.bit_length() - x.denominator.bit_length()
+    while Fraction(2) ** e < x:
+        e += 1
+    while Fraction(2) ** (e - 1) >= x:
+        e -= 1
+    return e
+
+
+def _floor_log2(x: Fraction) -> int:
+    e = _ceil_log2(x)
+    return e if Fraction(2) ** e == x else e - 1
+
+
+def _grid_range(bounds: tuple[Fraction, Fraction], exponent: int) -> tuple[float, float, int, int]:
+    low_f, high_f = float(bounds[0]), float(bounds[1])
+    idx, _ = grid_indices(np.array([low_f, high_f]), low_f, high_f, exponent)
+    return low_f, high_f, int(idx[0]), int(idx[1])
+
+
+def _sqrt_down(x: Fraction) -> Fraction:
+    """A fraction <= sqrt(x)."""
+    guess = Fraction(math.sqrt(float(x))).limit_denominator(10**12)
+    while guess * guess > x:
+        guess *= Fraction(999_999_999_999, 10**12)
+    return guess
+
+
+def _rho_for(epsilon: Fraction, delta: Fraction) -> Fraction:
+    """The largest ρ (on a fine grid) whose zCDP conversion at δ gives at most ε."""
+    low, high = 0.0, float(epsilon)
+    for _ in range(50):
+        mid = (low + high) / 2
+        if mid > 0 and ZCDP(Fraction(mid)).to_approx(delta).epsilon <= epsilon:
+            low = mid
+        else:
+            high = mid
+    if low <= 0:
+        raise UnsupportedQueryError("the (ε, δ) budget is too small for the Gaussian mechanism")
+    return Fraction(low)
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A part of the query budget: ε (pure) or ρ (zCDP)."""
+
+    family: Family
+    amount: Fraction
+
+    def scaled(self, factor: Fraction) -> Share:
+        return Share(self.family, self.amount * factor)
+
+    def loss(self) -> PrivacyLoss:
+        return PureDP(self.amount) if self.family == "pure" else ZCDP(self.amount)
+
+    def epsilon(self) -> Fraction:
+        """For pure-DP mechanisms (the exponential mechanism) inside a zCDP query: ε²/2 <= ρ."""
+        return self.amount if self.family == "pure" else _sqrt_down(2 * self.amount)
+
+
+def integer_gaussian(l2_squared: int, rho: Fraction) -> Measurement[Any]:
+    """Discrete Gaussian noise on integer vectors at L2 distance <= sqrt(l2_squared): ρ-zCDP.
+
+    σ² = s²/(2ρ) for s >= sqrt(l2_squared) (exact when it is a perfect square), so the privacy
+    map gives exactly ρ at d_in = s (Canonne, Kamath & Steinke 2020, Thm. 14, coordinate-wise).
+    """
+    root = math.isqrt(l2_squared)
+    s = Fraction(root) if root * root == l2_squared else sqrt_upper(Fraction(l2_squared))
+    sigma2 = s * s / (2 * rho)
+    lattice = DiscreteGaussian(sigma2)
+
+    def function(data: Any) -> Any:
+        values = np.asarray(data, dtype=np.int64)
+        return values + lattice.sample(values.size).reshape(values.shape)
+
+    return Measurement(
+        VectorDomain(AtomDomain("int")),
+        L2Distance(),
+        "zcdp",
+        function,
+        lambda d: ZCDP(d * d / (2 * sigma2)),
+        name="discrete_gaussian",
+        noise=GridNoise(lattice, 0),
+        d_in=s,
+        info={"sigma2": sigma2},
+    )
+
+
+def _integer_noise(share: Share, l1: int, l2_squared: int) -> Measurement[Any]:
+    if share.family == "pure":
+        return make_geometric(sensitivity=l1, epsilon=share.amount)
+    return integer_gaussian(l2_squared, share.amount)
+
+
+_WIDE = 50.0  # above this σ (in lattice steps) the discrete Gaussian's moments are σ's own
+
+
+def _wide_gaussian(measurement: Measurement[Any]) -> float | None:
+    """σ of a wide discrete Gaussian (whose stats would need a huge summation window), else None.
+
+    For σ >= 50 the discrete Gaussian's pmf equals the continuous density at the integers up to
+    a relative error below e^{-2π²σ²} (Poisson summation), so its variance, E|Z| and quantiles are
+    the continuous ones to far better than float precision.
+    """
+    lattice = getattr(measurement.noise, "lattice", None)
+    if isinstance(lattice, DiscreteGaussian) and lattice.sigma > _WIDE:
+        return lattice.sigma
+    return None
+
+
+def noise_halfwidth(measurement: Measurement[Any], alpha: float) -> float:
+    """The smallest h with P(|noise| > h) <= alpha, in the measurement's output units."""
+    sigma = _wide_gaussian(measurement)
+    if sigma is not None:
+        return float(math.ceil(float(norm.ppf(1 - alpha / 2)) * sigma))
+    return float(measurement.noise.interval_halfwidth(alpha))
+
+
+def noise_variance(measurement: Measurement[Any]) -> float:
+    sigma = _wide_gaussian(measurement)
+    return sigma * sigma if sigma is not None else float(measurement.noise.variance())
+
+
+def noise_expected_abs(measurement: Measurement[Any]) -> float:
+    sigma = _wide_gaussian(measurement)
+    if sigma is not None:
+        return sigma * math.sqrt(2 / math.pi)
+    return float(measurement.noise.expected_abs())
+
+
+# ------------------------------------------------------------------ compiled pieces
+GroupKey: TypeAlias = tuple[Any, ...]
+
+
+@dataclass
+class _Registry:
+    """Deduplicated value specs and outputs of one bounded plan."""
+
+    values: list[ValueSpec] = field(default_factory=list)
+    outputs: list[Output] = field(default_factory=list)
+
+    def value(self, spec: ValueSpec) -> int:
+        if spec not in self.values:
+            self.values.append(spec)
+        return self.values.index(spec)
+
+    def output(self, kind: Any, value: int = -1) -> int:
+        out = Output(kind, value)
+        if out not in self.outputs:
+            self.outputs.append(out)
+        return self.outputs.index(out)
+
+
+@dataclass
+class _Noisy:
+    """One measurement on one integer output vector."""
+
+    output: int
+    measurement: Measurement[Any]
+
+    def apply(self, exact: np.ndarray) -> np.ndarray:
+        if exact.size == 0:
+            return exact.astype(np.int64)
+        return np.asarray(self.measurement(exact.astype(np.int64)), dtype=np.int64)
+
+    def halfwidth(self, alpha: float) -> float:
+        return noise_halfwidth(self.measurement, alpha)
+
+    def variance(self) -> float:
+        return noise_variance(self.measurement)
+
+    def expected_abs(self) -> float:
+        return noise_expected_abs(self.measurement)
+
+    @property
+    def loss(self) -> PrivacyLoss:
+        return self.measurement.loss
+
+
+Finisher: TypeAlias = Callable[["_Context"], None]
+
+
+@dataclass
+class _Context:
+    """What release() passes to each aggregation's finisher."""
+
+    groups: list[GroupKey]
+    main: dict[int, np.ndarray]  # output index -> exact values in group order
+    extra: dict[int, dict[GroupKey, dict[int, list[int]]]]  # plan -> group -> bin -> outputs
+    alpha: float
+    columns: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    accuracy: dict[str, Accuracy] = field(default_factory=dict)
+    key_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    """A query ready to run: the exact relational plans and the calibrated measurements.
+
+    Attributes:
+        plans: the bounded plans to run (plan 0 is the main one).
+        loss: the total privacy loss of releasing this query (checked <= the query budget).
+        split: the loss of each aggregation (and of partition selection).
+        description: a readable account of bounds, sensitivities and mechanisms.
+    """
+
+    plans: tuple[BoundedPlan, ...]
+    loss: PrivacyLoss
+    split: Mapping[str, PrivacyLoss]
+    description: str
+    keys: tuple[str, ...]
+    key_set: KeySet | None
+    finishers: tuple[Finisher, ...]
+    selection: _Noisy | None = None
+    selection_threshold: int = 0
+    mechanisms: tuple[str, ...] = ()
+
+    def explain(self) -> str:
+        """How the query will be answered, without touching data."""
+        return self.description
+
+    def release(
+        self, results: Sequence[pa.Table], alpha: float = 0.05
+    ) -> tuple[dict[str, pd.DataFrame], dict[str, Accuracy]]:
+        """Add noise to the engine's exact results and build the released tables."""
+        main_rows = _rows_by_group(results[0], len(self.keys), False)
+        if self.key_set is not None:
+            groups = list(self.key_set.rows)
+        elif not self.keys:
+            groups = [()]
+        else:
+            groups = sorted(main_rows, key=_sort_key)
+        n_out = len(self.plans[0].outputs)
+        exact = {
+            i: np.array(
+                [int(main_rows.get(g, {0: [0] * n_out})[0][i]) for g in groups], dtype=object
+            )
+            for i in range(n_out)
+        }
+        if self.selection is not None:
+            units = exact[self.selection.output]
+            noisy_units = self.selection.apply(np.array(units, dtype=np.int64))
+            chosen = [i for i, v in enumerate(noisy_units) if v >= self.selection_threshold]
+            groups = [groups[i] for i in chosen]
+            exact = {i: values[chosen] for i, values in exact.items()}
+        extra = {
+            p: _bins_by_group(table, len(self.keys)) for p, table in enumerate(results) if p > 0
+        }
+        context = _Context(
+            groups,
+            {i: np.array(v, dtype=object) for i, v in exact.items()},
+            extra,
+            alpha,
+            key_names=self.keys,
+        )
+        for finish in self.finishers:
+            finish(context)
+        main = pd.DataFrame({k: [g[i] for g in groups] for i, k in enumerate(self.keys)})
+        for name, values in context.columns.items():
+            main[name] = values
+        return {"main": main, **context.tables}, context.accuracy
+
+
+def _sort_key(group: GroupKey) -> tuple[Any, ...]:
+    return tuple((v is None, type(v).__name__, v if v is not None else 0) for v in group)
+
+
+def _as_int(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return int(value)
+    return int(value)
+
+
+def _rows_by_group(
+    table: pa.Table, n_keys: int, with_bins: bool
+) -> dict[GroupKey, dict[int, list[int]]]:
+    data = table.to_pydict()
+    names = table.column_names
+    key_cols = [data[n] for n in names[:n_keys]]
+    out_cols = [data[n] for n in names if n.startswith("o") and n[1:].isdigit()]
+    result: dict[GroupKey, dict[int, list[int]]] = {}
+    for row in range(table.num_rows):
+        key = tuple(col[row] for col in key_cols)
+        result.setdefault(key, {})[0] = [_as_int(col[row]) for col in out_cols]
+    return result
+
+
+def _bins_by_group(table: pa.Table, n_keys: int) -> dict[GroupKey, dict[int, list[int]]]:
+    data = table.to_pydict()
+    names = table.column_names
+    key_cols = [data[n] for n in names[:n_keys]]
+    bins = data["bin"]
+    out_cols = [data[n] for n in names if n.startswith("o") and n[1:].isdigit()]
+    result: dict[GroupKey, dict[int, list[int]]] = {}
+    for row in range(table.num_rows):
+        key = tuple(col[row] for col in key_cols)
+        result.setdefault(key, {})[int(bins[row])] = [_as_int(col[row]) for col in out_cols]
+    return result
+
+
+# ------------------------------------------------------------------ compile
+def _family_for(
+    budget: PrivacyLoss,
+    mechanism: Mechanism,
+    contrib: Contribution,
+    private_keys: bool,
+    selection_share: Fraction,
+) -> tuple[Share, Share | None, Fraction]:
+    """(aggregation share, selection share, selection δ)."""
+    if mechanism not in ("auto", "laplace", "gaussian"):
+        raise InvalidParameterError("mechanism", mechanism, "'auto', 'laplace' or 'gaussian'")
+    if isinstance(budget, PureDP):
+        if private_keys:
+            raise UnsupportedQueryError(
+                "private group keys need a δ: the noisy threshold that picks which groups to "
+                "release fails with a small probability δ. Pass an (ε, δ) budget (e.g. "
+                "epsilon=1, delta=1e-6) or declare the keys: group_by(col, keys=[...])."
+            )
+        if mechanism == "gaussian":
+            raise UnsupportedQueryError(
+                "the Gaussian mechanism cannot be pure ε-DP: pass rho= (zCDP) or delta= too"
+            )
+        return Share("pure", budget.epsilon), None, Fraction(0)
+    if isinstance(budget, ZCDP):
+        if private_keys:
+            raise UnsupportedQueryError(
+                "private group keys need an (ε, δ) budget (partition selection is not zCDP); "
+                "pass epsilon= and delta=, or declare the keys: group_by(col, keys=[...])."
+            )
+        if mechanism == "laplace":
+            return Share("pure", _sqrt_down(2 * budget.rho)), None, Fraction(0)
+        return Share("zcdp", budget.rho), None, Fraction(0)
+    epsilon, delta = budget.epsilon, budget.delta
+    if private_keys and delta == 0:
+        raise UnsupportedQueryError(
+            "private group keys need δ > 0 for partition selection; pass delta=1e-6 or so, or "
+            "declare the keys."
+        )
+    selection: Share | None = None
+    sel_delta = Fraction(0)
+    agg_epsilon = epsilon
+    if private_keys:
+        selection = Share("pure", epsilon * selection_share)
+        agg_epsilon = epsilon - selection.amount
+    use_gauss = mechanism == "gaussian"
+    agg_delta = delta / 2 if private_keys else delta
+    if mechanism == "auto" and agg_delta > 0:
+        rho = _rho_for(agg_epsilon, agg_delta)
+        laplace_std = math.sqrt(2) * contrib.rows_l1 / float(agg_epsilon)
+        gauss_std = math.sqrt(contrib.rows_l2_squared / (2 * float(rho)))
+        use_gauss = gauss_std < laplace_std
+    if use_gauss:
+        if agg_delta == 0:
+            raise UnsupportedQueryError("the Gaussian mechanism needs δ > 0")
+        sel_delta = delta - agg_delta if private_keys else Fraction(0)
+        return Share("zcdp", _rho_for(agg_epsilon, agg_delta)), selection, sel_delta
+    return Share("pure", agg_epsilon), selection, delta if private_keys else Fraction(0)
+
+
+def compile_query(
+    query: Query,
+    schema: Mapping[str, ColumnKind],
+    unit: str,
+    budget: PrivacyLoss,
+    *,
+    mechanism: Mechanism = "auto",
+    defaults: Bounding | None = None,
+    salt: int | None = None,
+) -> CompiledQuery:
+    """Validate, rewrite, bound and calibrate ``query`` for ``budget``; no data is read."""
+    checked = validate(query, schema, unit)
+    aggregate = checked.aggregate
+    bounding = (defaults or Bounding()).merged(aggregate.bounding)
+    grouped = bool(aggregate.keys)
+    contrib = contribution(bounding, grouped)
+    private_keys = grouped and aggregate.key_set is None
+    agg_share, selection_share, selection_delta = _family_for(
+        budget, mechanism, contrib, private_keys, aggregate.selection_share
+    )
+    needed = frozenset(
+        {unit, *aggregate.keys, *(c for a in aggregate.aggregations for c in _value_columns(a))}
+    )
+    steps = rewrite(checked.steps, needed)
+    if salt is None:
+        salt = int(random_words(1)[0] >> np.uint64(2))
+
+    total_weight = sum((a.weight for a in aggregate.aggregations), Fraction(0))
+    main = _Registry()
+    main.output("rows")  # the main plan always lists the groups that keep rows
+    extra_plans: list[BoundedPlan] = []
+    finishers: list[Finisher] = []
+    split: dict[str, PrivacyLoss] = {}
+    mechanisms: set[str] = set()
+    lines = [
+        f"plan: {query.render()}",
+        f"privacy unit: {unit!r}; bounds: {bounding.describe()} -> one unit adds at most "
+        f"{contrib.rows_l1} rows, {contrib.rows_per_group} per group, in "
+        f"{contrib.groups} group(s)",
+    ]
+
+    def make_plan(registry: _Registry, bins: BinSpec | None = None) -> BoundedPlan:
+        return BoundedPlan(
+            steps,
+            unit,
+            aggregate.keys,
+            aggregate.key_set,
+            bounding.max_rows,
+            bounding.max_groups,
+            bounding.max_rows_per_group,
+            salt,
+            tuple(registry.values),
+            tuple(registry.outputs),
+            bins,
+        )
+
+    n_keys = len(aggregate.key_set) if aggregate.key_set is not None else None
+    for agg in aggregate.aggregations:
+        share = agg_share.scaled(agg.weight / total_weight)
+        finisher, losses, text = _compile_aggregation(
+            agg, share, contrib, main, extra_plans, make_plan, n_keys, private_keys
+        )
+        finishers.append(finisher)
+        mechanisms.update(_mechanism_names(text))
+        split[agg.name] = compose(*losses)
+        lines.append(f"{agg.name}: {text}; loss {split[agg.name]}")
+
+    selection: _Noisy | None = None
+    threshold = 0
+    if selection_share is not None:
+        units_out = main.output("units")
+        m = contrib.groups
+        measurement = make_geometric(sensitivity=m, epsilon=selection_share.amount)
+        t = Fraction(m) / selection_share.amount
+        h = math.ceil(t * log_upper(Fraction(m) / selection_delta))
+        threshold = 1 + h
+        selection = _Noisy(units_out, measurement)
+        mechanisms.add("partition_selection")
+        split["partition selection"] = ApproxDP(selection_share.amount, selection_delta)
+        lines.append(
+            f"partition selection: release a group when its distinct-unit count + discrete "
+            f"Laplace(scale {float(t):.4g}) >= {threshold}; loss {split['partition selection']}"
+            f" (δ = {m}·P[noise >= {h}] <= {float(selection_delta):.3g})"
+        )
+
+    plans = (make_plan(main), *extra_plans)
+    total = _total_loss(split, agg_share, selection is not None)
+    if not total <= budget:
+        raise PrivacyCheckError(
+            f"internal check failed: the calibrated loss {total} exceeds the query budget "
+            f"{budget}; nothing was run. Please report this."
+        )
+    lines.append(f"total loss: {total} (query budget {budget})")
+    return CompiledQuery(
+        plans,
+        total,
+        split,
+        "\n".join(lines),
+        aggregate.keys,
+        aggregate.key_set,
+        tuple(finishers),
+        selection,
+        threshold,
+        tuple(sorted(mechanisms)),
+    )
+
+
+def _mechanism_names(text: str) -> set[str]:
+    known = ("geometric", "discrete_gaussian", "exponential")
+    return {name for name in known if name in text}
+
+
+def _total_loss(split: Mapping[str, PrivacyLoss], share: Share, selection: bool) -> PrivacyLoss:
+    parts = [loss for name, loss in split.items() if name != "partition selection"]
+    aggregated = compose(*parts)
+    if selection:
+        sel = split["partition selection"]
+        if isinstance(aggregated, ZCDP):
+            assert isinstance(sel, ApproxDP)
+            aggregated = aggregated.to_approx(sel.delta)
+        return compose(aggregated, sel)
+    return aggregated
+
+
+def _value_exponent_for_sum(
+    share: Share, contrib: Contribution, magnitude: Fraction, per_row: Fraction
+) -> int:
+    """Grid exponent for a summed value: ~2^-20 of the noise scale, sums kept in int64."""
+    if share.family == "pure":
+        scale = contrib.rows_l1 * per_row / share.amount
+    else:
+        scale = (
+            Fraction(math.sqrt(contrib.rows_l2_squared)) * per_row / _sqrt_down(2 * share.amount)
+        )
+    exponent = choose_exponent(scale) if scale > 0 else 0
+    return max(exponent, _ceil_log2(max(magnitude, Fraction(1, 2**1000))) - 30)
+
+
+def _compile_aggregation(
+    agg: Aggregation,
+    share: Share,
+    contrib: Contribution,
+    main: _Registry,
+    extra_plans: list[BoundedPlan],
+    make_plan: Callable[..., BoundedPlan],
+    n_keys: int | None,
+    private_keys: bool,
+) -> tuple[Finisher, list[PrivacyLoss], str]:
+    l1, l2sq = contrib.rows_l1, contrib.rows_l2_squared
+    if isinstance(agg, Count):
+        noisy = _Noisy(main.output("rows"), _integer_noise(share, l1, l2sq))
+        return (
+            _count_finisher(agg.name, noisy),
+            [noisy.loss],
+            (f"{noisy.measurement.name} noise, sensitivity L1={l1}, L2²={l2sq}"),
+        )
+    if isinstance(agg, CountUnits):
+        m = contrib.groups
+        noisy = _Noisy(main.output("units"), _integer_noise(share, m, m))
+        return (
+            _count_finisher(agg.name, noisy),
+            [noisy.loss],
+            (f"{noisy.measurement.name} noise, sensitivity L1={m}, L2²={m}"),
+        )
+    if isinstance(agg, Sum):
+        magnitude = max(abs(agg.bounds[0]), abs(agg.bounds[1]))
+        if magnitude == 0:
+            raise InvalidParameterError("bounds", agg.bounds, "not both zero (the sum is 0)")
+        exponent = _value_exponent_for_sum(share, contrib, magnitude, magnitude)
+        low_f, high_f, lo, hi = _grid_range(agg.bounds, exponent)
+        per_row = max(abs(lo), abs(hi))
+        value = main.value(ValueSpec(agg.column, low_f, high_f, exponent))
+        noisy = _Noisy(
+            main.output("sum", value), _integer_noise(share, l1 * per_row, l2sq * per_row * per_row)
+        )
+        return (
+            _sum_finisher(agg.name, noisy, exponent),
+            [noisy.loss],
+            (
+                f"clamp to [{low_f:g}, {high_f:g}] on grid 2^{exponent}; {noisy.measurement.name} "
+                f"noise, sensitivity L1={l1}·{per_row} grid steps"
+            ),
+        )
+    if isinstance(agg, Mean | Variance):
+        return _compile_moments(agg, share, contrib, main)
+    if isinstance(agg, Quantile):
+        return _compile_quantile(agg, share, contrib, extra_plans, make_plan)
+    if isinstance(agg, Histogram):
+        registry = _Registry()
+        out = registry.output("rows")
+        plan_index = len(extra_plans) + 1
+        extra_plans.append(
+            make_plan(registry, BinSpec("edges", column=agg.column, edges=agg.edges))
+        )
+        noisy = _Noisy(out, _integer_noise(share, l1, l2sq))
+        return (
+            _histogram_finisher(agg, noisy, plan_index),
+            [noisy.loss],
+            (f"{len(agg.edges) - 1} bins; {noisy.measurement.name} noise, sensitivity L1={l1}"),
+        )
+    return _compile_workload(agg, share, contrib, main, n_keys, private_keys)
+
+
+def _count_finisher(name: str, noisy: _Noisy) -> Finisher:
+    def finish(ctx: _Context) -> None:
+        released = noisy.apply(np.array(ctx.main[noisy.output], dtype=np.int64))
+        h = noisy.halfwidth(ctx.alpha)
+        ctx.columns[name] = released
+        ctx.columns[f"{name}_low"] = released - h
+        ctx.columns[f"{name}_high"] = released + h
+        ctx.accuracy[name] = Accuracy(
+            "exact", h, ctx.alpha, noisy.measurement.name, noisy.loss, noisy.expected_abs()
+        )
+
+    return finish
+
+
+def _sum_finisher(name: str, noisy: _Noisy, exponent: int) -> Finisher:
+    g = 2.0**exponent
+
+    def finish(ctx: _Context) -> None:
+        released = noisy.apply(np.array(ctx.main[noisy.output], dtype=np.int64))
+        values = np.ldexp(released.astype(np.float64), exponent)
+        h = noisy.halfwidth(ctx.alpha) * g
+        ctx.columns[name] = values
+        ctx.columns[f"{name}_low"] = values - h
+        ctx.columns[f"{name}_high"] = values + h
+        ctx.accuracy[name] = Accuracy(
+            "exact", h, ctx.alpha, noisy.measurement.name, noisy.loss, noisy.expected_abs() * g
+        )
+
+    return finish
+
+
+def _compile_moments(
+    agg: Mean | Variance, share: Share, contrib: Contribution, main: _Registry
+) -> tuple[Finisher, list[PrivacyLoss], str]:
+    l1, l2sq = contrib.rows_l1, contrib.rows_l2_squared
+    parts = 2 if isinstance(agg, Mean) else 3
+    part = share.scaled(Fraction(1, parts))
+    low, high = agg.bounds
+    magnitude = max(abs(low), abs(high))
+    half = (high - low) / 2
+    if isinstance(agg, Mean):
+        exponent = _value_exponent_for_sum(part, contrib, magnitude, half)
+    else:
+        exponent = max(_ceil_log2(half) - 15, _ceil_log2(magnitude) - 31)
+    low_f, high_f, lo, hi = _grid_range(agg.bounds, exponent)
+    center = (lo + hi) // 2
+    per_row = max(hi - center, center - lo, 1)
+    value = main.value(ValueSpec(agg.column, low_f, high_f, exponent))
+    count = _Noisy(main.output("nonnull", value), _integer_noise(part, l1, l2sq))
+    total = _Noisy(main.output("sum", value), _integer_noise(part, l1 * per_row, l2sq * per_row**2))
+    squares = None
+    losses = [count.loss, total.loss]
+    if isinstance(agg, Variance):
+        squares = _Noisy(
+            main.output("sumsq", value), _integer_noise(part, l1 * per_row**2, l2sq * per_row**4)
+        )
+        losses.append(squares.loss)
+    g = 2.0**exponent
+
+    def finish(ctx: _Context) -> None:
+        n_exact = np.array(ctx.main[count.output], dtype=object)
+        s_exact = np.array(ctx.main[total.output], dtype=object)
+        centered = np.array(
+            [int(s) - center * int(n) for s, n in zip(s_exact, n_exact, strict=True)],
+            dtype=np.int64,
+        )
+        n_noisy = count.apply(np.array(n_exact, dtype=np.int64)).astype(np.float64)
+        s_noisy = total.apply(centered).astype(np.float64)
+        n_safe = np.maximum(n_noisy, 1.0)
+        z = float(norm.ppf(1 - ctx.alpha / 2))
+        var_n, var_s = count.variance(), total.variance()
+        mean_c = s_noisy / n_safe  # centered mean, grid units
+        if squares is None:
+            values = np.clip((center + mean_c) * g, low_f, high_f)
+            sd = np.sqrt(var_s / n_safe**2 + mean_c**2 * var_n / n_safe**2) * g
+            ctx.columns[agg.name] = values
+            ctx.columns[f"{agg.name}_low"] = np.clip(values - z * sd, low_f, high_f)
+            ctx.columns[f"{agg.name}_high"] = np.clip(values + z * sd, low_f, high_f)
+            ctx.accuracy[agg.name] = Accuracy(
+                "approximate",
+                float(z * sd[0]) if sd.size else math.nan,
+                ctx.alpha,
+                count.measurement.name,
+                compose(*losses),
+                None,
+                "first-order interval for noisy sum / noisy count, per group in the table",
+            )
+            return
+        q_exact = np.array(ctx.main[squares.output], dtype=object)
+        q_centered = np.array(
+            [
+                int(q) - 2 * center * int(s) + center * center * int(n)
+                for q, s, n in zip(q_exact, s_exact, n_exact, strict=True)
+            ],
+            dtype=np.int64,
+        )
+        q_noisy = squares.apply(q_centered).astype(np.float64)
+        var_q = squares.variance()
+        raw = q_noisy / n_safe - mean_c**2
+        limit = float(per_row) ** 2
+        variance_units = np.clip(raw, 0.0, limit)
+        grad_q, grad_s = 1 / n_safe, -2 * s_noisy / n_safe**2
+        grad_n = -q_noisy / n_safe**2 + 2 * s_noisy**2 / n_safe**3
+        sd_var = np.sqrt(grad_q**2 * var_q + grad_s**2 * var_s + grad_n**2 * var_n)
+        if isinstance(agg, Variance) and agg.std:
+            values = np.sqrt(variance_units) * g
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sd = (
+                    np.where(
+                        variance_units > 0, sd_var / (2 * np.sqrt(variance_units)), np.sqrt(sd_var)
+                    )
+                    * g
+                )
+            top = math.sqrt(limit) * g
+        else:
+            values = variance_units * g * g
+            sd = sd_var * g * g
+            top = limit * g * g
+        ctx.columns[agg.name] = values
+        ctx.columns[f"{agg.name}_low"] = np.clip(values - z * sd, 0.0, top)
+        ctx.columns[f"{agg.name}_high"] = np.clip(values + z * sd, 0.0, top)
+        ctx.accuracy[agg.name] = Accuracy(
+            "approximate",
+            float(z * sd[0]) if sd.size else math.nan,
+            ctx.alpha,
+            count.measurement.name,
+            compose(*losses),
+            None,
+            "first-order interval from three noisy sums, per group in the table",
+        )
+
+    kind = "mean" if isinstance(agg, Mean) else ("std" if agg.std else "variance")
+    return (
+        finish,
+        losses,
+        (
+            f"{kind} from {parts} noisy sums on grid 2^{exponent} centred at {center * g:g}; "
+            f"{count.measurement.name} noise, {parts} equal parts"
+        ),
+    )
+
+
+def _compile_quantile(
+    agg: Quantile,
+    share: Share,
+    contrib: Contribution,
+    extra_plans: list[BoundedPlan],
+    make_plan: Callable[..., BoundedPlan],
+) -> tuple[Finisher, list[PrivacyLoss], str]:
+    low, high = agg.bounds
+    magnitude = max(abs(low), abs(high))
+    exponent = max(_floor_log2((high - low) / agg.candidates), _ceil_log2(magnitude) - 40)
+    low_f, high_f, lo, hi = _grid_range(agg.bounds, exponent)
+    registry = _Registry()
+    value = registry.value(ValueSpec(agg.column, low_f, high_f, exponent))
+    out = registry.output("rows")
+    plan_index = len(extra_plans) + 1
+    extra_plans.append(make_plan(registry, BinSpec("grid", value=value)))
+    epsilon = share.epsilon()
+    sensitivity = contrib.rows_l1
+    candidates = hi - lo + 1
+    loss = PureDP(epsilon)
+
+    def finish(ctx: _Context) -> None:
+        per_group = ctx.extra[plan_index]
+        values = []
+        for group in ctx.groups:
+            bins = per_group.get(group, {})
+            counts = np.zeros(candidates, dtype=np.int64)
+            for b, outputs in bins.items():
+                counts[b - lo] = outputs[out]
+            below = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
+            n = int(counts.sum())
+            j = em_quantile_index([int(b) for b in below], n, agg.q, epsilon, sensitivity)
+            values.append(math.ldexp(float(lo + j), exponent))
+        ctx.columns[agg.name] = np.array(values, dtype=np.float64)
+        bound = rank_error_bound(candidates, epsilon, sensitivity, ctx.alpha)
+        ctx.accuracy[agg.name] = Accuracy(
+            "rank",
+            bound,
+            ctx.alpha,
+            "exponential",
+            loss,
+            None,
+            f"the released value's rank is within ±{bound:.3g} rows of q·n with probability "
+            f">= {1 - ctx.alpha:g}",
+        )
+
+    text = (
+        f"exponential mechanism over {candidates} grid points of [{low_f:g}, {high_f:g}] "
+        f"(step 2^{exponent}), ε={float(epsilon):.4g}, utility sensitivity {sensitivity}"
+    )
+    return finish, [loss], text
+
+
+def _histogram_finisher(agg: Histogram, noisy: _Noisy, plan_index: int) -> Finisher:
+    n_bins = len(agg.edges) - 1
+
+    def finish(ctx: _Context) -> None:
+        per_group = ctx.extra[plan_index]
+        rows: list[GroupKey] = []
+        exact: list[int] = []
+        for group in ctx.groups:
+            bins = per_group.get(group, {})
+            for b in range(n_bins):
+                rows.append((*group, b))
+                exact.append(bins.get(b, [0])[noisy.output])
+        released = noisy.apply(np.array(exact, dtype=np.int64))
+        h = noisy.halfwidth(ctx.alpha)
+        table = pd.DataFrame({k: [r[i] for r in rows] for i, k in enumerate(ctx.key_names)})
+        table["bin_low"] = [agg.edges[r[-1]] for r in rows]
+        table["bin_high"] = [agg.edges[r[-1] + 1] for r in rows]
+        table["count"] = released
+        table["count_low"] = released - h
+        table["count_high"] = released + h
+        ctx.tables[agg.name] = table
+        ctx.accuracy[agg.name] = Accuracy(
+            "exact", h, ctx.alpha, noisy.measurement.name, noisy.loss, noisy.expected_abs()
+        )
+
+    return finish
+
+
+def _compile_workload(
+    agg: Workload,
+    share: Share,
+    contrib: Contribution,
+    main: _Registry,
+    n_keys: int | None,
+    private_keys: bool,
+) -> tuple[Finisher, list[PrivacyLoss], str]:
+    if private_keys:
+        raise UnsupportedQueryError(
+            f"workload {agg.name!r} needs public group keys (its columns are the keys, in "
+            "order): pass group_by(..., keys=[...])"
+        )
+    width = n_keys if n_keys is not None else 1
+    matrix = [[Fraction(v) for v in row] for row in agg.matrix]
+    if len(matrix[0]) != width:
+        raise InvalidParameterError(
+            "matrix",
+            f"{len(matrix)}x{len(matrix[0])}",
+            f"a matrix with {width} columns, one per public group key",
+        )
+    l1_rows = contrib.rows_l1
+    if agg.column is not None:
+        assert agg.bounds is not None
+        magnitude = max(abs(agg.bounds[0]), abs(agg.bounds[1]))
+        exponent = _value_exponent_for_sum(share, contrib, magnitude, magnitude)
+        low_f, high_f, lo, hi = _grid_range(agg.bounds, exponent)
+        per_row = max(abs(lo), abs(hi), 1)
+        output = main.output("sum", main.value(ValueSpec(agg.column, low_f, high_f, exponent)))
+    else:
+        exponent, per_row = 0, 1
+        output = main.output("rows")
+    x_l1 = l1_rows * per_row  # ||Δx||_1 in grid units
+    x_l2sq = contrib.rows_l2_squared * per_row * per_row
+    n_queries = len(matrix)
+    col_l1 = max(sum(abs(row[j]) for row in matrix) for j in range(width))
+    col_l2sq = max(sum(row[j] ** 2 for row in matrix) for j in range(width))
+    row_l2sq = [float(sum(v * v for v in row)) for row in matrix]
+    # strategy "data": noise on x, then W @ noisy x (post-processing)
+    data_noise = _integer_noise(share, x_l1, x_l2sq)
+    data_var = noise_variance(data_noise) * sum(row_l2sq)
+    # strategy "direct": noise on round(W x / g_w) with its own grid
+    if share.family == "pure":
+        scale = col_l1 * x_l1 / share.amount
+    else:
+        # ||W Δx||_2 <= max_j ||W_j||_2 · ||Δx||_1
+        scale = sqrt_upper(Fraction(col_l2sq)) * x_l1 / _sqrt_down(2 * share.amount)
+    w_exponent = choose_exponent(scale, 10)
+    gw = Fraction(2) ** w_exponent
+    if share.family == "pure":
+        steps = math.ceil(col_l1 * x_l1 / gw) + n_queries
+        direct_noise = make_geometric(sensitivity=steps, epsilon=share.amount)
+    else:
+        # rounding adds < 1 step per coordinate: ||Δ||_2 <= s/g + sqrt(n)
+        bound = sqrt_upper(Fraction(col_l2sq)) * x_l1 / gw + sqrt_upper(Fraction(n_queries))
+        steps_sq = math.ceil(bound) ** 2
+        direct_noise = integer_gaussian(steps_sq, share.amount)
+    direct_var = noise_variance(direct_noise) * float(gw) ** 2 * n_queries
+    use_direct = direct_var < data_var
+    names = agg.query_names or tuple(f"q{i}" for i in range(n_queries))
+    g = 2.0**exponent
+
+    def finish(ctx: _Context) -> None:
+        x = [int(v) for v in ctx.main[output]]
+        if use_direct:
+            exact = [sum(row[j] * x[j] for j in range(width)) / gw for row in matrix]
+            rounded = np.array([math.floor(v + Fraction(1, 2)) for v in exact], dtype=np.int64)
+            noisy = np.asarray(direct_noise(rounded), dtype=np.float64) * float(gw) * g
+            h = noise_halfwidth(direct_noise, ctx.alpha) * float(gw) * g
+            halfwidths = np.full(n_queries, h)
+        else:
+            noisy_x = np.asarray(data_noise(np.array(x, dtype=np.int64)), dtype=np.float64)
+            w = np.array([[float(v) for v in row] for row in matrix])
+            noisy = (w @ noisy_x) * g
+            sd = np.sqrt(np.array(row_l2sq) * noise_variance(data_noise)) * g
+            halfwidths = float(norm.ppf(1 - ctx.alpha / 2)) * sd
+        ctx.tables[agg.name] = pd.DataFrame(
+            {
+                "query": list(names),
+                "value": noisy,
+                "low": noisy - halfwidths,
+                "high": noisy + halfwidths,
+            }
+        )
+        ctx.accuracy[agg.name] = Accuracy(
+            "exact" if use_direct else "approximate",
+            float(halfwidths[0]),
+            ctx.alpha,
+            (direct_noise if use_direct else data_noise).name,
+            share.loss(),
+            None,
+            "noise added to W·x directly"
+            if use_direct
+            else "noise added to x, then W·x (normal approximation of the summed noise)",
+        )
+
+    chosen = direct_noise if use_direct else data_noise
+    return (
+        finish,
+        [chosen.loss],
+        (
+            f"{n_queries} linear queries over {width} groups, {chosen.name} noise; strategy "
+            f"{'W·x + noise' if use_direct else 'W·(x + noise)'} (expected squared error "
+            f"{min(direct_var, data_var) * g * g:.4g} vs {max(direct_var, data_var) * g * g:.4g})"
+        ),
+    )

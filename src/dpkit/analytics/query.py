@@ -1,0 +1,741 @@
+"""The immutable query builder and the frozen plan tree it produces.
+
+A :class:`Query` wraps a plan node; every method returns a *new* query (like Polars'
+``LazyFrame``), so a query can be reused and extended without surprises, and nothing touches the
+data until :meth:`dpkit.analytics.Session.evaluate`::
+
+    base = session.query().filter(col("year") == 2024)
+    by_dept = base.group_by("dept", keys=["R&D", "Sales"]).agg(count(), mean("salary", (0, 2e5)))
+
+Plan nodes (:class:`Source`, :class:`Filter`, :class:`WithColumn`, :class:`Select`,
+:class:`Aggregate`) are frozen dataclasses. Aggregations are frozen values too; their ``name`` is
+the output column, and their ``weight`` is their share of the query's budget (equal by default).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from dpkit._exact import Number, fraction_of, sensitivity_of
+from dpkit.analytics.expr import Col, Expr, col, lit
+from dpkit.errors import InvalidParameterError, UnsupportedQueryError
+
+__all__ = [
+    "Aggregate",
+    "Aggregation",
+    "Bounding",
+    "Count",
+    "CountUnits",
+    "Filter",
+    "GroupedQuery",
+    "Histogram",
+    "KeySet",
+    "Mean",
+    "PlanNode",
+    "Quantile",
+    "Query",
+    "Select",
+    "Source",
+    "Sum",
+    "Variance",
+    "WithColumn",
+    "Workload",
+    "col",
+    "count",
+    "count_distinct_units",
+    "histogram",
+    "lit",
+    "mean",
+    "median",
+    "quantile",
+    "std",
+    "sum",
+    "variance",
+    "workload",
+]
+
+KeyValue: TypeAlias = Any
+
+
+# ---------------------------------------------------------------------------------- bounds
+def check_bounds(bounds: object, name: str = "bounds") -> tuple[Fraction, Fraction]:
+    """Exact (lower, upper) with floats rounded outward; lower <= upper, both finite."""
+    if not isinstance(bounds, tuple | list) or len(bounds) != 2:
+        raise InvalidParameterError(name, bounds, "a pair (lower, upper) of numbers")
+    low_raw, high_raw = bounds
+    low = fraction_of(f"{name}[0]", low_raw)
+    if isinstance(low_raw, float | np.floating):
+        low = min(low, Fraction(float(low_raw)))
+    high = sensitivity_of(f"{name}[1]", high_raw)
+    if low > high:
+        raise InvalidParameterError(
+            name,
+            bounds,
+            "(lower, upper) with lower <= upper",
+            "Swap the two numbers: the first is the smallest value a row may contribute.",
+        )
+    if max(abs(low), abs(high)) > Fraction(2) ** 900:
+        raise InvalidParameterError(name, bounds, "bounds of magnitude below 2^900")
+    return low, high
+
+
+def _check_name(name: object, what: str = "name") -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidParameterError(what, name, "a non-empty string")
+    return name
+
+
+def _check_weight(weight: object) -> Fraction:
+    value = fraction_of("weight", weight)  # type: ignore[arg-type]
+    if value <= 0:
+        raise InvalidParameterError("weight", weight, "> 0 (a share of the query's budget)")
+    return value
+
+
+def _check_column(column: object) -> str:
+    if isinstance(column, Col):
+        return column.name
+    return _check_name(column, "column")
+
+
+# ---------------------------------------------------------------------------------- aggregations
+@dataclass(frozen=True, slots=True)
+class Count:
+    """The number of rows (after contribution bounding) in each group."""
+
+    name: str = "count"
+    weight: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
+class CountUnits:
+    """The number of distinct privacy units in each group."""
+
+    name: str = "units"
+    weight: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Sum:
+    """The sum of ``column`` clamped to ``bounds`` (NULL and NaN values are skipped)."""
+
+    column: str
+    bounds: tuple[Fraction, Fraction]
+    name: str
+    weight: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Mean:
+    """The mean of ``column`` clamped to ``bounds``, over its non-NULL values."""
+
+    column: str
+    bounds: tuple[Fraction, Fraction]
+    name: str
+    weight: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Variance:
+    """The (population) variance — or with ``std=True`` the standard deviation — of ``column``
+    clamped to ``bounds``, over its non-NULL values."""
+
+    column: str
+    bounds: tuple[Fraction, Fraction]
+    name: str
+    std: bool = False
+    weight: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Quantile:
+    """The ``q``-quantile of ``column`` clamped to ``bounds``, by the exponential mechanism over
+    a grid of about ``candidates`` points of [lower, upper]."""
+
+    column: str
+    bounds: tuple[Fraction, Fraction]
+    q: Fraction
+    name: str
+    candidates: int = 1024
+    weight: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """Counts of ``column`` in the declared bins ``[e0, e1), [e1, e2), ..., [e_{B-1}, e_B]``.
+
+    Values outside ``[e0, e_B]``, NULL and NaN fall in no bin. Released as its own table."""
+
+    column: str
+    edges: tuple[float, ...]
+    name: str
+    weight: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Linear queries ``W @ x`` over the vector ``x`` of per-group counts (or clamped sums of
+    ``column``), one entry per public group key in key order. Released as its own table."""
+
+    matrix: tuple[tuple[float, ...], ...]
+    name: str
+    column: str | None = None
+    bounds: tuple[Fraction, Fraction] | None = None
+    query_names: tuple[str, ...] | None = None
+    weight: Fraction = Fraction(1)
+
+
+Aggregation: TypeAlias = (
+    Count | CountUnits | Sum | Mean | Variance | Quantile | Histogram | Workload
+)
+
+
+def count(name: str = "count", *, weight: Number = 1) -> Count:
+    """The number of rows per group."""
+    return Count(_check_name(name), _check_weight(weight))
+
+
+def count_distinct_units(name: str = "units", *, weight: Number = 1) -> CountUnits:
+    """The number of distinct privacy units per group (e.g. people, not rows)."""
+    return CountUnits(_check_name(name), _check_weight(weight))
+
+
+def sum(
+    column: str | Col,
+    bounds: tuple[Number, Number],
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Sum:
+    """The sum of ``column``, each value clamped into ``bounds`` first."""
+    column_name = _check_column(column)
+    return Sum(
+        column_name,
+        check_bounds(bounds),
+        _check_name(name or f"sum_{column_name}"),
+        _check_weight(weight),
+    )
+
+
+def mean(
+    column: str | Col, bounds: tuple[Number, Number], name: str | None = None, *, weight: Number = 1
+) -> Mean:
+    """The mean of ``column``, each value clamped into ``bounds`` first."""
+    column_name = _check_column(column)
+    low, high = check_bounds(bounds)
+    if low == high:
+        raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
+    return Mean(
+        column_name, (low, high), _check_name(name or f"mean_{column_name}"), _check_weight(weight)
+    )
+
+
+def variance(
+    column: str | Col, bounds: tuple[Number, Number], name: str | None = None, *, weight: Number = 1
+) -> Variance:
+    """The population variance of ``column``, values clamped into ``bounds``."""
+    column_name = _check_column(column)
+    low, high = check_bounds(bounds)
+    if low == high:
+        raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
+    return Variance(
+        column_name,
+        (low, high),
+        _check_name(name or f"var_{column_name}"),
+        False,
+        _check_weight(weight),
+    )
+
+
+def std(
+    column: str | Col, bounds: tuple[Number, Number], name: str | None = None, *, weight: Number = 1
+) -> Variance:
+    """The population standard deviation of ``column``, values clamped into ``bounds``."""
+    column_name = _check_column(column)
+    low, high = check_bounds(bounds)
+    if low == high:
+        raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
+    return Variance(
+        column_name,
+        (low, high),
+        _check_name(name or f"std_{column_name}"),
+        True,
+        _check_weight(weight),
+    )
+
+
+def quantile(
+    column: str | Col,
+    q: Number,
+    bounds: tuple[Number, Number],
+    name: str | None = None,
+    *,
+    candidates: int = 1024,
+    weight: Number = 1,
+) -> Quantile:
+    """The ``q``-quantile of ``column`` (exponential mechanism over a grid of [lower, upper])."""
+    column_name = _check_column(column)
+    q_f = fraction_of("q", q)
+    if not 0 <= q_f <= 1:
+        raise InvalidParameterError("q", q, "in [0, 1], e.g. 0.5 for the median")
+    low, high = check_bounds(bounds)
+    if low == high:
+        raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
+    if (
+        isinstance(candidates, bool)
+        or not isinstance(candidates, int)
+        or not (2 <= candidates <= 2**16)
+    ):
+        raise InvalidParameterError("candidates", candidates, "an integer in [2, 65536]")
+    label = name or f"q{float(q_f):g}_{column_name}".replace("0.", "")
+    return Quantile(
+        column_name, (low, high), q_f, _check_name(label), candidates, _check_weight(weight)
+    )
+
+
+def median(
+    column: str | Col,
+    bounds: tuple[Number, Number],
+    name: str | None = None,
+    *,
+    candidates: int = 1024,
+    weight: Number = 1,
+) -> Quantile:
+    """The median of ``column`` (the 0.5-quantile)."""
+    column_name = _check_column(column)
+    return quantile(
+        column_name,
+        Fraction(1, 2),
+        bounds,
+        name or f"median_{column_name}",
+        candidates=candidates,
+        weight=weight,
+    )
+
+
+def histogram(
+    column: str | Col, edges: Sequence[Number], name: str | None = None, *, weight: Number = 1
+) -> Histogram:
+    """Counts of ``column`` in declared bins (``edges`` increasing, at least two)."""
+    column_name = _check_column(column)
+    values = []
+    for i, edge in enumerate(edges):
+        exact = fraction_of(f"edges[{i}]", edge)
+        values.append(float(exact))
+    if len(values) < 2 or any(b <= a for a, b in itertools.pairwise(values)):
+        raise InvalidParameterError("edges", edges, "at least two strictly increasing numbers")
+    return Histogram(
+        column_name,
+        tuple(values),
+        _check_name(name or f"hist_{column_name}"),
+        _check_weight(weight),
+    )
+
+
+def workload(
+    matrix: Sequence[Sequence[Number]] | np.ndarray,
+    name: str = "workload",
+    *,
+    column: str | Col | None = None,
+    bounds: tuple[Number, Number] | None = None,
+    query_names: Sequence[str] | None = None,
+    weight: Number = 1,
+) -> Workload:
+    """A batch of linear queries ``matrix @ x`` over per-group counts (or sums of ``column``).
+
+    ``matrix`` has one row per query and one column per public group key (in key order).
+    """
+    array = np.asarray(matrix, dtype=np.float64)
+    if (
+        array.ndim != 2
+        or array.shape[0] < 1
+        or array.shape[1] < 1
+        or not np.all(np.isfinite(array))
+    ):
+        raise InvalidParameterError("matrix", matrix, "a non-empty 2-d array of finite numbers")
+    if not np.any(array != 0):
+        raise InvalidParameterError("matrix", matrix, "a matrix with a non-zero entry")
+    column_name = None if column is None else _check_column(column)
+    if (column_name is None) != (bounds is None):
+        raise InvalidParameterError("bounds", bounds, "given exactly when column is given")
+    names = None
+    if query_names is not None:
+        names = tuple(_check_name(n, "query_names") for n in query_names)
+        if len(names) != array.shape[0] or len(set(names)) != len(names):
+            raise InvalidParameterError(
+                "query_names", query_names, f"{array.shape[0]} distinct names, one per matrix row"
+            )
+    return Workload(
+        tuple(tuple(float(v) for v in row) for row in array),
+        _check_name(name),
+        column_name,
+        None if bounds is None else check_bounds(bounds),
+        names,
+        _check_weight(weight),
+    )
+
+
+# ---------------------------------------------------------------------------------- key sets
+@dataclass(frozen=True, slots=True)
+class KeySet:
+    """Public group keys: the groups the result will have, declared without looking at data.
+
+    Every key appears in the result (empty groups get a noisy zero); rows whose key is not in
+    the set are dropped.
+    """
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[KeyValue, ...], ...]
+
+    @staticmethod
+    def from_values(column: str, values: Iterable[KeyValue]) -> KeySet:
+        """Keys for one column."""
+        return KeySet.from_tuples((column,), [(v,) for v in values])
+
+    @staticmethod
+    def from_dict(values: Mapping[str, Iterable[KeyValue]]) -> KeySet:
+        """The cartesian product of per-column value lists."""
+        columns = tuple(values)
+        lists = [list(v) for v in values.values()]
+        return KeySet.from_tuples(columns, itertools.product(*lists))
+
+    @staticmethod
+    def from_tuples(columns: Sequence[str], rows: Iterable[Sequence[KeyValue]]) -> KeySet:
+        """Keys given row by row."""
+        names = tuple(_check_name(c, "columns") for c in columns)
+        if not names or len(set(names)) != len(names):
+            raise InvalidParameterError("columns", columns, "distinct column names")
+        out: list[tuple[KeyValue, ...]] = []
+        seen: set[tuple[KeyValue, ...]] = set()
+        for row in rows:
+            key = tuple(row)
+            if len(key) != len(names):
+                raise InvalidParameterError("keys", row, f"tuples of {len(names)} values")
+            for value in key:
+                _check_key_value(value)
+            if key in seen:
+                raise InvalidParameterError("keys", row, "distinct keys (this one repeats)")
+            seen.add(key)
+            out.append(key)
+        if not out:
+            raise InvalidParameterError("keys", [], "at least one key")
+        return KeySet(names, tuple(out))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _check_key_value(value: object) -> None:
+    if value is None:
+        raise InvalidParameterError(
+            "keys", value, "non-NULL values", "Rows with a NULL key are never in a public group."
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidParameterError("keys", value, "finite values")
+    if not isinstance(value, bool | int | float | str | np.integer | np.floating):
+        # dates and the like are fine: they are compared, never pasted into SQL
+        try:
+            hash(value)
+        except TypeError:
+            raise InvalidParameterError("keys", value, "hashable values") from None
+
+
+# ---------------------------------------------------------------------------------- bounding
+@dataclass(frozen=True, slots=True)
+class Bounding:
+    """Contribution bounds per privacy unit, declared (never read from the data).
+
+    * ``max_rows`` (k): at most k rows per unit in total;
+    * ``max_groups`` (m): at most m groups per unit;
+    * ``max_rows_per_group`` (c): at most c rows per unit in each group.
+
+    Rows beyond the bounds are dropped, chosen by a keyed pseudo-random order that depends only on
+    the unit's own rows. At least ``max_rows`` or ``max_rows_per_group`` must be given.
+    """
+
+    max_rows: int | None = None
+    max_groups: int | None = None
+    max_rows_per_group: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_groups", "max_rows_per_group"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | np.integer)
+                or not 1 <= value <= 2**31
+            ):
+                raise InvalidParameterError(name, value, "an integer in [1, 2^31] or None")
+
+    def merged(self, other: Bounding) -> Bounding:
+        """``other``'s values where given, else ours."""
+        return Bounding(
+            other.max_rows if other.max_rows is not None else self.max_rows,
+            other.max_groups if other.max_groups is not None else self.max_groups,
+            other.max_rows_per_group
+            if other.max_rows_per_group is not None
+            else self.max_rows_per_group,
+        )
+
+    def describe(self) -> str:
+        parts = []
+        if self.max_rows is not None:
+            parts.append(f"max_rows={self.max_rows}")
+        if self.max_groups is not None:
+            parts.append(f"max_groups={self.max_groups}")
+        if self.max_rows_per_group is not None:
+            parts.append(f"max_rows_per_group={self.max_rows_per_group}")
+        return ", ".join(parts) or "none"
+
+
+# ---------------------------------------------------------------------------------- plan nodes
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The session's table."""
+
+    def render(self) -> str:
+        return "source"
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """Keep the rows where ``predicate`` is TRUE."""
+
+    child: PlanNode
+    predicate: Expr
+
+    def render(self) -> str:
+        return f"{self.child.render()}.filter({self.predicate.render()})"
+
+
+@dataclass(frozen=True, slots=True)
+class WithColumn:
+    """Add (or replace) a derived column."""
+
+    child: PlanNode
+    name: str
+    expr: Expr
+
+    def render(self) -> str:
+        return f"{self.child.render()}.with_column({self.name!r}, {self.expr.render()})"
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    """Keep only these columns (the privacy unit column is always kept)."""
+
+    child: PlanNode
+    columns: tuple[str, ...]
+
+    def render(self) -> str:
+        return f"{self.child.render()}.select({', '.join(repr(c) for c in self.columns)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """Group by ``keys`` (public ``key_set`` or private keys) and compute ``aggregations``."""
+
+    child: PlanNode
+    keys: tuple[str, ...]
+    key_set: KeySet | None
+    aggregations: tuple[Aggregation, ...]
+    bounding: Bounding = field(default_factory=Bounding)
+    selection_share: Fraction = Fraction(1, 4)
+
+    def render(self) -> str:
+        head = self.child.render()
+        if self.keys:
+            kind = f"public {len(self.key_set)} keys" if self.key_set else "private keys"
+            head += f".group_by({', '.join(repr(k) for k in self.keys)}; {kind})"
+        aggs = ", ".join(_render_agg(a) for a in self.aggregations)
+        return f"{head}.bound({self.bounding.describe()}).agg({aggs})"
+
+
+PlanNode: TypeAlias = Source | Filter | WithColumn | Select | Aggregate
+
+
+def _render_agg(agg: Aggregation) -> str:
+    kind = type(agg).__name__.lower()
+    if isinstance(agg, Count | CountUnits):
+        return f"{kind}() as {agg.name}"
+    if isinstance(agg, Workload):
+        shape = f"{len(agg.matrix)}x{len(agg.matrix[0])}"
+        over = f" of sum({agg.column})" if agg.column else ""
+        return f"workload[{shape}]{over} as {agg.name}"
+    if isinstance(agg, Histogram):
+        return f"histogram({agg.column}, {len(agg.edges) - 1} bins) as {agg.name}"
+    low, high = agg.bounds
+    extra = f", q={agg.q}" if isinstance(agg, Quantile) else ""
+    if isinstance(agg, Variance) and agg.std:
+        kind = "std"
+    return f"{kind}({agg.column}, [{low}, {high}]{extra}) as {agg.name}"
+
+
+# ---------------------------------------------------------------------------------- builder
+def _normalise_keys(columns: tuple[str, ...], keys: object) -> KeySet | None:
+    if keys is None:
+        return None
+    if isinstance(keys, KeySet):
+        if keys.columns != columns:
+            raise InvalidParameterError(
+                "keys", keys.columns, f"a KeySet over exactly the columns {columns}"
+            )
+        return keys
+    if isinstance(keys, Mapping):
+        key_set = KeySet.from_dict(keys)
+        if key_set.columns != columns:
+            raise InvalidParameterError("keys", list(keys), f"a mapping over {columns} in order")
+        return key_set
+    if isinstance(keys, str | bytes):
+        raise InvalidParameterError("keys", keys, "a list of key values, not a single string")
+    values = list(keys)  # type: ignore[call-overload]
+    if len(columns) == 1:
+        return KeySet.from_values(columns[0], values)
+    return KeySet.from_tuples(columns, values)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """An immutable query over the session's table; every method returns a new query."""
+
+    plan: PlanNode = field(default_factory=Source)
+    bounding: Bounding = field(default_factory=Bounding)
+
+    def filter(self, predicate: Expr) -> Query:
+        """Keep rows where ``predicate`` is TRUE (NULL counts as not TRUE)."""
+        if not isinstance(predicate, Expr):
+            raise InvalidParameterError(
+                "predicate", predicate, "an expression such as col('age') >= 18"
+            )
+        return replace(self, plan=Filter(self._open(), predicate))
+
+    def with_column(self, name: str, expr: Expr | Any) -> Query:
+        """Add a derived column computed from other columns (see :mod:`.expr`)."""
+        value = expr if isinstance(expr, Expr) else lit(expr)
+        return replace(self, plan=WithColumn(self._open(), _check_name(name), value))
+
+    def select(self, *columns: str) -> Query:
+        """Keep only these columns (the privacy unit is kept implicitly)."""
+        names = tuple(_check_name(c, "columns") for c in columns)
+        if not names:
+            raise InvalidParameterError("columns", columns, "at least one column name")
+        return replace(self, plan=Select(self._open(), names))
+
+    def bound(
+        self,
+        *,
+        max_rows: int | None = None,
+        max_groups: int | None = None,
+        max_rows_per_group: int | None = None,
+    ) -> Query:
+        """Declare contribution bounds per privacy unit (see :class:`Bounding`)."""
+        return replace(
+            self, bounding=self.bounding.merged(Bounding(max_rows, max_groups, max_rows_per_group))
+        )
+
+    def group_by(
+        self,
+        *columns: str,
+        keys: object = None,
+        max_groups: int | None = None,
+        max_rows_per_group: int | None = None,
+        selection_share: Number = Fraction(1, 4),
+    ) -> GroupedQuery:
+        """Group by ``columns``.
+
+        Args:
+            keys: the public keys (a list of values for one column, a list of tuples, a mapping
+                column -> values for their cartesian product, or a :class:`KeySet`). Without
+                keys, the groups are chosen privately: a group is released only if its noisy
+                count of distinct units clears a threshold, which costs ``selection_share`` of
+                the query's ε and needs a δ (so an (ε, δ) query budget).
+            max_groups, max_rows_per_group: contribution bounds (see :class:`Bounding`).
+        """
+        names = tuple(_check_name(c, "columns") for c in columns)
+        if not names or len(set(names)) != len(names):
+            raise InvalidParameterError("columns", columns, "one or more distinct column names")
+        share = fraction_of("selection_share", selection_share)
+        if not 0 < share < 1:
+            raise InvalidParameterError("selection_share", selection_share, "in (0, 1)")
+        bounding = self.bounding.merged(Bounding(None, max_groups, max_rows_per_group))
+        return GroupedQuery(self._open(), bounding, names, _normalise_keys(names, keys), share)
+
+    def agg(self, *aggregations: Aggregation) -> Query:
+        """Aggregate the whole table (one group)."""
+        return GroupedQuery(self._open(), self.bounding, (), None, Fraction(1, 4)).agg(
+            *aggregations
+        )
+
+    def _open(self) -> PlanNode:
+        if isinstance(self.plan, Aggregate):
+            raise UnsupportedQueryError(
+                "this query is already aggregated; start a new one from session.query()"
+            )
+        return self.plan
+
+    @property
+    def is_aggregated(self) -> bool:
+        return isinstance(self.plan, Aggregate)
+
+    def render(self) -> str:
+        """The plan as text (also stored in the ledger receipt)."""
+        return self.plan.render()
+
+    def __repr__(self) -> str:
+        return f"Query({self.render()})"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedQuery:
+    """A query grouped by some columns, waiting for :meth:`agg`."""
+
+    plan: PlanNode
+    bounding: Bounding
+    keys: tuple[str, ...]
+    key_set: KeySet | None
+    selection_share: Fraction
+
+    def bound(
+        self,
+        *,
+        max_rows: int | None = None,
+        max_groups: int | None = None,
+        max_rows_per_group: int | None = None,
+    ) -> GroupedQuery:
+        """Declare contribution bounds per privacy unit (see :class:`Bounding`)."""
+        return replace(
+            self, bounding=self.bounding.merged(Bounding(max_rows, max_groups, max_rows_per_group))
+        )
+
+    def agg(self, *aggregations: Aggregation) -> Query:
+        """The aggregations to release, each with its share (``weight``) of the budget."""
+        if not aggregations:
+            raise InvalidParameterError("aggregations", aggregations, "at least one aggregation")
+        known = (Count, CountUnits, Sum, Mean, Variance, Quantile, Histogram, Workload)
+        names: set[str] = set()
+        for agg in aggregations:
+            if not isinstance(agg, known):
+                raise InvalidParameterError(
+                    "aggregations", agg, "aggregations built with count(), sum(), mean(), ..."
+                )
+            if agg.name in names or agg.name in self.keys:
+                raise InvalidParameterError(
+                    "name", agg.name, "distinct output names (pass name=... to tell them apart)"
+                )
+            names.add(agg.name)
+        node = Aggregate(
+            self.plan,
+            self.keys,
+            self.key_set,
+            tuple(aggregations),
+            self.bounding,
+            self.selection_share,
+        )
+        return Query(node, self.bounding)

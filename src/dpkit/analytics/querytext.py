@@ -1,0 +1,296 @@
+"""The query syntax of ``dpkit query``: one small SELECT statement, parsed by sqlglot.
+
+::
+
+    SELECT dept, COUNT(*), AVG(salary, 0, 250000) AS avg_pay, MEDIAN(salary, 0, 250000)
+    WHERE level >= 2 AND dept IN ('R&D', 'Sales')
+    GROUP BY dept
+
+* ``FROM`` is optional (the table is the file given to the command).
+* Aggregates: ``COUNT(*)``, ``COUNT(DISTINCT <privacy unit>)`` (distinct units),
+  ``SUM(col, lower, upper)``, ``AVG(col, lower, upper)`` (or ``MEAN``),
+  ``VARIANCE(col, lower, upper)`` (or ``VAR``), ``STDDEV(col, lower, upper)`` (or ``STD``),
+  ``MEDIAN(col, lower, upper)``, ``QUANTILE(col, q, lower, upper)`` and
+  ``HISTOGRAM(col, e0, e1, ..., eB)``; each may be named with ``AS``. Every numeric aggregate
+  declares the bounds its values are clamped to: dpkit never reads them from the data.
+* ``WHERE``: comparisons, ``AND`` / ``OR`` / ``NOT``, ``IN (...)``, ``BETWEEN``, ``IS [NOT]
+  NULL``, ``+ - * /``, column names and literals.
+* ``GROUP BY`` columns: public keys come from the command's ``--keys col=v1,v2`` option; without
+  it the groups are chosen privately (which needs ``--delta``).
+
+Only these nodes are accepted; anything else (joins, subqueries, functions, ``;``-separated
+statements) is refused with an :class:`~dpkit.errors.UnsupportedQueryError` naming it. The text
+is parsed into dpkit's own expression tree, never passed to a database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.errors import ParseError
+
+from dpkit.analytics.expr import Expr, col, lit
+from dpkit.analytics.query import (
+    Aggregation,
+    count,
+    count_distinct_units,
+    histogram,
+    mean,
+    median,
+    quantile,
+    std,
+    sum,
+    variance,
+)
+from dpkit.errors import UnsupportedQueryError
+
+__all__ = ["ParsedQuery", "parse_query"]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuery:
+    """A parsed query: aggregations, an optional filter and the group-by columns."""
+
+    aggregations: tuple[Aggregation, ...]
+    where: Expr | None
+    group_by: tuple[str, ...]
+
+
+_OWN_FUNCTIONS = (
+    "SUM",
+    "AVG",
+    "MEAN",
+    "VARIANCE",
+    "VAR",
+    "VAR_POP",
+    "VARIANCE_POP",
+    "STDDEV",
+    "STD",
+    "STDDEV_POP",
+    "MEDIAN",
+    "QUANTILE",
+    "HISTOGRAM",
+)
+
+
+class _QueryDialect(DuckDB):
+    """DuckDB's grammar, with dpkit's aggregates parsed as plain calls (their arity is ours)."""
+
+    class Parser(DuckDB.Parser):  # type: ignore[misc,valid-type]  # sqlglot builds it dynamically
+        FUNCTIONS = {  # noqa: RUF012 - sqlglot's parser declares these as class-level dicts
+            name: builder
+            for name, builder in DuckDB.Parser.FUNCTIONS.items()
+            if name not in _OWN_FUNCTIONS
+        }
+        FUNCTION_PARSERS = {  # noqa: RUF012 - as above
+            name: parser
+            for name, parser in DuckDB.Parser.FUNCTION_PARSERS.items()
+            if name not in _OWN_FUNCTIONS
+        }
+
+
+def _refuse(node: exp.Expr, hint: str = "") -> UnsupportedQueryError:
+    text = node.sql()[:80]
+    return UnsupportedQueryError(
+        f"unsupported in a dpkit query: {text!r} ({type(node).__name__}). {hint}".strip()
+        + " See `dpkit query --help` for the syntax."
+    )
+
+
+def parse_query(text: str, privacy_unit: str | None = None) -> ParsedQuery:
+    """Parse the query text (see the module docstring for the syntax)."""
+    if not isinstance(text, str) or not text.strip():
+        raise UnsupportedQueryError('the query is empty; e.g. "SELECT COUNT(*)"')
+    try:
+        statements = sqlglot.parse(text, read=_QueryDialect)
+    except ParseError as error:
+        raise UnsupportedQueryError(f"could not parse the query: {error}") from None
+    statements = [s for s in statements if s is not None]
+    if len(statements) != 1 or not isinstance(statements[0], exp.Select):
+        raise UnsupportedQueryError("the query must be exactly one SELECT statement")
+    select = statements[0]
+    for arg in ("joins", "having", "order", "limit", "offset", "with", "distinct", "qualify"):
+        if select.args.get(arg):
+            raise UnsupportedQueryError(f"{arg.upper()} is not supported in a dpkit query")
+    source = select.args.get("from") or select.args.get("from_")
+    if source is not None and not isinstance(source.this, exp.Table):
+        raise UnsupportedQueryError("FROM may only name the table (or be left out)")
+    group = select.args.get("group")
+    keys: tuple[str, ...] = ()
+    if group is not None:
+        names = []
+        for node in group.expressions:
+            if not isinstance(node, exp.Column):
+                raise _refuse(node, "GROUP BY takes column names.")
+            names.append(node.name)
+        keys = tuple(names)
+    aggregations: list[Aggregation] = []
+    for node in select.expressions:
+        name = None
+        if isinstance(node, exp.Alias):
+            name = node.alias
+            node = node.this
+        if isinstance(node, exp.Column) and node.name in keys:
+            continue  # group keys may be listed; they are always in the result
+        aggregations.append(_aggregation(node, name, privacy_unit))
+    if not aggregations:
+        raise UnsupportedQueryError("the query has no aggregate; add e.g. COUNT(*)")
+    where_node = select.args.get("where")
+    where = _expr(where_node.this) if where_node is not None else None
+    return ParsedQuery(tuple(aggregations), where, keys)
+
+
+def _number(node: exp.Expr) -> float | int:
+    negative = False
+    if isinstance(node, exp.Neg):
+        negative, node = True, node.this
+    if not isinstance(node, exp.Literal) or node.is_string:
+        raise _refuse(node, "Bounds and parameters must be numbers.")
+    text = node.this
+    value: float | int = int(text) if text.lstrip("-").isdigit() else float(text)
+    return -value if negative else value
+
+
+def _column_name(node: exp.Expr) -> str:
+    if not isinstance(node, exp.Column):
+        raise _refuse(node, "The first argument of an aggregate is a column name.")
+    return str(node.name)
+
+
+def _args(node: exp.Expr) -> list[exp.Expr]:
+    if isinstance(node, exp.Anonymous):
+        return list(node.expressions)
+    args = [node.this] if node.this is not None else []
+    args += list(node.args.get("expressions") or [])
+    for key in ("expression", "quantile"):
+        extra = node.args.get(key)
+        if extra is not None:
+            args.append(extra)
+    return args
+
+
+def _aggregation(node: exp.Expr, name: str | None, unit: str | None) -> Aggregation:
+    func = (node.name if isinstance(node, exp.Anonymous) else node.key).lower()
+    if isinstance(node, exp.Count):
+        inner = node.this
+        if isinstance(inner, exp.Star):
+            return count(name or "count")
+        if isinstance(inner, exp.Distinct):
+            cols = inner.expressions
+            if (
+                len(cols) == 1
+                and isinstance(cols[0], exp.Column)
+                and (unit is None or cols[0].name == unit)
+            ):
+                return count_distinct_units(name or "units")
+        raise _refuse(node, "Use COUNT(*) or COUNT(DISTINCT <privacy unit column>).")
+    args = _args(node)
+    aliases = {
+        "avg": "mean",
+        "mean": "mean",
+        "sum": "sum",
+        "variance": "variance",
+        "var": "variance",
+        "var_pop": "variance",
+        "variance_pop": "variance",
+        "stddev": "std",
+        "std": "std",
+        "stddev_pop": "std",
+        "median": "median",
+        "quantile": "quantile",
+        "histogram": "histogram",
+    }
+    kind = aliases.get(func)
+    if kind is None:
+        raise _refuse(
+            node, "Aggregates: COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, QUANTILE, HISTOGRAM."
+        )
+    if not args:
+        raise _refuse(node, "An aggregate needs a column.")
+    column = _column_name(args[0])
+    numbers = [_number(a) for a in args[1:]]
+    if kind == "histogram":
+        return histogram(column, numbers, name)
+    if kind == "quantile":
+        if len(numbers) != 3:
+            raise _refuse(node, "QUANTILE(col, q, lower, upper).")
+        return quantile(column, numbers[0], (numbers[1], numbers[2]), name)
+    if len(numbers) != 2:
+        raise _refuse(node, f"{func.upper()}(col, lower, upper): declare the clamping bounds.")
+    bounds = (numbers[0], numbers[1])
+    builders: dict[str, Any] = {
+        "sum": sum,
+        "mean": mean,
+        "variance": variance,
+        "std": std,
+        "median": median,
+    }
+    result: Aggregation = builders[kind](column, bounds, name)
+    return result
+
+
+_COMPARE = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
+
+
+def _literal(node: exp.Expr) -> Any:
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Neg):
+        return -_literal(node.this)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this
+        return _number(node)
+    raise _refuse(node, "IN lists hold literals.")
+
+
+def _expr(node: exp.Expr) -> Expr:
+    if isinstance(node, exp.Paren):
+        return _expr(node.this)
+    if isinstance(node, exp.Column):
+        if node.table:
+            raise _refuse(node, "Name columns without a table prefix.")
+        return col(node.name)
+    if isinstance(node, exp.Literal | exp.Null | exp.Boolean):
+        return lit(_literal(node))
+    if isinstance(node, exp.Neg):
+        return -_expr(node.this)
+    if isinstance(node, exp.Not):
+        return ~_expr(node.this)
+    if isinstance(node, exp.And):
+        return _expr(node.this) & _expr(node.expression)
+    if isinstance(node, exp.Or):
+        return _expr(node.this) | _expr(node.expression)
+    for kind, op in _COMPARE.items():
+        if isinstance(node, kind):
+            left, right = _expr(node.this), _expr(node.expression)
+            return {
+                "==": left == right,
+                "!=": left != right,
+                "<": left < right,
+                "<=": left <= right,
+                ">": left > right,
+                ">=": left >= right,
+            }[op]
+    for kind, op in _ARITH.items():
+        if isinstance(node, kind):
+            left, right = _expr(node.this), _expr(node.expression)
+            return {"+": left + right, "-": left - right, "*": left * right, "/": left / right}[op]
+    if isinstance(node, exp.In):
+        if node.args.get("query") is not None:
+            raise _refuse(node, "IN takes a list of literals, not a subquery.")
+        return _expr(node.this).is_in([_literal(v) for v in node.expressions])
+    if isinstance(node, exp.Between):
+        return _expr(node.this).between(_expr(node.args["low"]), _expr(node.args["high"]))
+    if isinstance(node, exp.Is):
+        if not isinstance(node.expression, exp.Null):
+            raise _refuse(node, "Only IS NULL / IS NOT NULL are supported.")
+        return _expr(node.this).is_null()
+    raise _refuse(node)

@@ -1,0 +1,58 @@
+"""Engine test fixtures: one shared local SparkSession for the whole test session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from dpkit.analytics.engines import DuckDBEngine, Engine, PandasEngine
+
+ENGINES = ["pandas", "duckdb", "spark"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    pyspark = pytest.importorskip("pyspark")
+    del pyspark
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", "python3")
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("dpkit-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "1")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=ENGINES)
+def engine_name(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def make(engine_name: str, request: pytest.FixtureRequest) -> Callable[[Any], Engine]:
+    """Build the parametrised engine over a pandas DataFrame."""
+
+    def build(df: Any) -> Engine:
+        if engine_name == "pandas":
+            return PandasEngine(df)
+        if engine_name == "duckdb":
+            return DuckDBEngine(df)
+        from dpkit.analytics.engines.spark_engine import SparkEngine
+
+        return SparkEngine(df, spark=request.getfixturevalue("spark"))
+
+    return build
