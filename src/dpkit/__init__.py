@@ -41,19 +41,24 @@ from dpkit.errors import (
     UnsupportedQueryError,
 )
 from dpkit.mechanisms import (
+    check_ladder_privacy,
     estimate_frequencies,
     estimate_proportion,
     make_discrete_gaussian,
+    make_discrete_ladder,
     make_exponential,
     make_gaussian,
     make_generalized_randomized_response,
     make_geometric,
+    make_ladder,
+    make_ladder_vector,
     make_laplace,
     make_permute_and_flip,
     make_randomized_response,
     make_randomized_response_epsilon,
     make_report_noisy_max,
     make_staircase,
+    make_sum_in_intervals,
 )
 
 __version__ = "0.1.0"
@@ -114,6 +119,7 @@ __all__ = [
     "UnsupportedQueryError",
     "VectorDomain",
     "__version__",
+    "check_ladder_privacy",
     "col",
     "compose",
     "estimate_frequencies",
@@ -121,10 +127,13 @@ __all__ = [
     "lit",
     "make_chain",
     "make_discrete_gaussian",
+    "make_discrete_ladder",
     "make_exponential",
     "make_gaussian",
     "make_generalized_randomized_response",
     "make_geometric",
+    "make_ladder",
+    "make_ladder_vector",
     "make_laplace",
     "make_parallel_composition",
     "make_permute_and_flip",
@@ -134,5 +143,6 @@ __all__ = [
     "make_report_noisy_max",
     "make_sequential_composition",
     "make_staircase",
+    "make_sum_in_intervals",
     "parallel",
 ]

@@ -54,6 +54,11 @@ EXPECTED = {
     "col",
     "lit",
     "Ledger",
+    "check_ladder_privacy",
+    "make_discrete_ladder",
+    "make_ladder",
+    "make_ladder_vector",
+    "make_sum_in_intervals",
 }
 
 

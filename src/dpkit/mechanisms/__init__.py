@@ -7,6 +7,13 @@ from dpkit.mechanisms.exponential import (
     make_report_noisy_max,
 )
 from dpkit.mechanisms.gaussian import make_discrete_gaussian, make_gaussian
+from dpkit.mechanisms.ladder import (
+    check_ladder_privacy,
+    make_discrete_ladder,
+    make_ladder,
+    make_ladder_vector,
+    make_sum_in_intervals,
+)
 from dpkit.mechanisms.laplace import make_geometric, make_laplace
 from dpkit.mechanisms.randomized_response import (
     Estimate,
@@ -31,21 +38,26 @@ __all__ = [
     "DiscreteStaircase",
     "Estimate",
     "FrequencyEstimate",
+    "check_ladder_privacy",
     "estimate_frequencies",
     "estimate_proportion",
     "exponential_utility_bound",
     "frequency_variance",
     "make_discrete_gaussian",
+    "make_discrete_ladder",
     "make_exponential",
     "make_gaussian",
     "make_generalized_randomized_response",
     "make_geometric",
+    "make_ladder",
+    "make_ladder_vector",
     "make_laplace",
     "make_permute_and_flip",
     "make_randomized_response",
     "make_randomized_response_epsilon",
     "make_report_noisy_max",
     "make_staircase",
+    "make_sum_in_intervals",
     "proportion_variance",
     "staircase_expected_abs",
     "staircase_optimal_gamma",
