@@ -32,7 +32,7 @@ from dpkit.analytics.planner import CompiledQuery, Mechanism, compile_query, rew
 from dpkit.analytics.query import Bounding, Query, count
 from dpkit.analytics.results import Release
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ledger import Ledger
 from dpkit.noise import random_words
 
@@ -83,6 +83,27 @@ def _query_budget(
     if delta is None or check_delta(delta) == 0:
         return PureDP(eps)
     return ApproxDP(eps, check_delta(delta))
+
+
+def _failed_after_reservation(
+    ledger: Ledger, reservation: Any, error: BaseException
+) -> BaseException:
+    """Record a failure after the reservation (the charge stays) and return the error to raise.
+
+    An engine's error text can quote the data it choked on (a value that did not cast, a CSV
+    line), and after the reservation that text would be an unaccounted release. So the ledger
+    records only the error's class, and any error that is not dpkit's own (whose messages never
+    carry data) is replaced by a :class:`DPError` that names the class only; the original is not
+    chained (``from None``). KeyboardInterrupt and friends pass through unchanged.
+    """
+    ledger.fail(reservation, type(error).__name__)
+    if isinstance(error, DPError) or not isinstance(error, Exception):
+        return error
+    return DPError(
+        f"the query failed while reading the data ({type(error).__name__}); its budget stays "
+        "spent. The engine's message is withheld because it can quote the data. Check that "
+        "the declared keys, bounds and types match the table."
+    )
 
 
 def _ledger_charge(
@@ -202,7 +223,19 @@ class Session:
             self.ledger = ledger
         else:
             self.ledger = Ledger.open(str(ledger))
-        known = {(b.dataset, b.analyst) for b in self.ledger.budgets(self.dataset)}
+        existing = self.ledger.budgets(self.dataset)
+        known = {(b.dataset, b.analyst) for b in existing}
+        for status in existing:
+            if status.privacy_unit != privacy_unit:
+                raise InvalidParameterError(
+                    "privacy_unit",
+                    privacy_unit,
+                    f"{status.privacy_unit!r}, the privacy unit of the ledger's budget for "
+                    f"dataset {self.dataset!r}",
+                    "A budget protects one kind of unit: spending it per another unit (e.g. per "
+                    "payslip instead of per employee) would understate every charge. Use the "
+                    "budget's unit, or another dataset name for a budget of your own unit.",
+                )
         if (self.dataset, None) not in known:
             if budget is None:
                 raise InvalidParameterError(
@@ -217,7 +250,9 @@ class Session:
                 raise InvalidParameterError(
                     "budget", budget, "given to create the analyst's budget"
                 )
-            self.ledger.create_budget(self.dataset, budget, analyst=analyst)
+            self.ledger.create_budget(
+                self.dataset, budget, analyst=analyst, privacy_unit=privacy_unit
+            )
 
     # ------------------------------------------------------------------ queries
     def query(self) -> Query:
@@ -280,6 +315,7 @@ class Session:
             self.dataset,
             charge,
             analyst=self.analyst,
+            privacy_unit=self.privacy_unit,
             query=compiled.description,
             mechanism=mechanisms[:500],
         )
@@ -287,8 +323,7 @@ class Session:
             results = [self.engine.run(plan) for plan in compiled.plans]
             tables, accuracy = compiled.release(results, alpha)
         except BaseException as error:
-            self.ledger.fail(reservation, f"{type(error).__name__}: {error}")
-            raise
+            raise _failed_after_reservation(self.ledger, reservation, error) from None
         receipt = self.ledger.commit(reservation)
         return Release(
             tables,
@@ -349,6 +384,7 @@ class Session:
             self.dataset,
             loss,
             analyst=self.analyst,
+            privacy_unit=self.privacy_unit,
             query=f"estimate_bounds({column!r}, coverage={coverage})",
             mechanism="exponential",
         )
@@ -365,8 +401,7 @@ class Session:
             j_low = em_quantile_index(below, n, q_low, half, contrib.rows_l1, prior)
             j_high = em_quantile_index(below, n, 1 - q_low, half, contrib.rows_l1, prior)
         except BaseException as error:
-            self.ledger.fail(reservation, f"{type(error).__name__}: {error}")
-            raise
+            raise _failed_after_reservation(self.ledger, reservation, error) from None
         receipt = self.ledger.commit(reservation)
         inner = edges[1:-1]
         lower = edges[max(min(j_low, len(edges) - 2), 1)]
