@@ -14,6 +14,14 @@ import pyarrow as pa
 from dpkit.analytics.engines.base import BoundedPlan
 
 
+def _nearest(x: float, allowed: tuple[tuple[int, int], ...]) -> float:
+    """The nearest integer of the union of ranges to x, ties to the lower (NaN stays NaN)."""
+    if np.isnan(x):
+        return x
+    candidates = [min(max(int(x), lo), hi) for lo, hi in allowed]
+    return float(min(candidates, key=lambda c: (abs(c - x), c)))
+
+
 def plain(df: pd.DataFrame, plan: BoundedPlan) -> dict[tuple[Any, ...], list[int]]:
     assert not plan.steps
     work = df[df[plan.unit].notna()].copy()
@@ -26,6 +34,8 @@ def plain(df: pd.DataFrame, plan: BoundedPlan) -> dict[tuple[Any, ...], list[int
         c = np.clip(v, spec.lower, spec.upper)
         a = c * 2.0 ** (-spec.exponent)
         idx = np.floor(a) + (a - np.floor(a) >= 0.5)
+        if spec.allowed:
+            idx = np.array([_nearest(x, spec.allowed) for x in idx])
         work[f"__v{j}"] = pd.array(np.where(np.isnan(v), np.nan, idx), dtype="Float64")
     out: dict[tuple[Any, ...], list[int]] = {}
     groups = work.groupby(list(plan.keys), dropna=False) if plan.keys else [((), work)]

@@ -146,6 +146,21 @@ def test_steps_with_null_semantics(make: Make) -> None:
     assert result_dict(make(df).run(plan), plan) == result_dict(PandasEngine(df).run(plan), plan)
 
 
+def test_values_moved_to_declared_ranges(make: Make) -> None:
+    """ValueSpec.allowed: each grid integer goes to the nearest declared one (ties down)."""
+    df = table()
+    # exact ties between ranges (20 is halfway between 10 and 30; -0.5 between -1 and 0)
+    df.loc[:5, "salary"] = [20.0, -0.5, 45.0, 10.0 + 2**-7, 200.0, -7.0]
+    allowed = ((-64, -64), (0, 640), (1920, 2560), (3200, 6400))  # units of 2^-6
+    values = (ValueSpec("salary", -1.0, 100.0, -6, allowed),)
+    plan = plan_of(max_rows=10_000, values=values)
+    got = result_dict(make(df).run(plan), plan)
+    assert got == plain(df, plan)
+    bounded = plan_of(max_rows=2, values=values)
+    expected = result_dict(PandasEngine(df).run(bounded), bounded)
+    assert result_dict(make(df).run(bounded), bounded) == expected
+
+
 def test_bins(make: Make) -> None:
     df = table()
     grid = plan_of(max_rows=3, outputs=(Output("rows"),), bins=BinSpec("grid", value=0))

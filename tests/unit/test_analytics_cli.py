@@ -110,6 +110,7 @@ def test_payroll_demo_runs_end_to_end() -> None:
         "Per department",
         "Engineering",
         "partition",
+        "mechanism chosen for the pay bill: ladder",
         "commit",
         "budget left for 'payroll'",
     ):

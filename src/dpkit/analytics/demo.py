@@ -2,9 +2,12 @@
 
 The table is generated deterministically from public parameters (no randomness, no real
 people): employees in departments, twelve monthly payslips each, salaries on a *polarised* pay
-scale (most staff on a low band, a minority on a high band, few in between). It is analysed end
-to end: contribution bounding by employee, public and private group keys, means, quantiles and
-a histogram, with every charge recorded in a SQLite ledger in a temporary directory.
+scale — two company-wide pay grades, 2,500-3,000 and 16,000-17,500 a month, nobody in between
+(a December bonus lifts the high grade). It is analysed end to end: contribution bounding by
+employee, public and private group keys, means, quantiles and a histogram, and a pay bill whose
+per-payslip values are *declared* to lie in the two grades, so the planner can pick the ladder
+mechanism (it adds less noise than Laplace or the staircase when the values have a wide gap);
+every charge is recorded in a SQLite ledger in a temporary directory.
 """
 
 from __future__ import annotations
@@ -19,24 +22,35 @@ from rich.console import Console
 
 from dpkit.analytics.cli import render_release
 from dpkit.analytics.expr import col
-from dpkit.analytics.query import count, count_distinct_units, histogram, mean, median, quantile
+from dpkit.analytics.query import (
+    count,
+    count_distinct_units,
+    histogram,
+    mean,
+    median,
+    quantile,
+)
+from dpkit.analytics.query import sum as dp_sum
 from dpkit.analytics.session import Session
 from dpkit.core.losses import ApproxDP
 from dpkit.ledger import Ledger
 
-__all__ = ["DEPARTMENTS", "payroll_demo", "payroll_table"]
+__all__ = ["DEPARTMENTS", "PAY_GRADES", "payroll_demo", "payroll_table"]
 
 DEPARTMENTS = ("Engineering", "Sales", "Operations", "Finance", "Support", "Legal")
 _TITLES = ("Associate", "Analyst", "Specialist", "Manager", "Director")
-# (share of staff on the high band, low band centre, high band centre), yearly, per department
-_SCALE = {
-    "Engineering": (0.45, 52_000, 165_000),
-    "Sales": (0.25, 40_000, 150_000),
-    "Operations": (0.10, 36_000, 120_000),
-    "Finance": (0.30, 48_000, 155_000),
-    "Support": (0.05, 33_000, 105_000),
-    "Legal": (0.40, 55_000, 190_000),
+# share of staff on the high pay grade, per department
+_HIGH_SHARE = {
+    "Engineering": 0.45,
+    "Sales": 0.25,
+    "Operations": 0.10,
+    "Finance": 0.30,
+    "Support": 0.05,
+    "Legal": 0.40,
 }
+PAY_GRADES = ((2_500, 3_000), (16_000, 17_500))
+"""The two monthly pay grades (public: a collective agreement); December pays the high grade
+a 40% bonus."""
 
 
 def _uniforms(label: str, n: int) -> np.ndarray:
@@ -58,10 +72,9 @@ def payroll_table(employees: int = 1200) -> pd.DataFrame:
     rows = []
     for e in range(employees):
         department = DEPARTMENTS[min(int(dept_index[e]), len(DEPARTMENTS) - 1)]
-        high_share, low, high = _SCALE[department]
-        on_high = u_band[e] < high_share
-        centre = high if on_high else low
-        yearly = centre * (0.85 + 0.3 * u_pay[e])
+        on_high = u_band[e] < _HIGH_SHARE[department]
+        low, high = PAY_GRADES[1 if on_high else 0]
+        monthly = low + (high - low) * u_pay[e]
         title = _TITLES[
             min(
                 int(u_title[e] * (2 if not on_high else 3)) + (2 if on_high else 0),
@@ -70,8 +83,8 @@ def payroll_table(employees: int = 1200) -> pd.DataFrame:
         ]
         months = 12 if e % 10 else 6  # one in ten joined mid-year
         for m in range(12 - months + 1, 13):
-            bonus = 1.5 if (m == 12 and on_high) else 1.0
-            rows.append((e + 1, department, title, m, round(yearly / 12 * bonus, 2)))
+            bonus = 1.4 if (m == 12 and on_high) else 1.0
+            rows.append((e + 1, department, title, m, round(monthly * bonus, 2)))
     return pd.DataFrame(rows, columns=["employee_id", "department", "title", "month", "salary"])
 
 
@@ -82,16 +95,17 @@ def payroll_demo(console: Console | None = None) -> None:
     console.rule("[bold]Payroll analytics: a Session over a synthetic payroll")
     console.print(
         f"{len(table):,} monthly payslips of {table['employee_id'].nunique():,} employees in "
-        f"{len(DEPARTMENTS)} departments; salaries on a polarised pay scale. The privacy unit "
-        "is the employee: at most 12 payslips each count (bounded by dpkit, never read from "
-        "the data). Budget: ε = 3, δ = 1e-6, kept in a SQLite ledger."
+        f"{len(DEPARTMENTS)} departments; salaries on a polarised pay scale (two grades, "
+        "2,500-3,000 and 16,000-17,500 a month). The privacy unit is the employee: at most 12 "
+        "payslips each count (bounded by dpkit, never read from the data). Budget: ε = 5, "
+        "δ = 1e-6, kept in a SQLite ledger."
     )
     with tempfile.TemporaryDirectory() as tmp:
         ledger = Ledger.open(str(Path(tmp) / "ledger.db"))
         session = Session(
             table,
             privacy_unit="employee_id",
-            budget=ApproxDP(3, 1e-6),
+            budget=ApproxDP(5, 1e-6),
             ledger=ledger,
             dataset="payroll",
             max_rows=12,
@@ -118,6 +132,26 @@ def payroll_demo(console: Console | None = None) -> None:
         )
         release = session.evaluate(bands, epsilon=1)
         render_release(release, console, "Whole company, ε = 1")
+
+        grades = [(float(lo), float(hi)) for lo, hi in PAY_GRADES]
+        pay_bill = (
+            session.query()
+            .filter(col("month") == 11)
+            .group_by("department", keys=list(DEPARTMENTS))
+            .bound(max_rows=1)
+            .agg(dp_sum("salary", values=grades, name="november_pay_bill"))
+        )
+        release = session.evaluate(pay_bill, epsilon=2)
+        render_release(
+            release,
+            console,
+            "November pay bill per department, one payslip per employee, values declared in "
+            "the two grades, ε = 2",
+        )
+        chosen = release.accuracy["november_pay_bill"]
+        console.print(
+            f"mechanism chosen for the pay bill: [bold]{chosen.mechanism}[/bold] — {chosen.note}"
+        )
 
         titles = (
             session.query().group_by("title", max_groups=1).agg(count_distinct_units("employees"))

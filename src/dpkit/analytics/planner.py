@@ -10,6 +10,9 @@
    (discrete Laplace) noise; ``ZCDP``: discrete Gaussian noise; ``ApproxDP``: whichever of the two
    has the smaller noise for the row counts (``mechanism=`` overrides), and partition selection
    by a noisy threshold for private keys. Quantiles use the exponential mechanism (:mod:`._em`).
+   A sum whose values are declared to lie in a union of intervals (``sum(col, values=...)``)
+   gets, from a pure share, whichever of geometric, staircase and ladder noise has the smallest
+   expected absolute error for the neighbour set of one unit (:mod:`._valueset`).
    The budget is split across aggregations by their weights, explicitly; the split and every
    measurement's loss are computed by the measurements' privacy maps and their composition is
    checked against the query budget, exactly.
@@ -21,6 +24,7 @@ engine returned.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -33,6 +37,7 @@ from scipy.stats import norm
 
 from dpkit._exact import log_upper, sqrt_upper
 from dpkit.analytics._em import em_quantile_index, rank_error_bound
+from dpkit.analytics._valueset import choose_noise, describe_choice, grid_ranges
 from dpkit.analytics.bounding import Contribution, contribution
 from dpkit.analytics.engines.base import BinSpec, BoundedPlan, Output, Step, ValueSpec
 from dpkit.analytics.engines.pandas_engine import grid_indices
@@ -56,6 +61,7 @@ from dpkit.analytics.query import (
     Variance,
     WithColumn,
     Workload,
+    render_values,
 )
 from dpkit.analytics.results import Accuracy
 from dpkit.core.framework import Measurement
@@ -403,6 +409,7 @@ class _Noisy:
 
     output: int
     measurement: Measurement[Any]
+    _halfwidths: dict[float, float] = field(default_factory=dict, repr=False, compare=False)
 
     def apply(self, exact: np.ndarray) -> np.ndarray:
         if exact.size == 0:
@@ -410,7 +417,10 @@ class _Noisy:
         return np.asarray(self.measurement(exact.astype(np.int64)), dtype=np.int64)
 
     def halfwidth(self, alpha: float) -> float:
-        return noise_halfwidth(self.measurement, alpha)
+        """Cached per alpha: a compiled query may be released many times (audits)."""
+        if alpha not in self._halfwidths:
+            self._halfwidths[alpha] = noise_halfwidth(self.measurement, alpha)
+        return self._halfwidths[alpha]
 
     def variance(self) -> float:
         return noise_variance(self.measurement)
@@ -666,7 +676,7 @@ def compile_query(
     for agg in aggregate.aggregations:
         share = agg_share.scaled(agg.weight / total_weight)
         finisher, losses, text = _compile_aggregation(
-            agg, share, contrib, main, extra_plans, make_plan, n_keys, private_keys
+            agg, share, contrib, main, extra_plans, make_plan, n_keys, private_keys, mechanism
         )
         finishers.append(finisher)
         mechanisms.update(_mechanism_names(text))
@@ -713,9 +723,15 @@ def compile_query(
     )
 
 
+_MECHANISM_RE = re.compile(
+    r"\b(geometric|discrete_gaussian|staircase|ladder) noise\b|\b(exponential) mechanism\b"
+)
+
+
 def _mechanism_names(text: str) -> set[str]:
-    known = ("geometric", "discrete_gaussian", "exponential")
-    return {name for name in known if name in text}
+    """The mechanisms an explanation line says it uses ('<name> noise', 'exponential mechanism');
+    alternatives it only mentions (e.g. 'vs staircase 3,522') do not count."""
+    return {a or b for a, b in _MECHANISM_RE.findall(text)}
 
 
 def _total_loss(split: Mapping[str, PrivacyLoss], share: Share, selection: bool) -> PrivacyLoss:
@@ -753,8 +769,11 @@ def _compile_aggregation(
     make_plan: Callable[..., BoundedPlan],
     n_keys: int | None,
     private_keys: bool,
+    mechanism: Mechanism = "auto",
 ) -> tuple[Finisher, list[PrivacyLoss], str]:
     l1, l2sq = contrib.rows_l1, contrib.rows_l2_squared
+    if isinstance(agg, Sum) and agg.values is not None:
+        return _compile_values_sum(agg, share, contrib, main, mechanism)
     if isinstance(agg, Count):
         noisy = _Noisy(main.output("rows"), _integer_noise(share, l1, l2sq))
         return (
@@ -823,7 +842,7 @@ def _count_finisher(name: str, noisy: _Noisy) -> Finisher:
     return finish
 
 
-def _sum_finisher(name: str, noisy: _Noisy, exponent: int) -> Finisher:
+def _sum_finisher(name: str, noisy: _Noisy, exponent: int, note: str = "") -> Finisher:
     g = 2.0**exponent
 
     def finish(ctx: _Context) -> None:
@@ -834,10 +853,75 @@ def _sum_finisher(name: str, noisy: _Noisy, exponent: int) -> Finisher:
         ctx.columns[f"{name}_low"] = values - h
         ctx.columns[f"{name}_high"] = values + h
         ctx.accuracy[name] = Accuracy(
-            "exact", h, ctx.alpha, noisy.measurement.name, noisy.loss, noisy.expected_abs() * g
+            "exact",
+            h,
+            ctx.alpha,
+            noisy.measurement.name,
+            noisy.loss,
+            noisy.expected_abs() * g,
+            note,
         )
 
     return finish
+
+
+def _compile_values_sum(
+    agg: Sum, share: Share, contrib: Contribution, main: _Registry, mechanism: Mechanism
+) -> tuple[Finisher, list[PrivacyLoss], str]:
+    """A sum over a declared union of intervals (:mod:`._valueset`): values are moved to the
+    nearest declared value on the grid; a pure share picks geometric, staircase or ladder noise.
+
+    The grid is the sum's usual one, refined if needed so that max|V| spans at least 2^20 grid
+    steps (the ladder's resolution); the declared intervals are widened outward to it, so the
+    neighbour set the noise is calibrated for contains every value the engine can produce.
+    """
+    assert agg.values is not None
+    low, high = agg.bounds
+    magnitude = max(abs(low), abs(high))
+    exponent = min(
+        _value_exponent_for_sum(share, contrib, magnitude, magnitude), choose_exponent(magnitude)
+    )
+    units = grid_ranges(agg.values, exponent)
+    per_row = max(max(abs(a), abs(b)) for a, b in units)
+    value = main.value(ValueSpec(agg.column, float(low), float(high), exponent, units))
+    output = main.output("sum", value)
+    g = 2.0**exponent
+    head = (
+        f"values {render_values(agg.values)} on grid 2^{exponent} (each moved to the nearest "
+        f"declared value); "
+    )
+    if share.family == "zcdp":
+        l2sq = contrib.rows_l2_squared * per_row * per_row
+        noisy = _Noisy(output, integer_gaussian(l2sq, share.amount))
+        text = (
+            f"{head}{noisy.measurement.name} noise, sensitivity L2²={l2sq} grid steps² (the "
+            "ladder and staircase need a pure-DP share)"
+        )
+        return _sum_finisher(agg.name, noisy, exponent), [noisy.loss], text
+    choice = choose_noise(
+        units,
+        share.amount,
+        contrib.rows_l1,
+        contrib.rows_per_group,
+        contrib.groups,
+        geometric_only=mechanism == "laplace",
+    )
+    noisy = _Noisy(output, choice.measurement)
+    c, m = contrib.rows_per_group, contrib.groups
+    target = "a group's sum" if m > 1 else "the sum"
+    if choice.neighbor_ranges is None:
+        reach = f"one unit moves {target} by <= {c}·{per_row} grid steps"
+    elif c == 1:
+        reach = f"one unit moves {target} by ± one declared value (or 0)"
+    else:
+        reach = (
+            f"one unit moves {target} by ± a sum of <= {c} declared values "
+            f"({choice.neighbor_ranges} intervals)"
+        )
+    groups = f", in <= {m} groups at ε/{m} each" if m > 1 and choice.chosen != "geometric" else ""
+    described = describe_choice(choice, g)
+    text = f"{head}{reach}{groups}; {described}"
+    return _sum_finisher(agg.name, noisy, exponent, described), [noisy.loss], text
 
 
 def _compile_moments(

@@ -124,12 +124,18 @@ class CountUnits:
 
 @dataclass(frozen=True, slots=True)
 class Sum:
-    """The sum of ``column`` clamped to ``bounds`` (NULL and NaN values are skipped)."""
+    """The sum of ``column`` clamped to ``bounds`` (NULL and NaN values are skipped).
+
+    With ``values`` (a union of closed intervals, sorted and disjoint), each value is moved to the
+    nearest point of that union instead of clamped, and ``bounds`` is its hull; a pure-DP
+    budget then picks the noise (geometric, staircase or ladder) with the least expected error.
+    """
 
     column: str
     bounds: tuple[Fraction, Fraction]
     name: str
     weight: Fraction = Fraction(1)
+    values: tuple[tuple[Fraction, Fraction], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,21 +213,95 @@ def count_distinct_units(name: str = "units", *, weight: Number = 1) -> CountUni
     return CountUnits(_check_name(name), _check_weight(weight))
 
 
+_MAX_VALUE_INTERVALS = 64
+
+
+def check_values(values: object, name: str = "values") -> tuple[tuple[Fraction, Fraction], ...]:
+    """A declared value set: closed intervals (lo, hi) (a number v means [v, v]), sorted, with
+    overlapping or touching intervals merged; floats are rounded outward (never shrinking it).
+    """
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise InvalidParameterError(
+            name, values, "a non-empty list of (lo, hi) intervals, e.g. [(0, 5000), (12000, 15000)]"
+        )
+    items = list(values)
+    if not 1 <= len(items) <= _MAX_VALUE_INTERVALS:
+        raise InvalidParameterError(
+            name, values, f"between 1 and {_MAX_VALUE_INTERVALS} intervals (lo, hi)"
+        )
+    intervals: list[tuple[Fraction, Fraction]] = []
+    for i, item in enumerate(items):
+        if isinstance(item, Sequence | np.ndarray) and not isinstance(item, str | bytes):
+            pair = tuple(item)
+        else:
+            pair = (item, item)
+        intervals.append(check_bounds(pair, f"{name}[{i}]"))
+    intervals.sort()
+    merged = [intervals[0]]
+    for lo, hi in intervals[1:]:
+        if lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    if all(lo == hi == 0 for lo, hi in merged):
+        raise InvalidParameterError(name, values, "a set with a non-zero value (the sum is 0)")
+    return tuple(merged)
+
+
+def _number(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{float(x):.8g}"
+
+
+def render_values(values: Sequence[tuple[Fraction, Fraction]]) -> str:
+    """Readable text of a declared value set: ``[0, 5000] ∪ [12000, 15000]``."""
+    return " ∪ ".join(
+        f"[{_number(lo)}, {_number(hi)}]" if lo != hi else f"{{{_number(lo)}}}" for lo, hi in values
+    )
+
+
 def sum(
     column: str | Col,
-    bounds: tuple[Number, Number],
+    bounds: tuple[Number, Number] | None = None,
     name: str | None = None,
     *,
+    values: Sequence[tuple[Number, Number] | Number] | None = None,
     weight: Number = 1,
 ) -> Sum:
-    """The sum of ``column``, each value clamped into ``bounds`` first."""
+    """The sum of ``column``, each value clamped into ``bounds`` first.
+
+    Or, with ``values=[(lo, hi), ...]`` instead of ``bounds``: the per-row values are declared to
+    lie in that union of intervals (a value outside it is moved to its nearest point, the
+    analogue of clamping). With a pure-DP budget the planner then compares geometric, staircase
+    and ladder noise (:mod:`dpkit.mechanisms.ladder`) and adds the one with the smallest expected
+    absolute error — the ladder wins when the set has wide gaps (a polarised pay scale) and ε is
+    not small. ``CompiledQuery.explain()`` and the release's accuracy say which was chosen.
+
+    Example:
+        >>> sum("salary", values=[(0, 5000), (12000, 15000)]).bounds
+        (Fraction(0, 1), Fraction(15000, 1))
+    """
     column_name = _check_column(column)
-    return Sum(
-        column_name,
-        check_bounds(bounds),
-        _check_name(name or f"sum_{column_name}"),
-        _check_weight(weight),
-    )
+    label = _check_name(name or f"sum_{column_name}")
+    if values is not None:
+        if bounds is not None:
+            raise InvalidParameterError(
+                "bounds",
+                bounds,
+                "not given together with values= (the bounds are the values' hull)",
+                "Pass either bounds=(lower, upper) or values=[(lo, hi), ...].",
+            )
+        declared = check_values(values)
+        hull = (declared[0][0], declared[-1][1])
+        return Sum(column_name, hull, label, _check_weight(weight), declared)
+    if bounds is None:
+        raise InvalidParameterError(
+            "bounds",
+            bounds,
+            "a pair (lower, upper), or values=[(lo, hi), ...]",
+            "dpkit never reads clamping bounds from the data; Session.estimate_bounds finds "
+            "them privately.",
+        )
+    return Sum(column_name, check_bounds(bounds), label, _check_weight(weight))
 
 
 def mean(
@@ -571,6 +651,8 @@ def _render_agg(agg: Aggregation) -> str:
         return f"workload[{shape}]{over} as {agg.name}"
     if isinstance(agg, Histogram):
         return f"histogram({agg.column}, {len(agg.edges) - 1} bins) as {agg.name}"
+    if isinstance(agg, Sum) and agg.values is not None:
+        return f"sum({agg.column}, values {render_values(agg.values)}) as {agg.name}"
     low, high = agg.bounds
     extra = f", q={agg.q}" if isinstance(agg, Quantile) else ""
     if isinstance(agg, Variance) and agg.std:

@@ -8,7 +8,8 @@ integer aggregates to compute per group. Its semantics, which every engine imple
    and, with public keys, rows whose key is not one of them; with ``bins``, rows that fall in no
    bin.
 2. Value ``j`` of a row is ``idx_j = round_half_up(clamp(v, lower, upper) · 2^-exponent)``, an
-   integer; NULL and NaN values give NULL.
+   integer; NULL and NaN values give NULL. When the value spec lists ``allowed`` integer ranges,
+   ``idx_j`` is then moved to the nearest integer of their union (ties to the lower one).
 3. Contribution bounding, per privacy unit: keep the ``max_groups`` groups with the smallest
    ``md5(group text)``; in each, the ``max_rows_per_group`` rows with the smallest
    ``md5(row text)``; then overall the ``max_rows`` rows with the smallest ``md5(row text)``.
@@ -25,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit.analytics.expr import ColumnKind, Expr
@@ -38,6 +40,7 @@ __all__ = [
     "Step",
     "ValueSpec",
     "power_of_two_text",
+    "project_to_ranges",
 ]
 
 SEPARATOR = "\x1f"
@@ -46,12 +49,18 @@ SEPARATOR = "\x1f"
 
 @dataclass(frozen=True, slots=True)
 class ValueSpec:
-    """A value column turned into clamped grid integers."""
+    """A value column turned into clamped grid integers.
+
+    ``allowed``: sorted, disjoint integer ranges ``(lo, hi)`` (grid units); when given, each
+    grid integer is moved to the nearest integer of their union (ties to the lower one), so every
+    value lies in a declared union of intervals (``sum(col, values=...)``).
+    """
 
     column: str
     lower: float
     upper: float
     exponent: int
+    allowed: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +120,25 @@ class BoundedPlan:
     @property
     def output_columns(self) -> tuple[str, ...]:
         return tuple(f"o{i}" for i in range(len(self.outputs)))
+
+
+def project_to_ranges(values: Any, allowed: tuple[tuple[int, int], ...]) -> Any:
+    """The nearest integer of the union of ``allowed`` ranges to each int64 value (ties go down).
+
+    The reference semantics of :attr:`ValueSpec.allowed` (numpy arrays in, int64 array out).
+    """
+    units = np.asarray(values, dtype=np.int64)
+    lo = np.array([a for a, _ in allowed], dtype=np.int64)
+    hi = np.array([b for _, b in allowed], dtype=np.int64)
+    i = np.searchsorted(lo, units, side="right") - 1
+    below = i < 0
+    j = np.clip(i, 0, None)
+    inside = ~below & (units <= hi[j])
+    nxt = np.clip(i + 1, 0, lo.size - 1)
+    down, up = hi[j], lo[nxt]
+    pick_up = (i + 1 < lo.size) & ((up - units) < (units - down))
+    out = np.where(inside, units, np.where(pick_up, up, down))
+    return np.where(below, lo[0], out)
 
 
 def power_of_two_text(exponent: int) -> str:

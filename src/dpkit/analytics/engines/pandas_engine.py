@@ -15,7 +15,13 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
-from dpkit.analytics.engines.base import SEPARATOR, BoundedPlan, Output, kind_of_arrow
+from dpkit.analytics.engines.base import (
+    SEPARATOR,
+    BoundedPlan,
+    Output,
+    kind_of_arrow,
+    project_to_ranges,
+)
 from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Lit, Unary
 from dpkit.errors import InvalidDataError, UnsupportedQueryError
 
@@ -252,6 +258,8 @@ class PandasEngine:
         for j, spec in enumerate(plan.values):
             raw = _as_float(_column(df, spec.column)).to_numpy(dtype=np.float64, na_value=np.nan)
             idx, valid = grid_indices(raw, spec.lower, spec.upper, spec.exponent)
+            if spec.allowed:
+                idx = project_to_ranges(idx, spec.allowed)
             work[f"v{j}"] = pd.array(np.where(valid, idx, 0), dtype="Int64")
             work.loc[~valid, f"v{j}"] = pd.NA
         keep = np.array(work["u"].notna().to_numpy(), dtype=bool)

@@ -1,9 +1,10 @@
 """The Spark engine: the same compiled plan, rendered as Spark SQL, for tables at scale.
 
-Sources: a Spark DataFrame, a CSV or Parquet path (read by Spark), or a pandas DataFrame / Arrow
-table (turned into a Spark DataFrame). The source is registered as a temporary view under a
-generated name and dropped by :meth:`SparkEngine.close`. Sums are computed as ``DECIMAL(38, 0)``
-so they are exact (Spark's ``SUM(BIGINT)`` would overflow or fail).
+Sources: a Spark DataFrame, a CSV or Parquet path (read by Spark), or a pandas / Polars
+DataFrame, an Arrow table or a DuckDB relation (turned into a Spark DataFrame). The source is
+registered as a temporary view under a generated name and dropped by :meth:`SparkEngine.close`.
+Sums are computed as ``DECIMAL(38, 0)`` so they are exact (Spark's ``SUM(BIGINT)`` would overflow
+or fail).
 
 Integer, string and boolean keys and units hash to the same text as on DuckDB, so both engines
 keep the same rows; Spark prints some doubles and timestamps differently (``1.0E20``), so with
@@ -87,6 +88,8 @@ class SparkEngine:
         else:
             if isinstance(source, pa.Table):
                 source = source.to_pandas()
+            elif hasattr(source, "to_arrow_table") and hasattr(source, "fetchall"):
+                source = source.to_arrow_table().to_pandas()  # a DuckDB relation
             elif hasattr(source, "to_pandas") and not hasattr(source, "iloc"):
                 source = source.to_pandas()  # Polars
             frame = self._from_pandas(source)
