@@ -59,10 +59,11 @@ def plain(df: pd.DataFrame, plan: BoundedPlan) -> dict[tuple[Any, ...], list[int
 
 
 def result_dict(table: pa.Table, plan: BoundedPlan) -> dict[tuple[Any, ...], list[int]]:
+    assert table.column_names == list(plan.result_columns)
     data = table.to_pydict()
     n = table.num_rows
     cols = list(plan.group_columns)
-    outs = [f"o{i}" for i in range(len(plan.outputs))]
+    outs = list(plan.output_columns)
     result = {}
     for r in range(n):
         key = tuple(data[c][r] for c in cols)

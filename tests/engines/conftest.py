@@ -43,16 +43,16 @@ def engine_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make(engine_name: str, request: pytest.FixtureRequest) -> Callable[[Any], Engine]:
-    """Build the parametrised engine over a pandas DataFrame."""
+def make(engine_name: str, request: pytest.FixtureRequest) -> Callable[..., Engine]:
+    """Build the parametrised engine over a source (and a declared schema, if given)."""
 
-    def build(df: Any) -> Engine:
+    def build(df: Any, schema: Any = None) -> Engine:
         if engine_name == "pandas":
-            return PandasEngine(df)
+            return PandasEngine(df, schema=schema)
         if engine_name == "duckdb":
-            return DuckDBEngine(df)
+            return DuckDBEngine(df, schema=schema)
         from dpkit.analytics.engines.spark_engine import SparkEngine
 
-        return SparkEngine(df, spark=request.getfixturevalue("spark"))
+        return SparkEngine(df, spark=request.getfixturevalue("spark"), schema=schema)
 
     return build

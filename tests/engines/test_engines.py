@@ -89,6 +89,18 @@ def test_public_keys_drop_other_keys(make: Make) -> None:
     assert got == plain(df, plan)
 
 
+@pytest.mark.parametrize("column", ["level", "grade"])
+def test_consecutive_integer_keys(make: Make, column: str) -> None:
+    """A run of integer keys compiles to a range test; fractional values must still miss."""
+    df = table()
+    df["grade"] = np.where(np.arange(len(df)) % 3 == 0, df["level"] + 0.5, df["level"] * 1.0)
+    df.loc[::13, "grade"] = np.nan
+    plan = plan_of(keys=(column,), key_set=KeySet.from_values(column, [1, 2, 3]), max_rows=10_000)
+    got = result_dict(make(df).run(plan), plan)
+    assert got == plain(df, plan)
+    assert set(got) == {(1,), (2,), (3,)}
+
+
 def test_multi_column_public_keys(make: Make) -> None:
     df = table()
     keys = KeySet.from_dict({"dept": ["R&D", "Sales"], "level": [1, 3]})

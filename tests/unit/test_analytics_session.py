@@ -251,10 +251,12 @@ def test_null_and_nan_handling() -> None:
         .agg(count(), mean("v", (0, 10))),
         epsilon=1000,
     )
-    exact = engine.run(compiled.plans[0]).to_pydict()
+    plan = compiled.plans[0]
+    exact = engine.run(plan).to_pydict()
     # NULL unit dropped; NULL key not in the public keys; NaN/NULL values skipped by the mean
-    assert exact["k"] == ["a"]
-    assert [int(exact["o0"][0]), int(exact["o1"][0])] == [3, 2]
+    assert exact[plan.group_columns[0]] == ["a"]
+    rows, nonnull = plan.output_columns[:2]
+    assert [int(exact[rows][0]), int(exact[nonnull][0])] == [3, 2]
 
 
 def test_query_builder_is_immutable() -> None:

@@ -24,8 +24,9 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from dpkit._exact import fraction_of
+from dpkit.analytics.expr import numeric_columns
 from dpkit.analytics.query import KeySet, Query
-from dpkit.analytics.querytext import parse_query
+from dpkit.analytics.querytext import ParsedQuery, parse_query
 from dpkit.analytics.results import Release
 from dpkit.analytics.session import Session
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
@@ -52,6 +53,30 @@ def _parse_keys(specs: list[str], schema: dict[str, str]) -> dict[str, list[Any]
             parsed = items
         keys[column] = parsed
     return keys
+
+
+def _declared_schema(
+    specs: list[str], data: Path, parsed: ParsedQuery, unit: str
+) -> dict[str, str]:
+    """--schema col=kind,... plus, for a CSV file, the columns the query uses as numbers."""
+    declared: dict[str, str] = {}
+    if data.suffix.lower() not in (".parquet", ".pq"):
+        wanted = {c for a in parsed.aggregations for c in _aggregated_columns(a)}
+        if parsed.where is not None:
+            wanted |= numeric_columns(parsed.where)
+        declared = {c: "numeric" for c in sorted(wanted) if c != unit}
+    for spec in specs:
+        for item in spec.split(","):
+            if "=" not in item:
+                raise typer.BadParameter(f"--schema {spec!r}: expected column=kind,...")
+            column, kind = item.split("=", 1)
+            declared[column.strip()] = kind.strip()
+    return declared
+
+
+def _aggregated_columns(agg: Any) -> tuple[str, ...]:
+    column = getattr(agg, "column", None)
+    return (column,) if isinstance(column, str) else ()
 
 
 def _budget(epsilon: float | None, delta: float | None, rho: float | None) -> PrivacyLoss:
@@ -143,6 +168,14 @@ def query_command(
     ] = None,
     dataset: Annotated[str | None, typer.Option(help="Dataset name in the ledger.")] = None,
     engine: Annotated[str, typer.Option(help="duckdb, pandas or spark.")] = "duckdb",
+    schema: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--schema",
+            help="Declared column kinds: col=numeric|text|bool|temporal,... (a CSV file's "
+            "columns are text, except those the query uses as numbers).",
+        ),
+    ] = None,
     alpha: Annotated[float, typer.Option(help="1 - confidence of the error bars.")] = 0.05,
     explain: Annotated[bool, typer.Option(help="Also print how the query is answered.")] = False,
 ) -> None:
@@ -166,6 +199,7 @@ def query_command(
             transient=True,
         ) as progress:
             task = progress.add_task("opening the table", total=None)
+            parsed = parse_query(query, unit)
             session = Session(
                 str(data),
                 unit,
@@ -176,8 +210,8 @@ def query_command(
                 max_rows=max_rows,
                 max_groups=max_groups,
                 max_rows_per_group=max_rows_per_group,
+                schema=_declared_schema(schema or [], data, parsed, unit),
             )
-            parsed = parse_query(query, unit)
             built = Query()
             if parsed.where is not None:
                 built = built.filter(parsed.where)
@@ -200,6 +234,16 @@ def query_command(
         render_release(release, console, title=f"{data.name}: {query}")
     except DPError as error:
         console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(code=2) from None
+    except (typer.Exit, typer.Abort, typer.BadParameter):
+        raise
+    except Exception as error:
+        # not dpkit's own: its text may quote the data (a value, a line of the file)
+        console.print(
+            f"[red]error:[/red] the query failed ({type(error).__name__}); the message is "
+            "withheld because it can quote the data. Check the file, the declared keys, "
+            "bounds and column types."
+        )
         raise typer.Exit(code=2) from None
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "columns_of",
     "infer_kind",
     "lit",
+    "numeric_columns",
 ]
 
 ColumnKind: TypeAlias = Literal["numeric", "string", "bool", "temporal", "other"]
@@ -313,6 +314,48 @@ def columns_of(expr: Expr) -> frozenset[str]:
     if isinstance(expr, Unary | IsIn):
         return columns_of(expr.operand)
     raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
+
+
+def _is_number(expr: Expr) -> bool:
+    """Whether ``expr`` is a number by its form: a numeric literal or arithmetic."""
+    if isinstance(expr, Lit):
+        return isinstance(expr.value, int | float) and not isinstance(expr.value, bool)
+    if isinstance(expr, Binary):
+        return expr.op in _ARITHMETIC
+    return isinstance(expr, Unary) and expr.op in ("neg", "abs", "floor", "ceil")
+
+
+def numeric_columns(expr: Expr) -> frozenset[str]:
+    """The columns ``expr`` uses as numbers: operands of arithmetic, ``abs`` / ``floor`` /
+    ``ceil`` / ``-``, and columns compared with (or ``is_in`` / ``fill_null`` of) numbers.
+
+    Read from the expression's form alone (``dpkit query`` declares these columns numeric for
+    a CSV file, whose columns are otherwise text).
+    """
+    found: set[str] = set()
+
+    def visit(node: Expr) -> None:
+        if isinstance(node, Binary):
+            if node.op in _ARITHMETIC:
+                found.update(n.name for n in (node.left, node.right) if isinstance(n, Col))
+            elif node.op in _COMPARISON or node.op == "coalesce":
+                for this, other in ((node.left, node.right), (node.right, node.left)):
+                    if isinstance(this, Col) and _is_number(other):
+                        found.add(this.name)
+            visit(node.left)
+            visit(node.right)
+        elif isinstance(node, Unary):
+            if node.op in ("neg", "abs", "floor", "ceil") and isinstance(node.operand, Col):
+                found.add(node.operand.name)
+            visit(node.operand)
+        elif isinstance(node, IsIn):
+            numbers = any(_is_number(Lit(v)) for v in node.values if v is not None)
+            if numbers and isinstance(node.operand, Col):
+                found.add(node.operand.name)
+            visit(node.operand)
+
+    visit(expr)
+    return frozenset(found)
 
 
 def _literal_kind(value: LiteralValue) -> ColumnKind | None:

@@ -23,6 +23,8 @@ engine returned.
 
 from __future__ import annotations
 
+import datetime as _dt
+import decimal
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -37,8 +39,9 @@ from scipy.stats import norm
 
 from dpkit._exact import log_upper, sqrt_upper
 from dpkit.analytics._em import em_quantile_index, rank_error_bound
-from dpkit.analytics._valueset import choose_noise, describe_choice, grid_ranges
+from dpkit.analytics._valueset import choose_noise, describe_choice, grid_ranges, merge_ranges
 from dpkit.analytics.bounding import Contribution, contribution
+from dpkit.analytics.engines._columns import RESERVED_PREFIX, canonical
 from dpkit.analytics.engines.base import BinSpec, BoundedPlan, Output, Step, ValueSpec
 from dpkit.analytics.engines.pandas_engine import grid_indices
 from dpkit.analytics.expr import Binary, ColumnKind, columns_of, infer_kind
@@ -70,14 +73,16 @@ from dpkit.core.spaces import AtomDomain, L2Distance, VectorDomain
 from dpkit.errors import InvalidParameterError, PrivacyCheckError, UnsupportedQueryError
 from dpkit.mechanisms import make_geometric
 from dpkit.noise import random_words
-from dpkit.noise.distributions import DiscreteGaussian, GridNoise
+from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace, GridNoise
 from dpkit.noise.grid import choose_exponent
 
 __all__ = [
     "CompiledQuery",
     "Mechanism",
     "compile_query",
+    "linear_noise_halfwidth",
     "merge_filters",
+    "normalise_key_set",
     "prune_columns",
     "push_filters",
     "rewrite",
@@ -94,6 +99,7 @@ class Validated:
     steps: tuple[Step, ...]
     schema: dict[str, ColumnKind]
     aggregate: Aggregate
+    key_set: KeySet | None = None
 
 
 def _flatten(node: PlanNode) -> list[PlanNode]:
@@ -117,8 +123,108 @@ def _unknown_column(
     )
 
 
+def _check_not_reserved(name: str, what: str = "column") -> None:
+    if name.startswith(RESERVED_PREFIX):
+        raise InvalidParameterError(
+            what,
+            name,
+            f"a name that does not start with {RESERVED_PREFIX!r} (reserved for dpkit's internal "
+            "result columns)",
+            "Rename the column, e.g. with .with_column('new_name', col(...)).",
+        )
+
+
+def _temporal_key(value: object) -> _dt.date | _dt.datetime | None:
+    """A date or naive datetime (aware ones in UTC) from a key value, or None if it is none."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            if len(text) == 10:
+                return _dt.date.fromisoformat(text)
+            value = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    if isinstance(value, pd.Timestamp | np.datetime64):
+        value = canonical(value)
+    if isinstance(value, _dt.datetime):
+        return canonical(value)
+    if isinstance(value, _dt.date):
+        return value
+    return None
+
+
+def _key_value(column: str, kind: ColumnKind, value: Any) -> Any:
+    """A public key value checked against its column's kind and normalised to it."""
+    if isinstance(value, np.generic) and not isinstance(value, np.datetime64):
+        value = value.item()
+    wanted = {
+        "numeric": "numbers",
+        "string": "text values (str)",
+        "bool": "True or False",
+        "temporal": "dates or timestamps (datetime.date / datetime.datetime, or ISO text "
+        "such as '2024-01-31' or '2024-01-31 08:00:00')",
+    }.get(kind, "values of a supported type")
+    out: Any = None
+    if kind == "numeric":
+        if isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool):
+            out = canonical(value)
+    elif kind == "string":
+        out = value if isinstance(value, str) else None
+    elif kind == "bool":
+        out = value if isinstance(value, bool) else None
+    elif kind == "temporal":
+        out = _temporal_key(value)
+    if out is None:
+        shown = _public_kind(kind)
+        raise InvalidParameterError(
+            "keys",
+            value,
+            f"{wanted}: {column!r} is a {shown} column",
+            "Give keys of the column's type; the schema (Session.schema) says which it is. A "
+            "text column can be declared numeric, bool or temporal with Session(..., "
+            "schema={...}).",
+        )
+    return out
+
+
+def _public_kind(kind: ColumnKind | None) -> str:
+    return "text" if kind == "string" else str(kind)
+
+
+def normalise_key_set(key_set: KeySet, kinds: Sequence[ColumnKind]) -> KeySet:
+    """``key_set`` with every value checked against its column's kind and normalised to it
+    (numbers for numeric columns, ``str`` for text, ``bool``, and ``date`` / naive ``datetime``
+    for temporal columns — ISO text is parsed). Keys that become equal are refused.
+
+    Raises:
+        InvalidParameterError: a value of the wrong type, or two keys that are the same.
+    """
+    rows = [
+        tuple(
+            _key_value(name, kind, value)
+            for name, kind, value in zip(key_set.columns, kinds, row, strict=True)
+        )
+        for row in key_set.rows
+    ]
+    seen: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for given, row in zip(key_set.rows, rows, strict=True):
+        identity = tuple(canonical(v) for v in row)
+        if identity in seen:
+            raise InvalidParameterError(
+                "keys",
+                given,
+                f"distinct keys ({seen[identity]!r} and {given!r} are the same key)",
+            )
+        seen[identity] = given
+    return KeySet(key_set.columns, tuple(rows))
+
+
 def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Validated:
-    """Check the query against the schema; return its relational steps and final schema."""
+    """Check the query against the schema; return its relational steps and final schema.
+
+    Public keys are checked against their columns' kinds and normalised (see
+    :func:`normalise_key_set`), so a key never has to be cast in the engine.
+    """
     if not isinstance(query, Query) or not isinstance(query.plan, Aggregate):
         raise UnsupportedQueryError(
             "only aggregated queries can be released: finish the query with .agg(count(), ...) "
@@ -131,10 +237,17 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
             f"a column of the table ({', '.join(map(repr, schema))})",
             "Name the column that identifies a person (or whatever one privacy unit is).",
         )
+    _check_not_reserved(unit, "privacy_unit")
     current: dict[str, ColumnKind] = dict(schema)
     steps: list[Step] = []
     aggregate = query.plan
     for node in _flatten(aggregate)[:-1]:
+        if isinstance(node, Filter | WithColumn):
+            expr = node.predicate if isinstance(node, Filter) else node.expr
+            for name in columns_of(expr):
+                _check_not_reserved(name)
+        if isinstance(node, WithColumn):
+            _check_not_reserved(node.name)
         if isinstance(node, Filter):
             kind = infer_kind(node.predicate, current)
             if kind not in ("bool", None):
@@ -162,6 +275,7 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
         else:  # pragma: no cover - the builder cannot nest aggregates
             raise UnsupportedQueryError("nested aggregations are not supported")
     for key in aggregate.keys:
+        _check_not_reserved(key, "group_by")
         if key not in current:
             raise _unknown_column(key, current, "group_by")
         if current[key] == "other":
@@ -169,8 +283,12 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
                 f"group_by column {key!r} has an unsupported type; use strings, numbers, "
                 "booleans or dates as group keys"
             )
+    key_set = aggregate.key_set
+    if key_set is not None:
+        key_set = normalise_key_set(key_set, [current[k] for k in aggregate.keys])
     for agg in aggregate.aggregations:
         for name in _value_columns(agg):
+            _check_not_reserved(name)
             if name not in current:
                 raise _unknown_column(name, current)
             if current[name] != "numeric":
@@ -178,11 +296,12 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
                     "column",
                     name,
                     f"a numeric column for {type(agg).__name__.lower()}(), "
-                    f"but it holds {current[name]} values",
-                    "Convert it first (e.g. parse numbers when loading), or aggregate another "
-                    "column.",
+                    f"but it holds {_public_kind(current[name])} values",
+                    "Declare it numeric if it holds numbers as text (Session(..., "
+                    f"schema={{{name!r}: 'numeric'}}); values that do not parse are NULL), "
+                    "convert it when loading, or aggregate another column.",
                 )
-    return Validated(tuple(steps), current, aggregate)
+    return Validated(tuple(steps), current, aggregate, key_set)
 
 
 def _value_columns(agg: Aggregation) -> tuple[str, ...]:
@@ -380,6 +499,57 @@ def noise_expected_abs(measurement: Measurement[Any]) -> float:
     return float(measurement.noise.expected_abs())
 
 
+def linear_noise_halfwidth(
+    measurement: Measurement[Any], weights: Sequence[float], alpha: float
+) -> float:
+    """An h with P(|Σ_j w_j Z_j| > h) <= alpha for independent copies Z_j of the measurement's
+    lattice noise (discrete Laplace or discrete Gaussian), in lattice units.
+
+    Never a normal approximation (it under-covers the heavier-tailed discrete Laplace):
+
+    * one non-zero weight: the exact quantile, ``|w|·tail_bound(alpha)``;
+    * several: the smaller of two valid bounds — the union bound ``‖w‖₁·tail_bound(alpha/k)``
+      over the k non-zero terms, and a Chernoff bound ``min_s (K(s) + ln(2/alpha)) / s`` with
+      K the cumulant generating function of the sum (discrete Laplace:
+      Σ log[(1-p)² / ((1-p e^{s w_j})(1-p e^{-s w_j}))]; the discrete Gaussian is sub-Gaussian
+      with parameter σ (Canonne, Kamath & Steinke 2020), so K(s) <= s²σ²‖w‖₂²/2).
+    """
+    w = np.array([abs(float(v)) for v in weights if v != 0], dtype=np.float64)
+    if w.size == 0:
+        return 0.0
+    lattice = getattr(measurement.noise, "lattice", None)
+    sigma = _wide_gaussian(measurement)
+
+    def tail(a: float) -> float:
+        if sigma is not None:
+            return float(math.ceil(float(norm.ppf(1 - a / 2)) * sigma))
+        assert lattice is not None
+        return float(lattice.tail_bound(a))
+
+    if w.size == 1:
+        return float(w[0]) * tail(alpha)
+    union = float(w.sum()) * tail(alpha / w.size)
+    log_two_over_alpha = math.log(2 / alpha)
+    if isinstance(lattice, DiscreteGaussian):
+        chernoff = lattice.sigma * float(np.sqrt(np.sum(w * w))) * math.sqrt(2 * log_two_over_alpha)
+    elif isinstance(lattice, DiscreteLaplace):
+        p = math.exp(-1.0 / float(lattice.scale))
+        s_max = -math.log(p) / float(w.max())  # the MGF is finite for |s·w_j| < ln(1/p)
+        s = s_max * np.linspace(1e-4, 1 - 1e-4, 4000)
+        sw = np.outer(s, w)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cumulant = np.sum(
+                2 * math.log1p(-p) - np.log1p(-p * np.exp(sw)) - np.log1p(-p * np.exp(-sw)),
+                axis=1,
+            )
+        bounds = (cumulant + log_two_over_alpha) / s
+        chernoff = float(np.nanmin(bounds)) if np.isfinite(bounds).any() else math.inf
+    else:
+        chernoff = math.inf
+    # a relative margin for the float arithmetic of the bound
+    return min(union, chernoff * (1 + 1e-9))
+
+
 # ------------------------------------------------------------------ compiled pieces
 GroupKey: TypeAlias = tuple[Any, ...]
 
@@ -438,7 +608,11 @@ Finisher: TypeAlias = Callable[["_Context"], None]
 
 @dataclass
 class _Context:
-    """What release() passes to each aggregation's finisher."""
+    """What release() passes to each aggregation's finisher.
+
+    ``groups`` are the groups' canonical identities (keys of ``extra``); ``labels`` the key
+    values shown in the released tables, in the same order.
+    """
 
     groups: list[GroupKey]
     main: dict[int, np.ndarray]  # output index -> exact values in group order
@@ -448,6 +622,7 @@ class _Context:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     accuracy: dict[str, Accuracy] = field(default_factory=dict)
     key_names: tuple[str, ...] = ()
+    labels: list[GroupKey] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -479,19 +654,25 @@ class CompiledQuery:
     def release(
         self, results: Sequence[pa.Table], alpha: float = 0.05
     ) -> tuple[dict[str, pd.DataFrame], dict[str, Accuracy]]:
-        """Add noise to the engine's exact results and build the released tables."""
-        main_rows = _rows_by_group(results[0], len(self.keys), False)
+        """Add noise to the engine's exact results and build the released tables.
+
+        Engine results are matched to groups by the key values' canonical identity
+        (:func:`~dpkit.analytics.engines._columns.canonical`), read from the plans' reserved
+        result columns.
+        """
+        main_rows, seen = _rows_by_group(results[0], self.plans[0])
         if self.key_set is not None:
-            groups = list(self.key_set.rows)
+            labels = list(self.key_set.rows)
+            groups = [tuple(canonical(v) for v in row) for row in labels]
         elif not self.keys:
-            groups = [()]
+            labels = groups = [()]
         else:
             groups = sorted(main_rows, key=_sort_key)
+            labels = [seen[g] for g in groups]
         n_out = len(self.plans[0].outputs)
+        empty = {0: [0] * n_out}
         exact = {
-            i: np.array(
-                [int(main_rows.get(g, {0: [0] * n_out})[0][i]) for g in groups], dtype=object
-            )
+            i: np.array([int(main_rows.get(g, empty)[0][i]) for g in groups], dtype=object)
             for i in range(n_out)
         }
         if self.selection is not None:
@@ -499,9 +680,10 @@ class CompiledQuery:
             noisy_units = self.selection.apply(np.array(units, dtype=np.int64))
             chosen = [i for i, v in enumerate(noisy_units) if v >= self.selection_threshold]
             groups = [groups[i] for i in chosen]
+            labels = [labels[i] for i in chosen]
             exact = {i: values[chosen] for i, values in exact.items()}
         extra = {
-            p: _bins_by_group(table, len(self.keys)) for p, table in enumerate(results) if p > 0
+            p: _rows_by_group(table, self.plans[p])[0] for p, table in enumerate(results) if p > 0
         }
         context = _Context(
             groups,
@@ -509,10 +691,11 @@ class CompiledQuery:
             extra,
             alpha,
             key_names=self.keys,
+            labels=labels,
         )
         for finish in self.finishers:
             finish(context)
-        main = pd.DataFrame({k: [g[i] for g in groups] for i, k in enumerate(self.keys)})
+        main = pd.DataFrame({k: [g[i] for g in labels] for i, k in enumerate(self.keys)})
         for name, values in context.columns.items():
             main[name] = values
         return {"main": main, **context.tables}, context.accuracy
@@ -531,30 +714,41 @@ def _as_int(value: Any) -> int:
 
 
 def _rows_by_group(
-    table: pa.Table, n_keys: int, with_bins: bool
-) -> dict[GroupKey, dict[int, list[int]]]:
-    data = table.to_pydict()
-    names = table.column_names
-    key_cols = [data[n] for n in names[:n_keys]]
-    out_cols = [data[n] for n in names if n.startswith("o") and n[1:].isdigit()]
-    result: dict[GroupKey, dict[int, list[int]]] = {}
-    for row in range(table.num_rows):
-        key = tuple(col[row] for col in key_cols)
-        result.setdefault(key, {})[0] = [_as_int(col[row]) for col in out_cols]
-    return result
+    table: pa.Table, plan: BoundedPlan
+) -> tuple[dict[GroupKey, dict[int, list[int]]], dict[GroupKey, GroupKey]]:
+    """The engine's exact outputs by canonical group identity -> bin (0 without bins), and the
+    key values the engine returned for each identity (for display).
 
-
-def _bins_by_group(table: pa.Table, n_keys: int) -> dict[GroupKey, dict[int, list[int]]]:
+    Columns are read by their reserved names (:attr:`BoundedPlan.result_columns`), never by a
+    user's column name.
+    """
+    expected = list(plan.result_columns)
+    if list(table.column_names) != expected:
+        raise PrivacyCheckError(
+            "internal check failed: an engine returned columns "
+            f"{list(table.column_names)}, not {expected}; nothing was released. Please report "
+            "this."
+        )
     data = table.to_pydict()
-    names = table.column_names
-    key_cols = [data[n] for n in names[:n_keys]]
-    bins = data["bin"]
-    out_cols = [data[n] for n in names if n.startswith("o") and n[1:].isdigit()]
+    n_keys = len(plan.keys)
+    key_cols = [data[n] for n in plan.group_columns[:n_keys]]
+    bins = data[plan.group_columns[n_keys]] if plan.bins is not None else None
+    out_cols = [data[n] for n in plan.output_columns]
     result: dict[GroupKey, dict[int, list[int]]] = {}
+    seen: dict[GroupKey, GroupKey] = {}
     for row in range(table.num_rows):
-        key = tuple(col[row] for col in key_cols)
-        result.setdefault(key, {})[int(bins[row])] = [_as_int(col[row]) for col in out_cols]
-    return result
+        shown = tuple(col[row] for col in key_cols)
+        key = tuple(canonical(v) for v in shown)
+        seen.setdefault(key, shown)
+        b = int(bins[row]) if bins is not None else 0
+        if b in result.get(key, {}):
+            # one group, two rows: the engine bounded them as two groups (sensitivity broken)
+            raise PrivacyCheckError(
+                "internal check failed: an engine returned one group twice (keys that compare "
+                "equal); nothing was released. Please report this."
+            )
+        result.setdefault(key, {})[b] = [_as_int(col[row]) for col in out_cols]
+    return result, seen
 
 
 # ------------------------------------------------------------------ compile
@@ -629,10 +823,11 @@ def compile_query(
     """Validate, rewrite, bound and calibrate ``query`` for ``budget``; no data is read."""
     checked = validate(query, schema, unit)
     aggregate = checked.aggregate
+    key_set = checked.key_set
     bounding = (defaults or Bounding()).merged(aggregate.bounding)
     grouped = bool(aggregate.keys)
     contrib = contribution(bounding, grouped)
-    private_keys = grouped and aggregate.key_set is None
+    private_keys = grouped and key_set is None
     agg_share, selection_share, selection_delta = _family_for(
         budget, mechanism, contrib, private_keys, aggregate.selection_share
     )
@@ -662,7 +857,7 @@ def compile_query(
             steps,
             unit,
             aggregate.keys,
-            aggregate.key_set,
+            key_set,
             bounding.max_rows,
             bounding.max_groups,
             bounding.max_rows_per_group,
@@ -672,7 +867,7 @@ def compile_query(
             bins,
         )
 
-    n_keys = len(aggregate.key_set) if aggregate.key_set is not None else None
+    n_keys = len(key_set) if key_set is not None else None
     for agg in aggregate.aggregations:
         share = agg_share.scaled(agg.weight / total_weight)
         finisher, losses, text = _compile_aggregation(
@@ -715,7 +910,7 @@ def compile_query(
         split,
         "\n".join(lines),
         aggregate.keys,
-        aggregate.key_set,
+        key_set,
         tuple(finishers),
         selection,
         threshold,
@@ -744,6 +939,68 @@ def _total_loss(split: Mapping[str, PrivacyLoss], share: Share, selection: bool)
             aggregated = aggregated.to_approx(sel.delta)
         return compose(aggregated, sel)
     return aggregated
+
+
+MAX_ROWS_FOR_INTERVALS = 2**40
+"""Sum intervals include the rounding of up to this many rows (about 1.1 trillion)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SumGrid:
+    """The two grids of a noisy sum.
+
+    The engine rounds each value to the *fine* grid 2^fine (as fine as a row's value allows in
+    a BIGINT: |value| / 2^fine <= 2^62) and sums the integers exactly (HUGEINT in DuckDB,
+    DECIMAL(38, 0) in Spark, Python int in the reference engine). The exact total is then
+    rounded once to the *noise* grid 2^coarse, where the noise is added. One unit's ``c`` rows
+    in a group move the fine total by at most ``c·M`` (M = the bound's magnitude in fine units)
+    and so the rounded total by at most ``⌈c·M/r⌉ <= c·per_row`` noise steps (rounding to
+    nearest is shift-consistent: ⌊a + ½⌋ - ⌊b + ½⌋ <= ⌈a - b⌉), with ``per_row = ⌈M/r⌉`` and
+    ``r = 2^(coarse - fine)``: the sensitivity is that of rounding each row to the noise grid.
+
+    The released total differs from the exact sum of the clamped values by the noise, plus at
+    most ``2^coarse / 2`` (rounding the total) plus ``n · 2^fine / 2`` (rounding the n rows):
+    :meth:`rounding_bound` adds the last for n up to :data:`MAX_ROWS_FOR_INTERVALS`, which is
+    below 2^-22 of the bound's magnitude (and below 1e-6 of the noise scale when ε / L1 <= 4).
+    """
+
+    fine: int
+    coarse: int
+    fine_per_row: int
+
+    @property
+    def ratio(self) -> int:
+        return 1 << (self.coarse - self.fine)
+
+    @property
+    def per_row(self) -> int:
+        """A row's largest |value| in noise-grid steps (rounded up)."""
+        return -(-self.fine_per_row // self.ratio)
+
+    def to_coarse(self, total: int) -> int:
+        """An exact fine-grid total rounded (half up) to the noise grid."""
+        r = self.ratio
+        return total if r == 1 else (total + r // 2) // r
+
+    def rounding_bound(self, rows: int = MAX_ROWS_FOR_INTERVALS) -> float:
+        """The most the rounding moves a total of up to ``rows`` rows, in value units."""
+        total = 0.0 if self.ratio == 1 else math.ldexp(0.5, self.coarse)
+        return total + rows * math.ldexp(0.5, self.fine)
+
+
+def _fine_exponent(magnitude: Fraction, coarse: int, headroom: int = 62) -> int:
+    """The finest grid on which |value| <= magnitude is at most 2^headroom steps (and 2^-e a
+    finite double), never coarser than the noise grid."""
+    top = _ceil_log2(max(magnitude, Fraction(1, 2**1000)))
+    return max(min(coarse, top - headroom), -1000)
+
+
+def sum_grid(bounds: tuple[Fraction, Fraction], coarse: int) -> SumGrid:
+    """The :class:`SumGrid` of a sum clamped to ``bounds`` with noise on grid 2^coarse."""
+    magnitude = max(abs(bounds[0]), abs(bounds[1]))
+    fine = _fine_exponent(magnitude, coarse)
+    _, _, lo, hi = _grid_range(bounds, fine)
+    return SumGrid(fine, coarse, max(abs(lo), abs(hi)))
 
 
 def _value_exponent_for_sum(
@@ -793,19 +1050,20 @@ def _compile_aggregation(
         magnitude = max(abs(agg.bounds[0]), abs(agg.bounds[1]))
         if magnitude == 0:
             raise InvalidParameterError("bounds", agg.bounds, "not both zero (the sum is 0)")
-        exponent = _value_exponent_for_sum(share, contrib, magnitude, magnitude)
-        low_f, high_f, lo, hi = _grid_range(agg.bounds, exponent)
-        per_row = max(abs(lo), abs(hi))
-        value = main.value(ValueSpec(agg.column, low_f, high_f, exponent))
+        grid = sum_grid(agg.bounds, _value_exponent_for_sum(share, contrib, magnitude, magnitude))
+        low_f, high_f, _, _ = _grid_range(agg.bounds, grid.fine)
+        per_row = grid.per_row
+        value = main.value(ValueSpec(agg.column, low_f, high_f, grid.fine))
         noisy = _Noisy(
             main.output("sum", value), _integer_noise(share, l1 * per_row, l2sq * per_row * per_row)
         )
         return (
-            _sum_finisher(agg.name, noisy, exponent),
+            _sum_finisher(agg.name, noisy, grid),
             [noisy.loss],
             (
-                f"clamp to [{low_f:g}, {high_f:g}] on grid 2^{exponent}; {noisy.measurement.name} "
-                f"noise, sensitivity L1={l1}·{per_row} grid steps"
+                f"clamp to [{low_f:g}, {high_f:g}]; exact sum on grid 2^{grid.fine}, rounded to "
+                f"grid 2^{grid.coarse}; {noisy.measurement.name} noise, sensitivity "
+                f"L1={l1}·{per_row} grid steps"
             ),
         )
     if isinstance(agg, Mean | Variance):
@@ -842,13 +1100,16 @@ def _count_finisher(name: str, noisy: _Noisy) -> Finisher:
     return finish
 
 
-def _sum_finisher(name: str, noisy: _Noisy, exponent: int, note: str = "") -> Finisher:
-    g = 2.0**exponent
+def _sum_finisher(name: str, noisy: _Noisy, grid: SumGrid, note: str = "") -> Finisher:
+    """Noise on the exact fine-grid totals rounded to the noise grid (see :class:`SumGrid`); the
+    interval adds the rounding bound to the noise's exact quantile."""
+    g = math.ldexp(1.0, grid.coarse)
 
     def finish(ctx: _Context) -> None:
-        released = noisy.apply(np.array(ctx.main[noisy.output], dtype=np.int64))
-        values = np.ldexp(released.astype(np.float64), exponent)
-        h = noisy.halfwidth(ctx.alpha) * g
+        totals = [grid.to_coarse(int(v)) for v in ctx.main[noisy.output]]
+        released = noisy.apply(np.array(totals, dtype=np.int64))
+        values = np.ldexp(released.astype(np.float64), grid.coarse)
+        h = noisy.halfwidth(ctx.alpha) * g + grid.rounding_bound()
         ctx.columns[name] = values
         ctx.columns[f"{name}_low"] = values - h
         ctx.columns[f"{name}_high"] = values + h
@@ -871,9 +1132,14 @@ def _compile_values_sum(
     """A sum over a declared union of intervals (:mod:`._valueset`): values are moved to the
     nearest declared value on the grid; a pure share picks geometric, staircase or ladder noise.
 
-    The grid is the sum's usual one, refined if needed so that max|V| spans at least 2^20 grid
-    steps (the ladder's resolution); the declared intervals are widened outward to it, so the
-    neighbour set the noise is calibrated for contains every value the engine can produce.
+    The noise grid is the sum's usual one, refined if needed so that max|V| spans at least 2^20
+    grid steps (the ladder's resolution). The engine works on a fine grid (as for every sum,
+    :class:`SumGrid`): the declared intervals are widened outward to it and each rounded value
+    is moved to the nearest point of that widened set; the exact total is then rounded to the
+    noise grid. One row then moves the rounded total by a value of the fine intervals divided by
+    r = 2^(coarse - fine) and rounded down or up, so the neighbour set the noise is calibrated
+    for is built from the intervals ``[⌊lo/r⌋, ⌈hi/r⌉]``: it contains every change the engine
+    and the rounding can produce (for c rows, ⌊Σv/r⌋ >= Σ⌊v/r⌋ and ⌈Σv/r⌉ <= Σ⌈v/r⌉).
     """
     assert agg.values is not None
     low, high = agg.bounds
@@ -881,14 +1147,19 @@ def _compile_values_sum(
     exponent = min(
         _value_exponent_for_sum(share, contrib, magnitude, magnitude), choose_exponent(magnitude)
     )
-    units = grid_ranges(agg.values, exponent)
+    # headroom 61: the projection's integer differences stay within a BIGINT
+    fine = _fine_exponent(magnitude, exponent, headroom=61)
+    fine_units = grid_ranges(agg.values, fine)
+    grid = SumGrid(fine, exponent, max(max(abs(a), abs(b)) for a, b in fine_units))
+    r = grid.ratio
+    units = merge_ranges((a // r, -(-b // r)) for a, b in fine_units)
     per_row = max(max(abs(a), abs(b)) for a, b in units)
-    value = main.value(ValueSpec(agg.column, float(low), float(high), exponent, units))
+    value = main.value(ValueSpec(agg.column, float(low), float(high), fine, fine_units))
     output = main.output("sum", value)
     g = 2.0**exponent
     head = (
         f"values {render_values(agg.values)} on grid 2^{exponent} (each moved to the nearest "
-        f"declared value); "
+        f"declared value; exact sum on grid 2^{fine}); "
     )
     if share.family == "zcdp":
         l2sq = contrib.rows_l2_squared * per_row * per_row
@@ -897,7 +1168,7 @@ def _compile_values_sum(
             f"{head}{noisy.measurement.name} noise, sensitivity L2²={l2sq} grid steps² (the "
             "ladder and staircase need a pure-DP share)"
         )
-        return _sum_finisher(agg.name, noisy, exponent), [noisy.loss], text
+        return _sum_finisher(agg.name, noisy, grid), [noisy.loss], text
     choice = choose_noise(
         units,
         share.amount,
@@ -921,7 +1192,7 @@ def _compile_values_sum(
     groups = f", in <= {m} groups at ε/{m} each" if m > 1 and choice.chosen != "geometric" else ""
     described = describe_choice(choice, g)
     text = f"{head}{reach}{groups}; {described}"
-    return _sum_finisher(agg.name, noisy, exponent, described), [noisy.loss], text
+    return _sum_finisher(agg.name, noisy, grid, described), [noisy.loss], text
 
 
 def _compile_moments(
@@ -1095,10 +1366,10 @@ def _histogram_finisher(agg: Histogram, noisy: _Noisy, plan_index: int) -> Finis
         per_group = ctx.extra[plan_index]
         rows: list[GroupKey] = []
         exact: list[int] = []
-        for group in ctx.groups:
+        for group, label in zip(ctx.groups, ctx.labels, strict=True):
             bins = per_group.get(group, {})
             for b in range(n_bins):
-                rows.append((*group, b))
+                rows.append((*label, b))
                 exact.append(bins.get(b, [0])[noisy.output])
         released = noisy.apply(np.array(exact, dtype=np.int64))
         h = noisy.halfwidth(ctx.alpha)
@@ -1138,13 +1409,15 @@ def _compile_workload(
             f"a matrix with {width} columns, one per public group key",
         )
     l1_rows = contrib.rows_l1
+    grid: SumGrid | None = None
     if agg.column is not None:
         assert agg.bounds is not None
         magnitude = max(abs(agg.bounds[0]), abs(agg.bounds[1]))
-        exponent = _value_exponent_for_sum(share, contrib, magnitude, magnitude)
-        low_f, high_f, lo, hi = _grid_range(agg.bounds, exponent)
-        per_row = max(abs(lo), abs(hi), 1)
-        output = main.output("sum", main.value(ValueSpec(agg.column, low_f, high_f, exponent)))
+        grid = sum_grid(agg.bounds, _value_exponent_for_sum(share, contrib, magnitude, magnitude))
+        exponent = grid.coarse
+        low_f, high_f, _, _ = _grid_range(agg.bounds, grid.fine)
+        per_row = max(grid.per_row, 1)
+        output = main.output("sum", main.value(ValueSpec(agg.column, low_f, high_f, grid.fine)))
     else:
         exponent, per_row = 0, 1
         output = main.output("rows")
@@ -1179,19 +1452,32 @@ def _compile_workload(
     g = 2.0**exponent
 
     def finish(ctx: _Context) -> None:
-        x = [int(v) for v in ctx.main[output]]
+        x = [int(v) if grid is None else grid.to_coarse(int(v)) for v in ctx.main[output]]
         if use_direct:
             exact = [sum(row[j] * x[j] for j in range(width)) / gw for row in matrix]
             rounded = np.array([math.floor(v + Fraction(1, 2)) for v in exact], dtype=np.int64)
             noisy = np.asarray(direct_noise(rounded), dtype=np.float64) * float(gw) * g
-            h = noise_halfwidth(direct_noise, ctx.alpha) * float(gw) * g
+            # the noise's exact quantile, plus the rounding of W·x to its grid (<= gw/2)
+            h = (noise_halfwidth(direct_noise, ctx.alpha) + 0.5) * float(gw) * g
             halfwidths = np.full(n_queries, h)
         else:
             noisy_x = np.asarray(data_noise(np.array(x, dtype=np.int64)), dtype=np.float64)
             w = np.array([[float(v) for v in row] for row in matrix])
             noisy = (w @ noisy_x) * g
-            sd = np.sqrt(np.array(row_l2sq) * noise_variance(data_noise)) * g
-            halfwidths = float(norm.ppf(1 - ctx.alpha / 2)) * sd
+            halfwidths = np.array(
+                [linear_noise_halfwidth(data_noise, row, ctx.alpha) * g for row in w.tolist()]
+            )
+        if grid is not None:
+            # the sums' rounding (SumGrid): per group up to half a noise step, and over all
+            # rows (at most MAX_ROWS_FOR_INTERVALS) half a fine step each
+            steps = 0.0 if grid.ratio == 1 else math.ldexp(0.5, grid.coarse)
+            rows = grid.rounding_bound() - steps
+            halfwidths = halfwidths + np.array(
+                [
+                    steps * sum(abs(float(v)) for v in row) + rows * max(abs(float(v)) for v in row)
+                    for row in matrix
+                ]
+            )
         ctx.tables[agg.name] = pd.DataFrame(
             {
                 "query": list(names),
@@ -1201,15 +1487,16 @@ def _compile_workload(
             }
         )
         ctx.accuracy[agg.name] = Accuracy(
-            "exact" if use_direct else "approximate",
+            "exact",
             float(halfwidths[0]),
             ctx.alpha,
             (direct_noise if use_direct else data_noise).name,
             share.loss(),
             None,
-            "noise added to W·x directly"
+            "noise added to W·x directly (exact quantile, plus the rounding of W·x to its grid)"
             if use_direct
-            else "noise added to x, then W·x (normal approximation of the summed noise)",
+            else "noise added to x, then W·x: per query the exact quantile of a single noise "
+            "term, else the smaller of a union and a Chernoff bound (never below 1 - α coverage)",
         )
 
     chosen = direct_noise if use_direct else data_noise

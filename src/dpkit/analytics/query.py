@@ -661,6 +661,18 @@ def _render_agg(agg: Aggregation) -> str:
 
 
 # ---------------------------------------------------------------------------------- builder
+_HISTOGRAM_COLUMNS = ("bin_low", "bin_high", "count", "count_low", "count_high")
+
+
+def _released_columns(agg: Aggregation) -> tuple[str, ...]:
+    """The columns an aggregation adds to the main result table."""
+    if isinstance(agg, Histogram | Workload):
+        return ()  # released as their own tables
+    if isinstance(agg, Quantile):
+        return (agg.name,)
+    return (agg.name, f"{agg.name}_low", f"{agg.name}_high")
+
+
 def _normalise_keys(columns: tuple[str, ...], keys: object) -> KeySet | None:
     if keys is None:
         return None
@@ -802,6 +814,7 @@ class GroupedQuery:
             raise InvalidParameterError("aggregations", aggregations, "at least one aggregation")
         known = (Count, CountUnits, Sum, Mean, Variance, Quantile, Histogram, Workload)
         names: set[str] = set()
+        columns = dict.fromkeys(self.keys, "a group_by column")
         for agg in aggregations:
             if not isinstance(agg, known):
                 raise InvalidParameterError(
@@ -812,6 +825,30 @@ class GroupedQuery:
                     "name", agg.name, "distinct output names (pass name=... to tell them apart)"
                 )
             names.add(agg.name)
+            for column in _released_columns(agg):
+                if column in columns:
+                    raise InvalidParameterError(
+                        "name",
+                        agg.name,
+                        f"a name whose result columns do not clash: {column!r} is already "
+                        f"{columns[column]}",
+                        "Pass name=... (or rename the group_by column with with_column).",
+                    )
+                columns[column] = f"a column of {agg.name!r}"
+            if isinstance(agg, Histogram | Workload) and agg.name == "main":
+                raise InvalidParameterError(
+                    "name", agg.name, "a table name other than 'main' (the main result table)"
+                )
+            if isinstance(agg, Histogram):
+                clash = set(self.keys) & set(_HISTOGRAM_COLUMNS)
+                if clash:
+                    raise InvalidParameterError(
+                        "group_by",
+                        sorted(clash)[0],
+                        f"a column name other than {', '.join(map(repr, _HISTOGRAM_COLUMNS))} "
+                        "(columns of a histogram's table)",
+                        "Rename it first, e.g. .with_column('new_name', col(...)).",
+                    )
         node = Aggregate(
             self.plan,
             self.keys,

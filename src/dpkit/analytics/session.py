@@ -16,6 +16,7 @@ been read, and a refund would let an attacker probe it with failing queries.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -173,6 +174,12 @@ class Session:
         max_rows, max_groups, max_rows_per_group: default contribution bounds for queries that
             do not declare their own (see :class:`~dpkit.analytics.query.Bounding`).
         spark: the SparkSession for ``engine="spark"`` (default: the active one).
+        schema: declared column kinds, ``{column: "numeric" | "text" | "bool" | "temporal"}``.
+            Kinds are otherwise read from the source's metadata only (dtypes, an Arrow, Parquet
+            or Spark schema), never from its values: a pandas ``object`` column and every
+            column of a CSV file are text unless declared. A text column declared numeric,
+            bool or temporal is converted when a query runs; values that do not parse become
+            NULL.
 
     Example:
         >>> import pandas as pd
@@ -201,12 +208,13 @@ class Session:
         max_groups: int | None = None,
         max_rows_per_group: int | None = None,
         spark: Any = None,
+        schema: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(privacy_unit, str) or not privacy_unit:
             raise InvalidParameterError("privacy_unit", privacy_unit, "a column name")
         self.privacy_unit = privacy_unit
         self.defaults = Bounding(max_rows, max_groups, max_rows_per_group)
-        self.engine: Engine = make_engine(engine, source, spark=spark)
+        self.engine: Engine = make_engine(engine, source, spark=spark, schema=schema)
         self.schema = self.engine.schema()
         if privacy_unit not in self.schema:
             raise InvalidParameterError(
@@ -391,7 +399,8 @@ class Session:
         try:
             table = self.engine.run(plan).to_pydict()
             counts = np.zeros(len(edges) - 1, dtype=np.int64)
-            for b, value in zip(table["bin"], table["o0"], strict=True):
+            bins, rows = table[plan.group_columns[0]], table[plan.output_columns[0]]
+            for b, value in zip(bins, rows, strict=True):
                 counts[int(b)] = int(value)
             below = [0, *np.cumsum(counts).tolist()]
             n = int(counts.sum())

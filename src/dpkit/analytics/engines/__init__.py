@@ -9,6 +9,7 @@ The :class:`Engine` protocol is three methods: ``schema()``, ``run(plan)`` and `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dpkit.analytics.engines.base import BinSpec, BoundedPlan, Engine, Output, Step, ValueSpec
@@ -42,34 +43,36 @@ def _is_spark_frame(source: Any) -> bool:
     return type(source).__module__.startswith("pyspark.")
 
 
-def make_engine(engine: Any, source: Any, *, spark: Any = None) -> Engine:
-    """An engine over ``source``: ``"duckdb"``, ``"pandas"``, ``"spark"`` or an Engine."""
+def make_engine(
+    engine: Any, source: Any, *, spark: Any = None, schema: Mapping[str, str] | None = None
+) -> Engine:
+    """An engine over ``source``: ``"duckdb"``, ``"pandas"``, ``"spark"`` or an Engine.
+
+    ``schema`` declares column kinds (see :mod:`dpkit.analytics.engines._columns`); an Engine
+    instance brings its own.
+    """
     if not isinstance(engine, str):
         if isinstance(engine, Engine):
+            if schema:
+                raise InvalidParameterError(
+                    "schema", schema, "given to the engine itself when the engine is an instance"
+                )
             return engine
         raise InvalidParameterError("engine", engine, "'duckdb', 'pandas', 'spark' or an Engine")
     if engine == "duckdb":
         if _is_spark_frame(source):
             source = source.toArrow()
-        return DuckDBEngine(source)
+        return DuckDBEngine(source, schema=schema)
     if engine == "pandas":
-        if isinstance(source, str):
-            import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
-
-            source = (
-                pd.read_parquet(source)
-                if source.lower().endswith((".parquet", ".pq"))
-                else pd.read_csv(source)
-            )
-        elif _is_spark_frame(source):
-            source = source.toPandas()
-        elif hasattr(source, "to_pandas") and not hasattr(source, "iloc"):
-            source = source.to_pandas()
-        elif hasattr(source, "df") and hasattr(source, "fetchall"):
-            source = source.df()
-        return PandasEngine(source)
+        if _is_spark_frame(source):
+            source = source.toArrow() if hasattr(source, "toArrow") else source.toPandas()
+        elif hasattr(source, "to_arrow_table") and hasattr(source, "fetchall"):
+            source = source.to_arrow_table()  # a DuckDB relation
+        elif hasattr(source, "to_arrow") and not hasattr(source, "iloc"):
+            source = source.to_arrow()  # Polars
+        return PandasEngine(source, schema=schema)
     if engine == "spark":
         from dpkit.analytics.engines.spark_engine import SparkEngine
 
-        return SparkEngine(source, spark=spark)
+        return SparkEngine(source, spark=spark, schema=schema)
     raise InvalidParameterError("engine", engine, "'duckdb', 'pandas' or 'spark'")

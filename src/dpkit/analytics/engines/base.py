@@ -11,14 +11,23 @@ integer aggregates to compute per group. Its semantics, which every engine imple
    integer; NULL and NaN values give NULL. When the value spec lists ``allowed`` integer ranges,
    ``idx_j`` is then moved to the nearest integer of their union (ties to the lower one).
 3. Contribution bounding, per privacy unit: keep the ``max_groups`` groups with the smallest
-   ``md5(group text)``; in each, the ``max_rows_per_group`` rows with the smallest
-   ``md5(row text)``; then overall the ``max_rows`` rows with the smallest ``md5(row text)``.
-   The texts (:func:`group_text_parts`, :func:`row_text_parts`) start with a secret salt and hold
-   the unit, the keys and the row's integer values, so the choice depends only on the unit's own
-   rows (which is what the privacy analysis needs), and rows with equal texts contribute
+   ``md5(group text)`` (ties, which only an md5 collision can cause, broken by the key values);
+   in each, the ``max_rows_per_group`` rows with the smallest ``md5(row text)``; then overall
+   the ``max_rows`` rows with the smallest ``md5(row text)``. The texts start with a secret salt
+   and hold the unit, the keys and the row's integer values, each part escaped (``ESCAPE`` is
+   doubled and ``SEPARATOR`` becomes ``ESCAPE u``) before the parts are joined by
+   ``SEPARATOR``, so distinct tuples give distinct texts. The choice depends only on the unit's
+   own rows (which is what the privacy analysis needs), and rows with equal texts contribute
    identically (so ties do not matter).
 4. Per group (and bin): integer outputs — rows, distinct units, non-NULL values, sums of
    ``idx_j`` and of ``idx_j²`` — computed exactly.
+
+A group is identified by its key values as :func:`~dpkit.analytics.engines._columns.canonical`
+sees them: NaN keys are NULL and ``-0.0`` is ``0.0``, for bounding and aggregation alike.
+
+Results use reserved column names (:attr:`BoundedPlan.group_columns`,
+:attr:`BoundedPlan.output_columns`, all starting with ``__dpkit_``), never a user's column name,
+so no user column can be mistaken for an aggregate.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
+from dpkit.analytics.engines._columns import RESERVED_PREFIX
 from dpkit.analytics.expr import ColumnKind, Expr
 from dpkit.analytics.query import KeySet
 
@@ -39,12 +49,21 @@ __all__ = [
     "Output",
     "Step",
     "ValueSpec",
+    "escape_part",
     "power_of_two_text",
     "project_to_ranges",
 ]
 
 SEPARATOR = "\x1f"
 """Separates the parts of a hashed text (the ASCII unit separator)."""
+
+ESCAPE = "\x1e"
+"""Escapes SEPARATOR (and itself) inside a part of a hashed text (the ASCII record separator)."""
+
+
+def escape_part(text: str) -> str:
+    """A part of a hashed text, escaped so that joining parts by SEPARATOR is injective."""
+    return text.replace(ESCAPE, ESCAPE + ESCAPE).replace(SEPARATOR, ESCAPE + "u")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +133,23 @@ class BoundedPlan:
 
     @property
     def group_columns(self) -> tuple[str, ...]:
-        """Result columns that identify a group: the keys, then ``bin`` if any."""
-        return self.keys + (("bin",) if self.bins else ())
+        """Result columns that identify a group: one per key (in order), then the bin if any.
+
+        Reserved names, never the keys' own names: a key column called like an output column
+        cannot be confused with one.
+        """
+        names = tuple(f"{RESERVED_PREFIX}k{i}" for i in range(len(self.keys)))
+        return names + ((f"{RESERVED_PREFIX}bin",) if self.bins else ())
 
     @property
     def output_columns(self) -> tuple[str, ...]:
-        return tuple(f"o{i}" for i in range(len(self.outputs)))
+        """Result columns of the outputs, in order (reserved names)."""
+        return tuple(f"{RESERVED_PREFIX}o{i}" for i in range(len(self.outputs)))
+
+    @property
+    def result_columns(self) -> tuple[str, ...]:
+        """Every column of :meth:`Engine.run`'s result, in order."""
+        return self.group_columns + self.output_columns
 
 
 def project_to_ranges(values: Any, allowed: tuple[tuple[int, int], ...]) -> Any:
@@ -153,12 +183,13 @@ class Engine(Protocol):
     name: str
 
     def schema(self) -> dict[str, ColumnKind]:
-        """Column name -> kind, read from metadata only (no rows)."""
+        """Column name -> kind, from metadata or the declared schema only (no rows are read)."""
         ...
 
     def run(self, plan: BoundedPlan) -> pa.Table:
-        """The plan's result: one row per non-empty group, columns ``group_columns`` then
-        ``o0, o1, ...`` (integers; sums may be arbitrary-precision decimals)."""
+        """The plan's result: one row per non-empty group, columns ``plan.result_columns``
+        (group keys, bin, then the outputs: integers; sums may be arbitrary-precision
+        decimals)."""
         ...
 
     def close(self) -> None:

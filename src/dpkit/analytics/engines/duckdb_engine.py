@@ -8,15 +8,27 @@ literals built by sqlglot.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 from sqlglot import exp
 
+from dpkit.analytics.engines._columns import (
+    check_declared_schema,
+    csv_header,
+    is_parquet_path,
+    kind_of_pandas,
+    pandas_float_columns,
+    prepare_pandas,
+    resolve_kinds,
+)
 from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
 from dpkit.analytics.engines.sql import build_query, ident
 from dpkit.analytics.expr import ColumnKind
@@ -31,45 +43,88 @@ def _threads() -> int:
 
 
 class DuckDBEngine:
-    """Runs bounded plans with DuckDB."""
+    """Runs bounded plans with DuckDB.
+
+    Column kinds come from the source's metadata (a pandas frame's dtypes, an Arrow or Parquet
+    schema; every CSV column is text) and the declared ``schema``, never from the values: a CSV
+    file is read with every column as text (nothing is sniffed from its rows) and declared
+    columns are converted in the query, where a value that does not parse becomes NULL; a
+    pandas ``object`` column is converted in Python, by the same rules, when a plan first runs.
+    """
 
     name = "duckdb"
 
-    def __init__(self, source: Any, *, connection: duckdb.DuckDBPyConnection | None = None) -> None:
+    def __init__(
+        self,
+        source: Any,
+        *,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        schema: Mapping[str, str] | None = None,
+    ) -> None:
         self._own = connection is None
         self._con = connection if connection is not None else duckdb.connect(":memory:")
         if _threads():
             self._con.execute(f"SET threads = {_threads()}")
+        if self._own:
+            # timestamps with a time zone compare with (naive) temporal keys in UTC, as in the
+            # reference engine (engines._columns.canonical)
+            with contextlib.suppress(duckdb.Error):  # DuckDB built without ICU: no time zones
+                self._con.execute("SET TimeZone = 'UTC'")
         self._view = f"dpkit_src_{secrets.token_hex(8)}"
         self._keepalive: Any = None
-        self._source_sql = self._register(source)
-        described = self._con.sql(
-            exp.select(exp.Star()).from_(self._source_sql.copy()).limit(0).sql("duckdb")
-        )
-        arrow_schema = described.to_arrow_table().schema
-        self._columns = [field.name for field in arrow_schema]
-        self._schema: dict[str, ColumnKind] = {
-            field.name: kind_of_arrow(field.type) for field in arrow_schema
-        }
-        self._floats = {field.name for field in arrow_schema if pa.types.is_floating(field.type)}
+        # a pandas source is registered when a plan first runs (see _prepare_pandas)
+        self._pandas: Any = source if isinstance(source, pd.DataFrame) else None
+        declared = check_declared_schema(schema)
+        self._source_sql, storage, floats = self._register(source)
+        self._columns = list(storage)
+        self._schema, self._conversions = resolve_kinds(storage, declared)
+        self._floats = floats
+        if self._pandas is not None:
+            # converted in Python when first run (prepare_pandas): the view holds the kinds
+            self._conversions = {}
+            self._floats = pandas_float_columns(self._pandas, self._schema)
 
-    def _register(self, source: Any) -> exp.Expr:
+    def _register(self, source: Any) -> tuple[exp.Expr, dict[str, ColumnKind], set[str]]:
+        """The source as a table expression, its stored kinds and its float columns."""
         if isinstance(source, str | Path):
             path = str(source)
             if not Path(path).exists():
                 raise InvalidDataError("source", f"no file at {path!r}")
-            reader = (
-                "read_parquet" if path.lower().endswith((".parquet", ".pq")) else ("read_csv_auto")
+            if is_parquet_path(path):
+                call = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(path)])
+                return self._described(exp.Table(this=call))
+            header = csv_header(path)
+            return (
+                exp.Table(this=_read_csv_as_text(path, header)),
+                dict.fromkeys(header, "string"),
+                set(),
             )
-            call = exp.Anonymous(this=reader, expressions=[exp.Literal.string(path)])
-            return exp.Table(this=call)
+        if isinstance(source, pd.DataFrame):
+            storage = {str(n): kind_of_pandas(t) for n, t in source.dtypes.items()}
+            return exp.Table(this=ident(self._view)), storage, set()
         if isinstance(source, duckdb.DuckDBPyRelation):
             source = source.to_arrow_table()
         elif hasattr(source, "to_arrow") and not isinstance(source, pa.Table):
             source = source.to_arrow()  # Polars
         self._keepalive = source
         self._con.register(self._view, source)
-        return exp.Table(this=ident(self._view))
+        return self._described(exp.Table(this=ident(self._view)))
+
+    def _described(self, table: exp.Expr) -> tuple[exp.Expr, dict[str, ColumnKind], set[str]]:
+        described = self._con.sql(exp.select(exp.Star()).from_(table.copy()).limit(0).sql("duckdb"))
+        arrow_schema = described.to_arrow_table().schema
+        storage = {field.name: kind_of_arrow(field.type) for field in arrow_schema}
+        floats = {field.name for field in arrow_schema if pa.types.is_floating(field.type)}
+        return table, storage, floats
+
+    def _prepare_pandas(self) -> None:
+        """Register a pandas source (on first use): columns whose dtype does not carry their
+        kind (``object``, or declared otherwise) are converted in Python, never failing."""
+        if self._pandas is None or self._keepalive is not None:
+            return
+        frame = prepare_pandas(self._pandas, self._schema)
+        self._keepalive = frame
+        self._con.register(self._view, frame)
 
     def schema(self) -> dict[str, ColumnKind]:
         return dict(self._schema)
@@ -77,16 +132,50 @@ class DuckDBEngine:
     def sql(self, plan: BoundedPlan) -> str:
         """The SQL text that :meth:`run` executes (for inspection and tests)."""
         query = build_query(
-            plan, self._source_sql.copy(), self._columns, self._schema, self._floats, "duckdb"
+            plan,
+            self._source_sql.copy(),
+            self._columns,
+            self._schema,
+            self._floats,
+            "duckdb",
+            self._conversions,
         )
         return query.sql(dialect="duckdb")
 
     def run(self, plan: BoundedPlan) -> pa.Table:
+        self._prepare_pandas()
         result: pa.Table = self._con.sql(self.sql(plan)).to_arrow_table()
         return result
 
     def close(self) -> None:
         if self._own:
             self._con.close()
-        else:
+        elif self._keepalive is not None:
             self._con.unregister(self._view)
+
+
+def _read_csv_as_text(path: str, header: list[str]) -> exp.Expr:
+    """read_csv with the dialect fixed and every column as text: nothing is sniffed or inferred
+    from the rows (a later row that did not fit an inferred type would fail, quoting itself)."""
+
+    def named(name: str, value: exp.Expr) -> exp.Expr:
+        return exp.PropertyEQ(this=exp.to_identifier(name), expression=value)
+
+    columns = exp.Struct(
+        expressions=[
+            exp.PropertyEQ(this=exp.Literal.string(name), expression=exp.Literal.string("VARCHAR"))
+            for name in header
+        ]
+    )
+    return exp.Anonymous(
+        this="read_csv",
+        expressions=[
+            exp.Literal.string(path),
+            named("header", exp.true()),
+            named("auto_detect", exp.false()),
+            named("delim", exp.Literal.string(",")),
+            named("quote", exp.Literal.string('"')),
+            named("escape", exp.Literal.string('"')),
+            named("columns", columns),
+        ],
+    )

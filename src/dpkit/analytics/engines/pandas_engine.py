@@ -7,50 +7,52 @@ NULL semantics for expressions (pandas' nullable dtypes give Kleene logic for ``
 from __future__ import annotations
 
 import hashlib
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
+from dpkit.analytics.engines._columns import (
+    canonical,
+    check_declared_schema,
+    csv_header,
+    is_parquet_path,
+    kind_of_pandas,
+    parquet_schema,
+    prepare_pandas,
+    resolve_kinds,
+    text_of,
+)
 from dpkit.analytics.engines.base import (
     SEPARATOR,
     BoundedPlan,
     Output,
+    escape_part,
     kind_of_arrow,
     project_to_ranges,
 )
 from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Lit, Unary
 from dpkit.errors import InvalidDataError, UnsupportedQueryError
 
-__all__ = ["PandasEngine", "evaluate", "grid_indices", "sql_text"]
+__all__ = ["PandasEngine", "evaluate", "grid_indices", "md5_text", "sql_text"]
 
-
-def sql_text(value: Any) -> str | None:
-    """The text SQL engines give ``CAST(value AS VARCHAR)`` (None for NULL/NaN)."""
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, bool | np.bool_):
-        return "true" if value else "false"
-    if isinstance(value, int | np.integer):
-        return str(int(value))
-    if isinstance(value, float | np.floating):
-        if math.isnan(value):
-            return None
-        return repr(float(value))
-    return str(value)
+sql_text = text_of
+"""The text SQL engines give ``CAST(value AS VARCHAR)`` (None for NULL/NaN)."""
 
 
 def _text_column(series: pd.Series) -> list[str | None]:
-    return [sql_text(v) for v in series.tolist()]
+    return [text_of(v) for v in series.tolist()]
 
 
 def md5_text(salt: str, tag: str, parts: Sequence[str | None]) -> str:
-    """md5 hex of salt, tag and the parts (NULL as ``n``, a value as ``v`` + its text), joined
-    by SEPARATOR: the same text the SQL engines build."""
-    joined = SEPARATOR.join([salt, tag, *("n" if p is None else "v" + p for p in parts)])
+    """md5 hex of salt, tag and the parts (NULL as ``n``, a value as ``v`` + its escaped text),
+    joined by SEPARATOR: the same text the SQL engines build."""
+    joined = SEPARATOR.join(
+        [salt, tag, *("n" if p is None else "v" + escape_part(p) for p in parts)]
+    )
     return hashlib.md5(joined.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
@@ -212,33 +214,67 @@ def _cast_like(values: Any, like: Any) -> Any:
 
 
 # ------------------------------------------------------------------------ engine
-def _as_dataframe(source: Any) -> pd.DataFrame:
-    if isinstance(source, pd.DataFrame):
-        return source
-    if isinstance(source, pa.Table):
-        return source.to_pandas()
-    raise InvalidDataError("source", f"the pandas engine cannot read {type(source).__name__}")
-
-
 class PandasEngine:
-    """The reference engine over a pandas DataFrame (kept as given; never modified)."""
+    """The reference engine over a pandas DataFrame (kept as given; never modified).
+
+    Also reads an Arrow table, or a CSV or Parquet path. Column kinds come from the dtypes (or
+    the Arrow / Parquet schema; every CSV column is text) and the declared ``schema``; the data
+    is loaded and converted to those kinds only when a plan runs (after the session reserved the
+    query's budget), and conversions never fail (see :mod:`._columns`).
+    """
 
     name = "pandas"
 
-    def __init__(self, source: Any) -> None:
-        self._df = _as_dataframe(source)
+    def __init__(self, source: Any, *, schema: Mapping[str, str] | None = None) -> None:
+        self._source = source
+        self._loaded: pd.DataFrame | None = None
+        self._csv = False
+        if isinstance(source, pd.DataFrame):
+            storage = {str(n): kind_of_pandas(t) for n, t in source.dtypes.items()}
+        elif isinstance(source, pa.Table):
+            storage = {f.name: kind_of_arrow(f.type) for f in source.schema}
+        elif isinstance(source, str | Path):
+            path = str(source)
+            if not Path(path).exists():
+                raise InvalidDataError("source", f"no file at {path!r}")
+            if is_parquet_path(path):
+                storage = {f.name: kind_of_arrow(f.type) for f in parquet_schema(path)}
+            else:
+                self._csv = True
+                storage = dict.fromkeys(csv_header(path), "string")
+        else:
+            raise InvalidDataError(
+                "source", f"the pandas engine cannot read {type(source).__name__}"
+            )
+        self._kinds, _ = resolve_kinds(storage, check_declared_schema(schema))
 
     def schema(self) -> dict[str, ColumnKind]:
-        out: dict[str, ColumnKind] = {}
-        for name, dtype in self._df.dtypes.items():
-            out[str(name)] = _kind_of_pandas(self._df[name], dtype)
-        return out
+        return dict(self._kinds)
 
     def close(self) -> None:
         """Nothing to release."""
 
+    def _data(self) -> pd.DataFrame:
+        """The table with every column converted to its kind (loaded on first use)."""
+        if self._loaded is not None:
+            return self._loaded
+        source = self._source
+        if isinstance(source, pa.Table):
+            df = source.to_pandas(date_as_object=False)
+        elif isinstance(source, str | Path):
+            if self._csv:
+                df = pd.read_csv(
+                    source, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8-sig"
+                )
+            else:
+                df = pd.read_parquet(source)
+        else:
+            df = source
+        self._loaded = prepare_pandas(df, self._kinds)
+        return self._loaded
+
     def run(self, plan: BoundedPlan) -> pa.Table:
-        df = self._df
+        df = self._data()
         for step in plan.steps:
             if step.kind == "derive":
                 assert step.expr is not None
@@ -253,8 +289,7 @@ class PandasEngine:
 
     def _aggregate(self, df: pd.DataFrame, plan: BoundedPlan) -> pa.Table:
         work = pd.DataFrame({"u": df[plan.unit]})
-        for i, key in enumerate(plan.keys):
-            work[f"k{i}"] = df[key]
+        keys = [[canonical(v) for v in df[key].tolist()] for key in plan.keys]
         for j, spec in enumerate(plan.values):
             raw = _as_float(_column(df, spec.column)).to_numpy(dtype=np.float64, na_value=np.nan)
             idx, valid = grid_indices(raw, spec.lower, spec.upper, spec.exponent)
@@ -262,9 +297,20 @@ class PandasEngine:
                 idx = project_to_ranges(idx, spec.allowed)
             work[f"v{j}"] = pd.array(np.where(valid, idx, 0), dtype="Int64")
             work.loc[~valid, f"v{j}"] = pd.NA
+        # one canonical identity per group, for bounding and aggregation alike
+        identities: dict[tuple[Any, ...], int] = {}
+        rows = list(zip(*keys, strict=True)) if keys else [()] * len(df)
+        work["g"] = np.fromiter(
+            (identities.setdefault(row, len(identities)) for row in rows),
+            dtype=np.int64,
+            count=len(rows),
+        )
+        groups = list(identities)
         keep = np.array(work["u"].notna().to_numpy(), dtype=bool)
         if plan.key_set is not None:
-            keep &= _in_key_set(work, plan)
+            declared = {tuple(canonical(v) for v in row) for row in plan.key_set.rows}
+            wanted = np.array([g in declared for g in groups], dtype=bool)
+            keep &= wanted[work["g"].to_numpy()] if groups else keep
         if plan.bins is not None:
             if plan.bins.kind == "grid":
                 bins = work[f"v{plan.bins.value}"]
@@ -276,35 +322,8 @@ class PandasEngine:
             work["b"] = bins
             keep &= work["b"].notna().to_numpy()
         work = work[keep].reset_index(drop=True)
-        work = _bound(work, plan)
-        group_cols = [f"k{i}" for i in range(len(plan.keys))] + (["b"] if plan.bins else [])
-        return _summarise(work, plan, group_cols)
-
-
-def _kind_of_pandas(series: pd.Series, dtype: Any) -> ColumnKind:
-    if pd.api.types.is_bool_dtype(dtype):
-        return "bool"
-    if pd.api.types.is_numeric_dtype(dtype):
-        return "numeric"
-    if pd.api.types.is_datetime64_any_dtype(dtype):
-        return "temporal"
-    if pd.api.types.is_string_dtype(dtype):
-        if dtype == np.dtype(object):
-            sample = series.dropna()
-            if len(sample) and not all(isinstance(v, str) for v in sample.iloc[:100]):
-                try:
-                    return kind_of_arrow(pa.array(sample.iloc[:100].tolist()).type)
-                except (pa.ArrowInvalid, pa.ArrowTypeError):
-                    return "other"
-        return "string"
-    return "other"
-
-
-def _in_key_set(work: pd.DataFrame, plan: BoundedPlan) -> np.ndarray:
-    assert plan.key_set is not None
-    keys = set(plan.key_set.rows)
-    columns = [work[f"k{i}"].tolist() for i in range(len(plan.keys))]
-    return np.array([tuple(row) in keys for row in zip(*columns, strict=True)], dtype=bool)
+        work = _bound(work, plan, groups)
+        return _summarise(work, plan, groups)
 
 
 def _edge_bins(values: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
@@ -317,110 +336,88 @@ def _edge_bins(values: np.ndarray, edges: tuple[float, ...]) -> np.ndarray:
     return out
 
 
-def _texts(work: pd.DataFrame, names: list[str]) -> list[list[str | None]]:
-    return [_text_column(work[name]) for name in names]
-
-
-def _bound(work: pd.DataFrame, plan: BoundedPlan) -> pd.DataFrame:
-    """Contribution bounding exactly as specified in BoundedPlan's docstring."""
+def _bound(work: pd.DataFrame, plan: BoundedPlan, groups: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """Contribution bounding exactly as specified in BoundedPlan's docstring; a group is the
+    canonical identity ``g`` (the same one :func:`_summarise` aggregates by)."""
     k, m, c = plan.max_rows, plan.max_groups, plan.max_rows_per_group
-    key_cols = [f"k{i}" for i in range(len(plan.keys))]
     if work.empty:
         return work
     unit_text = pd.Series(_text_column(work["u"]), index=work.index)
-    group_id = (
-        pd.Series(
-            list(zip(*[work[c_].tolist() for c_ in key_cols], strict=True)),
-            index=work.index,
-            dtype=object,
-        )
-        if key_cols
-        else pd.Series([()] * len(work), index=work.index, dtype=object)
-    )
-    per_unit = work.groupby(unit_text, sort=False)
     heavy = np.zeros(len(work), dtype=bool)
-    n_rows = per_unit["u"].transform("size").to_numpy()
     if k is not None:
-        heavy |= n_rows > k
+        heavy |= unit_text.groupby(unit_text).transform("size").to_numpy() > k
     if m is not None or c is not None:
-        ug = pd.DataFrame({"t": unit_text, "g": group_id.map(repr)})
-        n_groups = ug.groupby("t")["g"].transform("nunique").to_numpy()
-        n_in_group = ug.groupby(["t", "g"])["g"].transform("size").to_numpy()
+        ug = pd.DataFrame({"t": unit_text, "g": work["g"]})
         if m is not None:
-            heavy |= n_groups > m
+            heavy |= ug.groupby("t")["g"].transform("nunique").to_numpy() > m
         if c is not None:
-            heavy |= n_in_group > c
+            heavy |= ug.groupby(["t", "g"])["g"].transform("size").to_numpy() > c
     if not heavy.any():
         return work
     light = work[~heavy]
     rows = work[heavy].copy()
     salt = str(plan.salt)
-    key_texts = _texts(rows, key_cols)
+    key_texts = [[text_of(v) for v in group] for group in groups]
     value_cols = [f"v{j}" for j in range(len(plan.values))] + (["b"] if plan.bins else [])
-    value_texts = _texts(rows, value_cols)
+    value_texts = [_text_column(rows[name]) for name in value_cols]
     units = _text_column(rows["u"])
-    group_hash = []
-    row_hash = []
-    for i, unit in enumerate(units):
-        keys_i = [texts[i] for texts in key_texts]
-        group_hash.append(md5_text(salt, "g", [unit, *keys_i]))
-        row_hash.append(md5_text(salt, "r", [unit, *keys_i, *(t[i] for t in value_texts)]))
+    group_ids = rows["g"].tolist()
     rows["_unit"] = units
-    rows["_group"] = group_id[heavy].map(repr).to_numpy()
-    rows["_gh"] = group_hash
-    rows["_rh"] = row_hash
+    rows["_gh"] = [
+        md5_text(salt, "g", [unit, *key_texts[g]]) for unit, g in zip(units, group_ids, strict=True)
+    ]
+    rows["_rh"] = [
+        md5_text(salt, "r", [unit, *key_texts[g], *(t[i] for t in value_texts)])
+        for i, (unit, g) in enumerate(zip(units, group_ids, strict=True))
+    ]
     if m is not None:
-        distinct = rows[["_unit", "_group", "_gh"]].drop_duplicates()
-        distinct = distinct.sort_values(["_unit", "_gh"])
+        distinct = rows[["_unit", "g", "_gh"]].drop_duplicates()
+        # ties (an md5 collision) are broken by the key values, so distinct groups never share
+        # a rank
+        distinct["_tie"] = [_joined(key_texts[g]) for g in distinct["g"].tolist()]
+        distinct = distinct.sort_values(["_unit", "_gh", "_tie"], kind="mergesort")
         distinct["_gr"] = distinct.groupby("_unit").cumcount()
-        chosen = distinct[distinct["_gr"] < m][["_unit", "_group"]]
-        rows = rows.merge(chosen, on=["_unit", "_group"], how="inner")
+        chosen = distinct[distinct["_gr"] < m][["_unit", "g"]]
+        rows = rows.merge(chosen, on=["_unit", "g"], how="inner")
     rows = rows.sort_values(["_unit", "_rh"], kind="mergesort")
     if c is not None:
-        rows = rows[rows.groupby(["_unit", "_group"]).cumcount() < c]
+        rows = rows[rows.groupby(["_unit", "g"]).cumcount() < c]
     if k is not None:
         rows = rows[rows.groupby("_unit").cumcount() < k]
-    rows = rows.drop(columns=["_unit", "_group", "_gh", "_rh"])
+    rows = rows.drop(columns=["_unit", "_gh", "_rh"])
     return pd.concat([light, rows], ignore_index=True)
 
 
-def _summarise(work: pd.DataFrame, plan: BoundedPlan, group_cols: list[str]) -> pa.Table:
-    results: dict[tuple[Any, ...], list[int]] = {}
-    if group_cols:
-        grouped = work.groupby(group_cols, sort=False, dropna=False)
-        parts: list[tuple[tuple[Any, ...], pd.DataFrame]] = [
-            (key if isinstance(key, tuple) else (key,), part) for key, part in grouped
+def _joined(texts: Sequence[str | None]) -> str:
+    return SEPARATOR.join("n" if t is None else "v" + escape_part(t) for t in texts)
+
+
+def _summarise(work: pd.DataFrame, plan: BoundedPlan, groups: list[tuple[Any, ...]]) -> pa.Table:
+    by = ["g"] + (["b"] if plan.bins is not None else [])
+    parts: list[tuple[tuple[Any, ...], pd.DataFrame]]
+    if plan.keys or plan.bins is not None:
+        parts = [
+            (key if isinstance(key, tuple) else (key,), part)
+            for key, part in work.groupby(by, sort=False, dropna=False)
         ]
     else:
-        parts = [((), work)]
+        parts = [((0,), work)]
+    key_values: list[list[Any]] = [[] for _ in plan.keys]
+    bins: list[int] = []
+    outs: list[list[str]] = [[] for _ in plan.outputs]
     for key, part in parts:
-        results[key] = [_output(part, out) for out in plan.outputs]
-    names = list(plan.group_columns)
-    columns: dict[str, list[Any]] = {name: [] for name in names}
-    outs: list[list[int]] = [[] for _ in plan.outputs]
-    for key, values in results.items():
-        for name, value in zip(names, key, strict=True):
-            columns[name].append(_plain(value))
-        for i, value in enumerate(values):
-            outs[i].append(value)
-    arrays: dict[str, Any] = {
-        name: pa.array(vals) if vals else pa.array([], pa.null()) for name, vals in columns.items()
-    }
+        group = groups[int(key[0])] if plan.keys else ()
+        for i, value in enumerate(group):
+            key_values[i].append(value)
+        if plan.bins is not None:
+            bins.append(int(key[1]))
+        for i, out in enumerate(plan.outputs):
+            outs[i].append(str(_output(part, out)))
+    arrays: list[Any] = [pa.array(v) if v else pa.array([], pa.null()) for v in key_values]
     if plan.bins is not None:
-        arrays["bin"] = pa.array([int(v) for v in columns["bin"]], pa.int64())
-    for i, vals in enumerate(outs):
-        arrays[f"o{i}"] = pa.array([str(v) for v in vals], pa.string())
-    return pa.table(arrays)
-
-
-def _plain(value: Any) -> Any:
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, float | np.floating) and math.isnan(value):
-        return None
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+        arrays.append(pa.array(bins, pa.int64()))
+    arrays.extend(pa.array(v, pa.string()) for v in outs)
+    return pa.Table.from_arrays(arrays, names=list(plan.result_columns))
 
 
 def _output(part: pd.DataFrame, out: Output) -> int:

@@ -14,13 +14,23 @@ such keys or units Spark may keep different, equally valid, rows of heavy units.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 from sqlglot import exp
 
-from dpkit.analytics.engines.base import BoundedPlan
+from dpkit.analytics.engines._columns import (
+    check_declared_schema,
+    csv_header,
+    is_parquet_path,
+    kind_of_pandas,
+    pandas_float_columns,
+    prepare_pandas,
+    resolve_kinds,
+)
+from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
 from dpkit.analytics.engines.sql import build_query, ident
 from dpkit.analytics.expr import ColumnKind
 from dpkit.errors import InvalidDataError
@@ -63,11 +73,19 @@ def _kind(data_type: Any) -> tuple[ColumnKind, bool]:
 
 
 class SparkEngine:
-    """Runs bounded plans with Spark SQL."""
+    """Runs bounded plans with Spark SQL.
+
+    Column kinds come from metadata (the Spark, Parquet, Arrow schema or pandas dtypes; every
+    CSV column is text, read without ``inferSchema``) and the declared ``schema``. A pandas,
+    Polars or Arrow table or a DuckDB relation becomes a Spark DataFrame when a plan first runs,
+    its ``object`` (and declared) columns converted in Python by the rules every engine shares.
+    """
 
     name = "spark"
 
-    def __init__(self, source: Any, *, spark: Any = None) -> None:
+    def __init__(
+        self, source: Any, *, spark: Any = None, schema: Mapping[str, str] | None = None
+    ) -> None:
         try:
             from pyspark.sql import DataFrame
         except ImportError:  # pragma: no cover - depends on the installation
@@ -75,30 +93,71 @@ class SparkEngine:
                 "engine", "pyspark is not installed", "pip install 'dpkit[spark]'"
             ) from None
         self._spark = spark if spark is not None else default_spark_session()
+        declared = check_declared_schema(schema)
+        self._view = f"dpkit_src_{secrets.token_hex(8)}"
+        self._frame: Any = None
+        self._pandas: Any = None
         if isinstance(source, str | Path):
             path = str(source)
             if not Path(path).exists():
                 raise InvalidDataError("source", f"no file at {path!r}")
-            if path.lower().endswith((".parquet", ".pq")):
-                frame = self._spark.read.parquet(path)
+            if is_parquet_path(path):
+                self._frame = self._spark.read.parquet(path)
             else:
-                frame = self._spark.read.csv(path, header=True, inferSchema=True)
+                from pyspark.sql import types as T
+
+                header = csv_header(path)
+                text_schema = T.StructType([T.StructField(n, T.StringType()) for n in header])
+                # the dialect of DuckDB's reader and pandas': "" escapes a quote, and a quoted
+                # field may hold a line break (multiLine; a file is then read by one task)
+                self._frame = self._spark.read.csv(
+                    path,
+                    header=True,
+                    schema=text_schema,
+                    enforceSchema=True,
+                    escape='"',
+                    multiLine=True,
+                )
         elif isinstance(source, DataFrame):
-            frame = source
+            self._frame = source
         else:
+            if hasattr(source, "to_arrow_table") and hasattr(source, "fetchall"):
+                source = source.to_arrow_table()  # a DuckDB relation
+            elif hasattr(source, "to_arrow") and not hasattr(source, "iloc"):
+                source = source.to_arrow()  # Polars
             if isinstance(source, pa.Table):
-                source = source.to_pandas()
-            elif hasattr(source, "to_arrow_table") and hasattr(source, "fetchall"):
-                source = source.to_arrow_table().to_pandas()  # a DuckDB relation
-            elif hasattr(source, "to_pandas") and not hasattr(source, "iloc"):
-                source = source.to_pandas()  # Polars
-            frame = self._from_pandas(source)
-        self._view = f"dpkit_src_{secrets.token_hex(8)}"
-        frame.createOrReplaceTempView(self._view)
-        self._columns = [field.name for field in frame.schema.fields]
-        kinds = {field.name: _kind(field.dataType) for field in frame.schema.fields}
-        self._schema: dict[str, ColumnKind] = {name: k for name, (k, _) in kinds.items()}
-        self._floats = {name for name, (_, is_float) in kinds.items() if is_float}
+                storage = {f.name: kind_of_arrow(f.type) for f in source.schema}
+            else:
+                storage = {str(n): kind_of_pandas(t) for n, t in source.dtypes.items()}
+            self._pandas = source
+        if self._frame is not None:
+            kinds = {field.name: _kind(field.dataType) for field in self._frame.schema.fields}
+            storage = {name: k for name, (k, _) in kinds.items()}
+            self._columns = [field.name for field in self._frame.schema.fields]
+            self._schema, self._conversions = resolve_kinds(storage, declared)
+            self._floats = {
+                name
+                for name, (_, is_float) in kinds.items()
+                if is_float and name not in self._conversions
+            }
+            self._frame.createOrReplaceTempView(self._view)
+        else:
+            self._columns = list(storage)
+            self._schema, _ = resolve_kinds(storage, declared)
+            self._conversions = {}
+            self._floats = set()  # known once the pandas frame is prepared
+
+    def _prepare(self) -> None:
+        """Turn a local source into a Spark DataFrame (on first use), converting in Python the
+        columns whose dtype does not carry their kind (never failing)."""
+        if self._frame is not None:
+            return
+        source = self._pandas
+        df = source.to_pandas(date_as_object=False) if isinstance(source, pa.Table) else source
+        df = prepare_pandas(df, self._schema)
+        self._floats = pandas_float_columns(df, self._schema)
+        self._frame = self._from_pandas(df)
+        self._frame.createOrReplaceTempView(self._view)
 
     def _from_pandas(self, df: Any) -> Any:
         if len(df) == 0:
@@ -114,6 +173,7 @@ class SparkEngine:
 
     def sql(self, plan: BoundedPlan) -> str:
         """The Spark SQL text that :meth:`run` executes."""
+        self._prepare()
         query = build_query(
             plan,
             exp.Table(this=ident(self._view)),
@@ -121,6 +181,7 @@ class SparkEngine:
             self._schema,
             self._floats,
             "spark",
+            self._conversions,
         )
         return query.sql(dialect="spark")
 
@@ -132,4 +193,5 @@ class SparkEngine:
         return pa.Table.from_pandas(frame.toPandas(), preserve_index=False)  # pragma: no cover
 
     def close(self) -> None:
-        self._spark.catalog.dropTempView(self._view)
+        if self._frame is not None:
+            self._spark.catalog.dropTempView(self._view)

@@ -28,11 +28,18 @@ from typing import Any, Literal
 import numpy as np
 from sqlglot import exp
 
-from dpkit.analytics.engines.base import SEPARATOR, BoundedPlan, Output, power_of_two_text
+from dpkit.analytics.engines._columns import BOOL_FALSE, BOOL_TRUE, NUMBER_PATTERN, canonical
+from dpkit.analytics.engines.base import (
+    ESCAPE,
+    SEPARATOR,
+    BoundedPlan,
+    Output,
+    power_of_two_text,
+)
 from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Lit, Unary, infer_kind
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
-__all__ = ["Dialect", "build_query", "literal"]
+__all__ = ["Dialect", "build_query", "converted", "key_literal", "literal"]
 
 Dialect = Literal["duckdb", "spark"]
 
@@ -69,6 +76,60 @@ def literal(value: Any) -> exp.Expr:
     if isinstance(value, _dt.date):
         return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
     raise InvalidParameterError("key", value, "an int, float, str, bool, date or datetime")
+
+
+def key_literal(value: Any, kind: ColumnKind | None) -> exp.Expr:
+    """A public key value as a literal of its column's kind (the planner checked the kinds).
+
+    The column is never cast: a text column is compared with text, a number with a number, a
+    date or timestamp with a TIMESTAMP literal, so comparing can never fail on a data value.
+    """
+    value = canonical(value)
+    if kind == "temporal" and isinstance(value, _dt.datetime):
+        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
+    if kind == "string":
+        return exp.cast(exp.Literal.string(str(value)), "VARCHAR")
+    return literal(value)
+
+
+def converted(name: str, kind: ColumnKind, dialect: Dialect) -> exp.Expr:
+    """Column ``name`` (stored as text, or any type when ``kind`` is text) as a ``kind`` value.
+
+    Never fails: a value that does not parse is NULL (the rules of
+    :mod:`dpkit.analytics.engines._columns`, identical in every engine).
+    """
+    ref = column(name)
+    if kind == "string":
+        return exp.cast(ref, "VARCHAR")
+    text = exp.cast(ref, "VARCHAR")
+    if kind == "numeric":
+        matches = exp.RegexpLike(this=text, expression=exp.Literal.string(NUMBER_PATTERN))
+        return (
+            exp.Case()
+            .when(matches, exp.cast(text.copy(), "DOUBLE"), copy=False)
+            .else_(exp.Null(), copy=False)
+        )
+    if kind == "bool":
+        low = exp.Lower(this=text)
+        return (
+            exp.Case()
+            .when(
+                exp.In(this=low, expressions=[exp.Literal.string(v) for v in BOOL_TRUE]),
+                exp.true(),
+                copy=False,
+            )
+            .when(
+                exp.In(this=low.copy(), expressions=[exp.Literal.string(v) for v in BOOL_FALSE]),
+                exp.false(),
+                copy=False,
+            )
+            .else_(exp.Null(), copy=False)
+        )
+    if kind == "temporal":
+        if dialect == "spark":
+            return exp.Anonymous(this="try_to_timestamp", expressions=[text])
+        return exp.TryCast(this=text, to=exp.DataType.build("TIMESTAMP"))
+    raise UnsupportedQueryError(f"cannot convert column {name!r} to {kind}")
 
 
 def _nan_to_null(value: exp.Expr) -> exp.Expr:
@@ -164,9 +225,18 @@ class _ExprCompiler:
         return node_type(this=left, expression=right)
 
 
+def _replace(value: exp.Expr, old: str, new: str) -> exp.Expr:
+    return exp.Anonymous(
+        this="REPLACE", expressions=[value, exp.Literal.string(old), exp.Literal.string(new)]
+    )
+
+
 def _text_part(value: exp.Expr) -> exp.Expr:
-    """'v' || CAST(value AS VARCHAR), or 'n' for NULL."""
-    text = exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(value, "VARCHAR"), safe=True)
+    """'v' || escaped CAST(value AS VARCHAR), or 'n' for NULL (see base.escape_part)."""
+    escaped = _replace(
+        _replace(exp.cast(value, "VARCHAR"), ESCAPE, ESCAPE + ESCAPE), SEPARATOR, ESCAPE + "u"
+    )
+    text = exp.DPipe(this=exp.Literal.string("v"), expression=escaped, safe=True)
     return exp.Coalesce(this=text, expressions=[exp.Literal.string("n")])
 
 
@@ -204,7 +274,7 @@ def _in_heavy(negate: bool) -> exp.Expr:
 def _aggregates(plan: BoundedPlan, dialect: Dialect) -> list[exp.Expr]:
     out: list[exp.Expr] = [exp.alias_(exp.Count(this=exp.Star()), "__n", quoted=True)]
     for i, spec in enumerate(plan.outputs):
-        out.append(exp.alias_(_aggregate(spec, dialect), f"o{i}", quoted=True))
+        out.append(exp.alias_(_aggregate(spec, dialect), f"__o{i}", quoted=True))
     return out
 
 
@@ -233,12 +303,27 @@ def build_query(
     schema: Mapping[str, ColumnKind],
     float_columns: set[str],
     dialect: Dialect,
+    conversions: Mapping[str, ColumnKind] | None = None,
 ) -> exp.Select:
-    """The whole plan as one SELECT with CTEs over ``source`` (a table or subquery)."""
+    """The whole plan as one SELECT with CTEs over ``source`` (a table or subquery).
+
+    ``schema`` holds every column's kind; ``conversions`` the columns whose stored values must
+    first be converted to their (declared) kind. The result's columns are
+    ``plan.result_columns``.
+    """
     ctes: list[tuple[str, exp.Expr]] = []
-    compiler = _ExprCompiler(schema, float_columns)
+    conversions = dict(conversions or {})
+    floats = set(float_columns) | {c for c, k in conversions.items() if k == "numeric"}
+    floats -= {c for c, k in conversions.items() if k != "numeric"}
+    compiler = _ExprCompiler(schema, floats)
     columns = list(source_columns)
-    ctes.append(("__s0", _select(*[column(c) for c in columns]).from_(source, copy=False)))
+    first = [
+        exp.alias_(converted(c, conversions[c], dialect), c, quoted=True)
+        if c in conversions
+        else column(c)
+        for c in columns
+    ]
+    ctes.append(("__s0", _select(*first).from_(source, copy=False)))
     for n, step in enumerate(plan.steps, start=1):
         prev = exp.to_table(f"__s{n - 1}")
         if step.kind == "derive":
@@ -263,7 +348,11 @@ def build_query(
 
     # the scaled, clamped values: a = clamp(v) * 2^-e (NaN -> NULL)
     pre: list[exp.Expr] = [exp.alias_(column(plan.unit), "__u", quoted=True)]
-    pre += [exp.alias_(column(k), f"__k{i}", quoted=True) for i, k in enumerate(plan.keys)]
+    key_kinds = [compiler.schema.get(k) for k in plan.keys]
+    pre += [
+        exp.alias_(_key_value(compiler, k, kind), f"__k{i}", quoted=True)
+        for i, (k, kind) in enumerate(zip(plan.keys, key_kinds, strict=True))
+    ]
     for j, spec in enumerate(plan.values):
         d = _as_double(column(spec.column))
         clamped = (
@@ -327,11 +416,17 @@ def build_query(
     base = _select(*base_cols).from_(base_from, copy=False)
     if plan.key_set is not None:
         if len(plan.keys) == 1:
-            conditions.append(
-                exp.In(this=column("__k0"), expressions=[literal(r[0]) for r in plan.key_set.rows])
-            )
+            wanted = [r[0] for r in plan.key_set.rows]
+            conditions.append(_key_filter(column("__k0"), wanted, key_kinds[0]))
         else:
-            tuples = [exp.Tuple(expressions=[literal(v) for v in row]) for row in plan.key_set.rows]
+            tuples = [
+                exp.Tuple(
+                    expressions=[
+                        key_literal(v, kind) for v, kind in zip(row, key_kinds, strict=True)
+                    ]
+                )
+                for row in plan.key_set.rows
+            ]
             values = exp.Values(
                 expressions=tuples,
                 alias=exp.TableAlias(
@@ -425,7 +520,16 @@ def build_query(
     )
     current = "__h0"
     if m is not None:
-        rank = _row_number(exp.DenseRank, [column("__u")], column("__gh"))
+        # ties of the group hash (an md5 collision) are broken by the key values: distinct
+        # groups never share a rank, so a unit keeps at most max_groups groups
+        rank: exp.Expr = exp.Window(
+            this=exp.DenseRank(),
+            partition_by=[column("__u")],
+            order=exp.Order(
+                expressions=[exp.Ordered(this=column("__gh"))]
+                + [exp.Ordered(this=key.copy()) for key in keys]
+            ),
+        )
         ctes.append(
             (
                 "__h1",
@@ -490,11 +594,12 @@ def build_query(
         heavy_all = heavy_all.group_by(*group, copy=False)
     ctes.append(("__heavy_kept", heavy_agg))
     ctes.append(("__heavy_all", heavy_all))
+    inner_outputs = [f"__o{i}" for i in range(len(plan.outputs))]
     negated = _select(
         *group,
         *[
             exp.alias_(exp.Neg(this=column(name)), name, quoted=True)
-            for name in ["__n", *plan.output_columns]
+            for name in ["__n", *inner_outputs]
         ],
     )
     negated = negated.from_(exp.to_table("__heavy_all"), copy=False)
@@ -503,15 +608,17 @@ def build_query(
         _select("*").from_(exp.to_table("__heavy_kept"), copy=False),
         distinct=False,
     )
-    names = [f"k{i}" for i in range(len(plan.keys))]
+    # reserved result names, never a user's column name (see BoundedPlan.group_columns)
+    result_names = iter(plan.result_columns)
     final_cols: list[exp.Expr] = [
-        exp.alias_(column(f"__k{i}"), plan.keys[i], quoted=True) for i in range(len(names))
+        exp.alias_(column(f"__k{i}"), next(result_names), quoted=True)
+        for i in range(len(plan.keys))
     ]
     if plan.bins is not None:
-        final_cols.append(exp.alias_(column("__b"), "bin", quoted=True))
+        final_cols.append(exp.alias_(column("__b"), next(result_names), quoted=True))
     final_cols.extend(
-        exp.alias_(exp.Sum(this=column(f"o{i}")), f"o{i}", quoted=True)
-        for i in range(len(plan.outputs))
+        exp.alias_(exp.Sum(this=column(name)), next(result_names), quoted=True)
+        for name in inner_outputs
     )
     final: exp.Select = _select(*final_cols).from_(union.subquery("__parts"), copy=False)
     if group:
@@ -532,6 +639,30 @@ def build_query(
     for name, cte in bodies.items():
         final = final.with_(ident(name), as_=cte, copy=False)
     return final
+
+
+def _key_filter(key: exp.Expr, values: Sequence[Any], kind: ColumnKind | None) -> exp.Expr:
+    """``key IN (values)``, the values as literals of the key's kind (:func:`key_literal`); for a
+    numeric column and a run of consecutive integers lo..hi, the same test as ``key BETWEEN lo
+    AND hi AND key = FLOOR(key)``, which engines evaluate much faster than a long IN list
+    (DuckDB plans that as a hash join per scan)."""
+    whole = [int(v) for v in values if isinstance(v, int | np.integer) and not isinstance(v, bool)]
+    numeric = kind == "numeric"
+    if numeric and len(whole) == len(values) >= 2 and max(whole) - min(whole) + 1 == len(whole):
+        between = exp.Between(this=key.copy(), low=literal(min(whole)), high=literal(max(whole)))
+        integral = exp.EQ(this=key.copy(), expression=exp.Floor(this=key.copy()))
+        return exp.Paren(this=exp.And(this=between, expression=integral))
+    return exp.In(this=key, expressions=[key_literal(v, kind) for v in values])
+
+
+def _key_value(compiler: _ExprCompiler, name: str, kind: ColumnKind | None) -> exp.Expr:
+    """A group key as engines group by it: NaN is NULL, and -0.0 is 0.0 (one canonical group
+    for values that compare equal, as in the reference engine)."""
+    value = compiler.compile(Col(name))
+    if kind != "numeric":
+        return value
+    is_zero = exp.EQ(this=value.copy(), expression=exp.Literal.number(0))
+    return exp.Case().when(is_zero, exp.Literal.number(0), copy=False).else_(value, copy=False)
 
 
 def _inline(tree: exp.Expr, name: str, body: exp.Expr) -> Any:

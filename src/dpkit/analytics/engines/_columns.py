@@ -1,0 +1,352 @@
+"""Column kinds from metadata or declarations, conversions that never fail, canonical values.
+
+The kind of a column (numeric, text, bool, temporal, other) decides which queries compile, so it
+must never depend on the values in the table: a query refused for free on one table and released
+(and charged) on a neighbouring one would tell them apart at no cost. Kinds therefore come only
+from storage metadata (pandas dtypes, an Arrow / Parquet / DuckDB / Spark schema) or from a
+declaration (``Session(..., schema={"salary": "numeric"})``):
+
+* a pandas ``object`` column and every column of a CSV file are **text** unless declared;
+* a text column may be declared ``numeric``, ``bool`` or ``temporal``; any column may be declared
+  ``text``; other changes are refused (checked against the metadata, before any data is read).
+
+Converting a column to its declared kind never fails: a value that does not parse becomes NULL
+(the same rules in every engine — numbers are plain decimals such as ``-1.5e3``; booleans are
+``true/t/yes/y/1`` and ``false/f/no/n/0`` in any case; timestamps are ISO 8601). A data-dependent
+error could otherwise quote the value it choked on.
+
+:func:`canonical` is the one identity of a group key value, used by the reference engine for
+both contribution bounding and aggregation, and by the planner to match engine results to
+declared keys: ``-0.0`` is ``0.0``, NaN is NULL, and dates, datetimes and timestamps are naive
+``datetime`` values (aware ones in UTC).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import decimal
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+
+from dpkit.analytics.expr import ColumnKind
+from dpkit.errors import InvalidDataError, InvalidParameterError
+
+__all__ = [
+    "BOOL_FALSE",
+    "BOOL_TRUE",
+    "NUMBER_PATTERN",
+    "RESERVED_PREFIX",
+    "canonical",
+    "check_declared_schema",
+    "convert_series",
+    "csv_header",
+    "is_parquet_path",
+    "kind_of_pandas",
+    "needs_conversion",
+    "pandas_float_columns",
+    "parquet_schema",
+    "prepare_pandas",
+    "resolve_kinds",
+    "text_of",
+]
+
+RESERVED_PREFIX = "__dpkit_"
+"""Engines return their results under names with this prefix; user columns may not use it."""
+
+_NUMBER = " *[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)? *"
+NUMBER_PATTERN = "^" + _NUMBER + "\\z"
+"""Text that converts to a number (anything else converts to NULL), in every engine (RE2 and
+Java syntax; ``\\z`` is the very end, where ``$`` would also match before a final newline)."""
+
+BOOL_TRUE = ("true", "t", "yes", "y", "1")
+BOOL_FALSE = ("false", "f", "no", "n", "0")
+
+_NUMBER_RE = re.compile(_NUMBER)  # used with fullmatch
+
+_KIND_NAMES: dict[str, ColumnKind] = {
+    "numeric": "numeric",
+    "number": "numeric",
+    "text": "string",
+    "string": "string",
+    "str": "string",
+    "bool": "bool",
+    "boolean": "bool",
+    "temporal": "temporal",
+    "date": "temporal",
+    "datetime": "temporal",
+    "timestamp": "temporal",
+}
+
+
+def check_declared_schema(schema: object) -> dict[str, ColumnKind]:
+    """A declared schema ``{column: kind}`` with the kinds' canonical names."""
+    if schema is None:
+        return {}
+    if not isinstance(schema, Mapping):
+        raise InvalidParameterError(
+            "schema",
+            schema,
+            "a mapping column -> kind, e.g. {'salary': 'numeric', 'day': 'temporal'}",
+        )
+    out: dict[str, ColumnKind] = {}
+    for name, kind in schema.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidParameterError("schema", name, "column names (non-empty strings)")
+        if not isinstance(kind, str) or kind.lower() not in _KIND_NAMES:
+            raise InvalidParameterError(
+                "schema",
+                f"{name}: {kind!r}",
+                "a kind among 'numeric', 'text', 'bool' and 'temporal'",
+            )
+        out[name] = _KIND_NAMES[kind.lower()]
+    return out
+
+
+def resolve_kinds(
+    storage: Mapping[str, ColumnKind], declared: Mapping[str, ColumnKind]
+) -> tuple[dict[str, ColumnKind], dict[str, ColumnKind]]:
+    """(every column's kind, the columns whose values must be converted -> their kind).
+
+    Raises:
+        InvalidParameterError: a declared column does not exist, or its stored type cannot be
+            converted to the declared kind (only text converts to numeric, bool or temporal).
+    """
+    kinds = dict(storage)
+    conversions: dict[str, ColumnKind] = {}
+    for name, target in declared.items():
+        if name not in storage:
+            known = ", ".join(repr(c) for c in storage)
+            raise InvalidParameterError("schema", name, f"a column of the table ({known})")
+        stored = storage[name]
+        if stored == target:
+            continue
+        if target != "string" and stored != "string":
+            raise InvalidParameterError(
+                "schema",
+                f"{name}: {target}",
+                f"'{_public(stored)}' or 'text' (the column is stored as {_public(stored)})",
+                "Only text columns (e.g. every column of a CSV file) can be declared numeric, "
+                "bool or temporal; values that do not parse become NULL.",
+            )
+        kinds[name] = target
+        conversions[name] = target
+    return kinds, conversions
+
+
+def _public(kind: ColumnKind) -> str:
+    return "text" if kind == "string" else kind
+
+
+def kind_of_pandas(dtype: Any) -> ColumnKind:
+    """The kind of a pandas column from its dtype alone (``object`` is text)."""
+    if isinstance(dtype, pd.CategoricalDtype):
+        return kind_of_pandas(dtype.categories.dtype)
+    if pd.api.types.is_bool_dtype(dtype):
+        return "bool"
+    if pd.api.types.is_complex_dtype(dtype):
+        return "other"
+    if pd.api.types.is_numeric_dtype(dtype):
+        return "numeric"
+    if pd.api.types.is_datetime64_any_dtype(dtype):
+        return "temporal"
+    if dtype == np.dtype(object) or pd.api.types.is_string_dtype(dtype):
+        return "string"
+    if isinstance(dtype, pd.ArrowDtype):
+        from dpkit.analytics.engines.base import kind_of_arrow
+
+        return kind_of_arrow(dtype.pyarrow_dtype)
+    return "other"
+
+
+# ------------------------------------------------------------------ files
+def is_parquet_path(path: str | Path) -> bool:
+    return str(path).lower().endswith((".parquet", ".pq"))
+
+
+def parquet_schema(path: str | Path) -> Any:
+    """The Arrow schema stored in a Parquet file's footer (no rows are read)."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # no stubs in the env
+
+    return pq.read_schema(str(path))
+
+
+def csv_header(path: str | Path) -> list[str]:
+    """The column names on the first line of a CSV file (comma-separated, double quotes).
+
+    Only the header is read: a CSV file stores no types, so every column is text unless the
+    session declares otherwise, and nothing is inferred from the rows.
+    """
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        header = next(csv.reader(handle), None)
+    if not header or any(not name for name in header) or len(set(header)) != len(header):
+        raise InvalidDataError(
+            "source",
+            f"the first line of {str(path)!r} is not a header of distinct, non-empty column names",
+            "Write the column names on the first line, separated by commas.",
+        )
+    return header
+
+
+# ------------------------------------------------------------------ values
+def _is_null(value: Any) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    if isinstance(value, float | np.floating):
+        return math.isnan(value)
+    if isinstance(value, np.datetime64):
+        return bool(np.isnat(value))
+    return False
+
+
+def text_of(value: Any) -> str | None:
+    """The text SQL engines give ``CAST(value AS VARCHAR)`` (None for NULL and NaN)."""
+    if _is_null(value):
+        return None
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating):
+        return repr(float(value))
+    if isinstance(value, np.datetime64):
+        return str(pd.Timestamp(value))
+    return str(value)
+
+
+def _number_of(value: Any) -> float:
+    if _is_null(value):
+        return math.nan
+    if isinstance(value, np.generic):
+        value = value.item()
+    try:
+        if isinstance(value, bool):
+            return 1.0 if value else 0.0
+        if isinstance(value, int):
+            try:
+                return float(value)
+            except OverflowError:
+                return math.copysign(math.inf, value)
+        if isinstance(value, float | decimal.Decimal):
+            return float(value)
+        if isinstance(value, str):
+            return float(value) if _NUMBER_RE.fullmatch(value) else math.nan
+    except (ValueError, ArithmeticError):
+        return math.nan
+    return math.nan
+
+
+def _bool_of(value: Any) -> bool | None:
+    if _is_null(value):
+        return None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | float | np.integer | np.floating):
+        return bool(value != 0)
+    if isinstance(value, str):
+        low = value.lower()
+        if low in BOOL_TRUE:
+            return True
+        if low in BOOL_FALSE:
+            return False
+    return None
+
+
+def _timestamp_of(value: Any) -> Any:
+    if _is_null(value):
+        return pd.NaT
+    try:
+        if isinstance(value, str):
+            value = _dt.datetime.fromisoformat(value.strip())
+        if isinstance(value, pd.Timestamp | _dt.datetime | np.datetime64):
+            stamp = pd.Timestamp(value)
+            if stamp.tzinfo is not None:
+                stamp = stamp.tz_convert("UTC").tz_localize(None)
+            return stamp.as_unit("us")
+        if isinstance(value, _dt.date):
+            return pd.Timestamp(_dt.datetime(value.year, value.month, value.day)).as_unit("us")
+    except (ValueError, TypeError, OverflowError, ArithmeticError):
+        return pd.NaT
+    return pd.NaT
+
+
+def convert_series(series: pd.Series, kind: ColumnKind) -> pd.Series:
+    """``series`` converted to ``kind`` value by value (never raises: unparsable is NULL).
+
+    numeric -> float64 (NaN for NULL); text -> pandas string; bool -> nullable boolean;
+    temporal -> datetime64[us] (naive, UTC for aware values).
+    """
+    values = series.tolist()
+    if kind == "numeric":
+        out = pd.Series(np.array([_number_of(v) for v in values], dtype=np.float64))
+    elif kind == "bool":
+        out = pd.Series(pd.array([_bool_of(v) for v in values], dtype="boolean"))
+    elif kind == "temporal":
+        stamps = [_timestamp_of(v) for v in values]
+        out = pd.Series(pd.array(stamps, dtype="datetime64[us]"))
+    else:
+        out = pd.Series(pd.array([text_of(v) for v in values], dtype=pd.StringDtype()))
+    out.index = series.index
+    return out
+
+
+def needs_conversion(dtype: Any, kind: ColumnKind) -> bool:
+    """Whether a pandas column of ``dtype`` must be converted to hold ``kind`` values."""
+    if kind == "other":
+        return False
+    return bool(dtype == np.dtype(object)) or kind_of_pandas(dtype) != kind
+
+
+def prepare_pandas(df: pd.DataFrame, kinds: Mapping[str, ColumnKind]) -> pd.DataFrame:
+    """``df`` with each column whose dtype does not carry its kind converted (never fails)."""
+    converted = {
+        name: convert_series(df[name], kind)
+        for name, kind in kinds.items()
+        if needs_conversion(df[name].dtype, kind)
+    }
+    return df.assign(**converted) if converted else df
+
+
+def pandas_float_columns(df: pd.DataFrame, kinds: Mapping[str, ColumnKind]) -> set[str]:
+    """The numeric columns that are floating point once :func:`prepare_pandas` ran."""
+    return {
+        str(name)
+        for name, dtype in df.dtypes.items()
+        if kinds.get(str(name)) == "numeric"
+        and (needs_conversion(dtype, "numeric") or pd.api.types.is_float_dtype(dtype))
+    }
+
+
+def canonical(value: Any) -> Any:
+    """The identity of a group key value (see the module docstring)."""
+    if _is_null(value):
+        return None
+    if isinstance(value, np.datetime64):
+        value = pd.Timestamp(value)
+    elif isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float):
+        return 0.0 if value == 0 else value
+    if isinstance(value, decimal.Decimal):
+        if value.is_nan():
+            return None
+        return int(value) if value == value.to_integral_value() else value
+    if isinstance(value, pd.Timestamp):
+        if value.tzinfo is not None:
+            value = value.tz_convert("UTC").tz_localize(None)
+        return value.to_pydatetime(warn=False)
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(_dt.UTC).replace(tzinfo=None)
+        return value
+    if isinstance(value, _dt.date):
+        return _dt.datetime(value.year, value.month, value.day)
+    return value
