@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 
 import numpy as np
@@ -13,6 +13,22 @@ import pytest
 from dpkit import noise
 from dpkit.noise import _exact
 from dpkit.noise.grid import choose_exponent, from_grid, grid_steps, to_grid
+
+
+def _draw_both_ways(seed: int, draw: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``draw()`` twice on the same insecure stream: normally, then with every draw forced down
+    the exact path."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", noise.InsecureRandomnessWarning)
+        with noise.insecure_deterministic_seed(seed):
+            fast = draw()
+        _exact._FORCE_EXACT = True
+        try:
+            with noise.insecure_deterministic_seed(seed):
+                exact = draw()
+        finally:
+            _exact._FORCE_EXACT = False
+    return fast, exact
 
 
 @pytest.fixture
@@ -55,31 +71,13 @@ def test_a_forked_child_never_continues_the_parents_stream() -> None:
 @pytest.mark.parametrize("t", [Fraction(1, 3), Fraction(3, 2), Fraction(2**20), Fraction(7, 5)])
 def test_fast_path_equals_exact_path_on_the_same_bits(t: Fraction) -> None:
     """The float fast path only ever returns what exact inversion returns for the same U."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", noise.InsecureRandomnessWarning)
-        with noise.insecure_deterministic_seed(11):
-            fast = noise.geometric_exp(t, 3000)
-        _exact._FORCE_EXACT = True
-        try:
-            with noise.insecure_deterministic_seed(11):
-                exact = noise.geometric_exp(t, 3000)
-        finally:
-            _exact._FORCE_EXACT = False
+    fast, exact = _draw_both_ways(11, lambda: noise.geometric_exp(t, 3000))
     assert np.array_equal(fast, exact)
 
 
 def test_bernoulli_exp_fast_path_equals_exact_path() -> None:
     gamma = Fraction(5, 7)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", noise.InsecureRandomnessWarning)
-        with noise.insecure_deterministic_seed(3):
-            fast = noise.bernoulli_exp(gamma, 3000)
-        _exact._FORCE_EXACT = True
-        try:
-            with noise.insecure_deterministic_seed(3):
-                exact = noise.bernoulli_exp(gamma, 3000)
-        finally:
-            _exact._FORCE_EXACT = False
+    fast, exact = _draw_both_ways(3, lambda: noise.bernoulli_exp(gamma, 3000))
     assert np.array_equal(fast, exact)
 
 
@@ -144,16 +142,7 @@ def test_bernoulli_logistic_frequency_and_exact_path(ratio: Fraction, gamma: int
     p = 1 / (1 + float(ratio) * math.exp(-gamma))
     draws = noise.bernoulli_logistic(ratio, Fraction(gamma), 400_000)
     assert abs(draws.mean() - p) < 5 * math.sqrt(p * (1 - p) / 400_000)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", noise.InsecureRandomnessWarning)
-        with noise.insecure_deterministic_seed(5):
-            fast = noise.bernoulli_logistic(ratio, Fraction(gamma), 2000)
-        _exact._FORCE_EXACT = True
-        try:
-            with noise.insecure_deterministic_seed(5):
-                exact = noise.bernoulli_logistic(ratio, Fraction(gamma), 2000)
-        finally:
-            _exact._FORCE_EXACT = False
+    fast, exact = _draw_both_ways(5, lambda: noise.bernoulli_logistic(ratio, Fraction(gamma), 2000))
     assert np.array_equal(fast, exact)
 
 

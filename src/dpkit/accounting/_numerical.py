@@ -19,7 +19,7 @@ Floats from ``dp_accounting`` are rounded up by a relative 1e-9 before they beco
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
@@ -159,40 +159,14 @@ def _rho_of(event: Any) -> Fraction | None:
         return None if z == 0 else 1 / (2 * z * z)
     if isinstance(event, dp_event.ZCDpEvent):
         return Fraction(float(event.rho)) if float(event.xi) == 0 else None
-    if isinstance(event, dp_event.SelfComposedDpEvent):
-        inner = _rho_of(event.event)
-        return None if inner is None else inner * int(event.count)
-    if isinstance(event, dp_event.ComposedDpEvent):
-        total = Fraction(0)
-        for part in event.events:
-            inner = _rho_of(part)
-            if inner is None:
-                return None
-            total += inner
-        return total
-    if isinstance(event, dp_event.NoOpDpEvent):
-        return Fraction(0)
-    return None
+    return _composed(event, _rho_of)
 
 
 def _pure_of(event: Any) -> Fraction | None:
     """Exact ε of a composition of Laplace events (ε = 1/z each), or None."""
     if isinstance(event, dp_event.LaplaceDpEvent):
         return 1 / Fraction(float(event.noise_multiplier))
-    if isinstance(event, dp_event.SelfComposedDpEvent):
-        inner = _pure_of(event.event)
-        return None if inner is None else inner * int(event.count)
-    if isinstance(event, dp_event.ComposedDpEvent):
-        total = Fraction(0)
-        for part in event.events:
-            inner = _pure_of(part)
-            if inner is None:
-                return None
-            total += inner
-        return total
-    if isinstance(event, dp_event.NoOpDpEvent):
-        return Fraction(0)
-    return None
+    return _composed(event, _pure_of)
 
 
 def pure_epsilon(event: Any) -> Fraction:
@@ -277,3 +251,21 @@ def numerical_epsilon(
     found: list[Method] = [m for m in methods if m in epsilons]
     best = min(found, key=lambda m: epsilons[m])
     return AccountingResult(ApproxDP(epsilons[best], d), best, epsilons, errors)
+
+
+def _composed(event: Any, leaf: Callable[[Any], Fraction | None]) -> Fraction | None:
+    """Sum ``leaf`` exactly over (self-)composed events; None if any part has no exact value."""
+    if isinstance(event, dp_event.SelfComposedDpEvent):
+        inner = leaf(event.event)
+        return None if inner is None else inner * int(event.count)
+    if isinstance(event, dp_event.ComposedDpEvent):
+        total = Fraction(0)
+        for part in event.events:
+            inner = leaf(part)
+            if inner is None:
+                return None
+            total += inner
+        return total
+    if isinstance(event, dp_event.NoOpDpEvent):
+        return Fraction(0)
+    return None

@@ -317,10 +317,14 @@ def mean(
     )
 
 
-def variance(
-    column: str | Col, bounds: tuple[Number, Number], name: str | None = None, *, weight: Number = 1
+def _spread(
+    column: str | Col,
+    bounds: tuple[Number, Number],
+    name: str | None,
+    prefix: str,
+    std: bool,
+    weight: Number,
 ) -> Variance:
-    """The population variance of ``column``, values clamped into ``bounds``."""
     column_name = _check_column(column)
     low, high = check_bounds(bounds)
     if low == high:
@@ -328,27 +332,24 @@ def variance(
     return Variance(
         column_name,
         (low, high),
-        _check_name(name or f"var_{column_name}"),
-        False,
+        _check_name(name or f"{prefix}_{column_name}"),
+        std,
         _check_weight(weight),
     )
+
+
+def variance(
+    column: str | Col, bounds: tuple[Number, Number], name: str | None = None, *, weight: Number = 1
+) -> Variance:
+    """The population variance of ``column``, values clamped into ``bounds``."""
+    return _spread(column, bounds, name, "var", False, weight)
 
 
 def std(
     column: str | Col, bounds: tuple[Number, Number], name: str | None = None, *, weight: Number = 1
 ) -> Variance:
     """The population standard deviation of ``column``, values clamped into ``bounds``."""
-    column_name = _check_column(column)
-    low, high = check_bounds(bounds)
-    if low == high:
-        raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
-    return Variance(
-        column_name,
-        (low, high),
-        _check_name(name or f"std_{column_name}"),
-        True,
-        _check_weight(weight),
-    )
+    return _spread(column, bounds, name, "std", True, weight)
 
 
 def quantile(
