@@ -190,7 +190,16 @@ def _category_indices(
 ) -> tuple[np.ndarray, tuple[int, ...], bool]:
     """Answers as flat int64 indices in [0, k), the input's shape, and whether it was scalar."""
     if labels is None:
-        indices = integer_input(_as_array(data, "answers"), "answers")
+        raw = _as_array(data, "answers")
+        if raw.dtype.kind == "f" and not np.all(np.isfinite(raw) & (raw == np.round(raw))):
+            # a category domain, checked per answer: in the local model each answer is one
+            # person's own input to their own randomiser, so a refusal reveals nothing else
+            raise InvalidDataError(
+                "answers",
+                "contains values that are not category indices",
+                "Each answer must be the index of one of the categories.",
+            )
+        indices = integer_input(raw, "answers")
         shape, scalar = indices.shape, indices.ndim == 0
         flat = indices.reshape(-1)
         if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= k):
