@@ -203,7 +203,7 @@ def query_command(
             session = Session(
                 str(data),
                 unit,
-                total,
+                total if ledger is None or budget is not None else None,
                 engine=engine,
                 ledger=ledger,
                 dataset=dataset,

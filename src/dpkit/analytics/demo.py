@@ -102,6 +102,8 @@ def payroll_demo(console: Console | None = None) -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         ledger = Ledger.open(str(Path(tmp) / "ledger.db"))
+        # the privacy officer's act: a budget belongs to a dataset someone created
+        ledger.create_budget("payroll", ApproxDP(5, 1e-6), privacy_unit="employee_id")
         session = Session(
             table,
             privacy_unit="employee_id",
