@@ -117,3 +117,22 @@ def test_the_check_flags_a_mechanism_that_refuses_large_values() -> None:
     assert not result.passed
     with pytest.raises(dp.PrivacyCheckError, match="fail differently"):
         result.raise_if_failed()
+
+
+def test_the_exact_checker_is_told_the_sensitivity_independently() -> None:
+    """Mutant (issue 8 §3): a constructor that ignores Δ and declares a smaller d_in passed
+    the exact check, which read Δ from the measurement it was checking."""
+    import dataclasses
+
+    from dpkit.testing import check_measurement_exact
+
+    def ignores_sensitivity(sensitivity: float, epsilon: float) -> Any:
+        return dp.make_laplace(1, epsilon)  # calibrated for Δ = 1 whatever was asked
+
+    broken = ignores_sensitivity(5, 1)
+    assert check_measurement_exact(broken).passed  # self-consistent: passes
+    assert not check_measurement_exact(broken, sensitivity=5).passed
+    assert check_measurement_exact(dp.make_laplace(5, 1), sensitivity=5).passed
+    # the same for a map that understates: d_in honest, map halved
+    halved = dataclasses.replace(dp.make_laplace(5, 1), privacy_map=lambda d: dp.PureDP(d / 10))
+    assert not check_measurement_exact(halved, sensitivity=5).passed
