@@ -38,13 +38,8 @@ def _doctests() -> list[doctest.DocTest]:
 
 DOCTESTS = _doctests()
 
-# Known wrong, in a file another change is rewriting (issue 8, §1: make_bounded_sum's grid).
-KNOWN_WRONG = {
-    "dpkit.transformations.make_bounded_sum": (
-        "needs lead fix: the make_bounded_sum example expects 0.6000000000000001; the function "
-        "returns 0.6000000014901161 (each value rounded to the grid 2^-30·16 first)"
-    ),
-}
+# Known wrong examples, each with the reason (none at present).
+KNOWN_WRONG: dict[str, str] = {}
 
 
 def _params() -> list[object]:
