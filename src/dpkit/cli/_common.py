@@ -284,3 +284,20 @@ def check_positive_flag(flag: str, value: float | None, *, floor: float | None =
             f"With {flag} that small the answer is pure noise; use at least {floor:g} "
             "(docs/cli.md explains the floor). Nothing was charged.",
         )
+
+
+def spinner(description: str) -> Any:
+    """A transient progress display on stderr with elapsed time; silent when not a terminal."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = err_console()
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+    progress.add_task(description, total=None)
+    return progress

@@ -28,12 +28,12 @@ from dpkit.cli._common import (
     CLIError,
     check_ledger_file,
     check_positive_flag,
-    err_console,
     format_loss,
     handles_errors,
     human_number,
     out_console,
     resolve_ledger,
+    spinner,
 )
 
 if TYPE_CHECKING:
@@ -160,7 +160,6 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Show every budget: total, spent, remaining, share used, charges, integrity."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn
     from rich.table import Table
 
     where = resolve_ledger(ledger)
@@ -168,10 +167,7 @@ def status(
     try:
         _check_dataset(opened, dataset)
         statuses = opened.budgets(dataset)
-        with Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), console=err_console(), transient=True
-        ) as progress:
-            progress.add_task("replaying the ledger's entries", total=None)
+        with spinner("replaying the ledger's entries"):
             report = opened.replay()
     finally:
         opened.close()
@@ -256,31 +252,60 @@ def history(
     finally:
         opened.close()
     shown = entries[-limit:] if limit > 0 else []
+    from rich import box
+
     table = Table(
         title=f"ledger entries ({len(entries)} in all, last {len(shown)})",
         caption=f"ledger: {where}",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
     )
-    table.add_column("id", justify="right", no_wrap=True)
-    table.add_column("time (UTC)", no_wrap=True, min_width=19)
-    table.add_column("kind", no_wrap=True)
-    for column in ("dataset", "analyst", "loss", "mechanism", "note"):
-        table.add_column(column, overflow="fold")
+    rows = []
     for e in shown:
         when = datetime.fromtimestamp(e.timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-        note = e.receipt or e.detail or (e.query[:40] if e.query else "")
+        note = e.receipt or e.detail or (e.query[:60] if e.query else "")
         if e.ref is not None:
             note = f"#{e.ref} {note}".strip()
-        table.add_row(
-            str(e.id),
-            when,
-            e.kind,
-            e.dataset,
-            e.analyst or "-",
-            format_loss(e.loss),
-            e.mechanism,
-            note,
+        rows.append(
+            {
+                "id": str(e.id),
+                "time (UTC)": when,
+                "kind": e.kind,
+                "dataset": e.dataset,
+                "analyst": e.analyst or "-",
+                "loss": format_loss(e.loss),
+                "mechanism": e.mechanism,
+                "note": note,
+            }
         )
+    columns = ["id", "time (UTC)", "kind", "dataset", "analyst", "loss", "mechanism", "note"]
+    if not any(e.analyst for e in shown):
+        columns.remove("analyst")
+    caps = {"dataset": 16, "analyst": 12, "mechanism": 14, "loss": 24}
+    widths = {
+        c: min(max([len(c)] + [len(r[c]) for r in rows]), caps.get(c, 10**6)) for c in columns
+    }
     console = out_console()
+    room = console.width - 3 * len(columns)  # padding and the gap between columns
+    for column, floor in (("note", 12), ("mechanism", 9), ("dataset", 8), ("loss", 8)):
+        over = sum(widths.values()) - room
+        if over > 0 and column in widths:
+            widths[column] = max(floor, widths[column] - over)
+    if sum(widths[c] for c in columns) > room and "mechanism" in columns:
+        columns.remove("mechanism")  # narrow terminal: the time and the loss matter more
+        room += 3
+        others = sum(widths[c] for c in columns if c != "note")
+        widths["note"] = max(12, room - others)
+    for c in columns:
+        table.add_column(
+            c,
+            width=widths[c] + 1,
+            no_wrap=True,
+            overflow="ellipsis",
+            justify="right" if c == "id" else "left",
+        )
+    for r in rows:
+        table.add_row(*(r[c] for c in columns))
     console.print(table)
     if plot is not None:
         write_consumption_plot(series, plot)

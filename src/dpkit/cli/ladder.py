@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from dpkit.cli._common import CLIError, err_console, handles_errors
+from dpkit.cli._common import CLIError, handles_errors, spinner
 
 __all__ = ["ladder_app"]
 
@@ -89,20 +89,9 @@ def reproduce(
             "Choose from " + ", ".join(PAPER_SETS) + ".",
         )
     _check_out(out, force)
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from dpkit.mechanisms._ladder._reproduce import reproduce as run
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=err_console(),
-        transient=True,
-    ) as progress:
-        progress.add_task(
-            f"reproducing {', '.join(names)} ({'quick' if quick else 'full'} grids)", total=None
-        )
+    with spinner(f"reproducing {', '.join(names)} ({'quick' if quick else 'full'} grids)"):
         result = run(out, quick=quick, names=names)
     for path in [*result["figures"], *result["table"]]:
         typer.echo(f"wrote {path}")

@@ -26,6 +26,7 @@ from dpkit.cli._common import (
     human_number,
     out_console,
     resolve_ledger,
+    spinner,
 )
 
 if TYPE_CHECKING:
@@ -311,8 +312,8 @@ def query_command(
             raise CLIError(f"{flag} must be a positive whole number (got {value})")
     if max_rows is None and max_groups is None:
         raise CLIError(
-            "give the per-person bound: --max-rows K (rows one person may contribute) and/or "
-            "--max-groups G",
+            "give the per-person bound: --max-rows K (rows one person may contribute; for "
+            "GROUP BY also --max-groups G with --max-rows-per-group R)",
             "This is a privacy decision: rows beyond the bound are dropped (totals undercount), "
             "and a larger bound adds more noise. Pick what most people stay within.",
         )
@@ -331,6 +332,13 @@ def query_command(
     from dpkit.analytics.querytext import parse_query
 
     parsed = parse_query(query, unit)
+    if max_rows is None and (not parsed.group_by or max_rows_per_group is None):
+        raise CLIError(
+            "--max-groups alone does not bound a person's rows: add --max-rows K"
+            + (" (or --max-rows-per-group R)" if parsed.group_by else ""),
+            "Rows beyond the bound are dropped (totals undercount); pick what most people "
+            "stay within.",
+        )
     if parsed.group_by and not keys and delta in (None, 0) and rho is None:
         raise CLIError(
             "GROUP BY without --keys finds the groups privately, which needs δ > 0",
@@ -367,16 +375,8 @@ def query_command(
         parsed = parse_query(query, unit)  # COUNT(DISTINCT col) must name this unit
         _check_source(parsed, data, dataset)
 
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=err_console(),
-            transient=True,
-        ) as progress:
-            task = progress.add_task(f"opening {data.name}", total=None)
+        with spinner(f"opening {data.name}") as progress:
+            task = progress.task_ids[0]
             session = Session(
                 str(data),
                 unit,
