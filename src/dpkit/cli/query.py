@@ -444,7 +444,7 @@ def query_command(
             "totals undercount when people have more rows than the bound."
         )
     console.print(f"query: {query}", markup=False)
-    from dpkit.cli.render import render_release
+    from dpkit.cli.render import print_alerts, render_release
 
     render_release(
         release,
@@ -455,16 +455,7 @@ def query_command(
         ledger=where,
         keys=parsed.group_by,
     )
-    errors = err_console()
-    for event in alerts:
-        scope = f"dataset {event.dataset!r}" + (
-            f", analyst {event.analyst!r}" if event.analyst else ""
-        )
-        errors.print(
-            f"alert: {scope} crossed {float(event.threshold):.0%} of its budget "
-            f"({float(event.used):.1%} used)",
-            markup=False,
-        )
+    print_alerts(alerts, err_console())
 
 
 query_command.__doc__ = QUERY_HELP

@@ -22,7 +22,20 @@ from dpkit.analytics.query import Count, CountUnits, Histogram, Quantile
 from dpkit.analytics.results import Release, post_process
 from dpkit.cli._common import format_loss
 
-__all__ = ["column_decimals", "format_column", "render_release"]
+__all__ = ["column_decimals", "format_column", "print_alerts", "render_release"]
+
+
+def print_alerts(events: Iterable[Any], console: Console) -> None:
+    """One line per budget threshold crossed (print them after the answer, on stderr)."""
+    for event in events:
+        scope = f"dataset {event.dataset!r}" + (
+            f", analyst {event.analyst!r}" if event.analyst else ""
+        )
+        console.print(
+            f"alert: {scope} crossed {float(event.threshold):.0%} of its budget "
+            f"({float(event.used):.1%} used)",
+            markup=False,
+        )
 
 
 def column_decimals(values: Sequence[float], halfwidths: Sequence[float], integral: bool) -> int:
@@ -122,7 +135,8 @@ def _render_table(
     level = f"{100 * (1 - alpha):g}%"
     if len(frame) == 1 and not keys:
         # one answer per aggregate: a row each (reads like a report, fits 80 columns)
-        table = Table(title=title, title_justify="left")
+        console.print(title, style="bold", markup=False)
+        table = Table()
         table.add_column("aggregate")
         table.add_column("value", justify="right")
         table.add_column(f"{level} interval of the noise", justify="right")
@@ -130,11 +144,8 @@ def _render_table(
             table.add_row(column, values[column][0], bars.get(column, [""])[0])
         console.print(table)
         return
-    table = Table(
-        title=title,
-        caption=f"under each value: its {level} interval of the noise" if bars else None,
-        title_justify="left",
-    )
+    console.print(title, style="bold", markup=False)
+    table = Table()
     for column in shown:
         table.add_column(column, justify="right" if column in numeric else "left")
     for i in range(len(frame)):
@@ -146,6 +157,8 @@ def _render_table(
             row.append(text)
         table.add_row(*row)
     console.print(table)
+    if bars:
+        console.print(f"under each value: its {level} interval of the noise", markup=False)
 
 
 def _edge_decimals(series: pd.Series) -> int:
