@@ -207,7 +207,17 @@ REFUSALS: list[tuple[Sequence[str], str, int]] = [
         2,
     ),
     (
-        ("query", "tx.csv", "SELECT COUNT(*)", "-d", "tx", "--epsilon", "1e-300", "--max-rows", "1"),
+        (
+            "query",
+            "tx.csv",
+            "SELECT COUNT(*)",
+            "-d",
+            "tx",
+            "--epsilon",
+            "1e-300",
+            "--max-rows",
+            "1",
+        ),
         "below dpkit's floor of 1e-06",
         2,
     ),
@@ -275,30 +285,66 @@ REFUSALS: list[tuple[Sequence[str], str, int]] = [
 _BOUND = ("--max-rows", "10")
 
 
-def test_every_refusal_is_one_line_and_a_hint(workdir: Path, ledger: Path) -> None:
-    cases = [
-        (
-            [*args, *_BOUND]
-            if args[0] == "query" and "--max-rows" not in args and "bound" not in message
-            else list(args),
-            message,
-            code,
-        )
-        for args, message, code in REFUSALS
-    ]
+def _cases(selected: Sequence[int]) -> list[tuple[list[str], str, int]]:
+    out = []
+    for i in selected:
+        args, message, code = REFUSALS[i]
+        needs_bound = args[0] == "query" and "--max-rows" not in args and "bound" not in message
+        out.append(([*args, *_BOUND] if needs_bound else list(args), message, code))
+    return out
+
+
+# these run as real subprocesses; the rest run in-process through the same app (start-up is
+# the cost of a subprocess, and the code path is the same)
+_IN_SUBPROCESS = (0, 2, 5, 8, 11, 16)
+
+
+def test_refusals_through_the_real_entry_point(workdir: Path, ledger: Path) -> None:
+    cases = _cases(_IN_SUBPROCESS)
     before = _spent(workdir, ledger, "tx")
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(
             pool.map(lambda case: dpkit_run(*case[0], cwd=workdir, ledger=ledger), cases)
         )
-    for (args, message, code), result in zip(cases, results, strict=True):
+    _check_refusals(cases, [(r.returncode, r.stdout, r.stderr) for r in results])
+    assert _spent(workdir, ledger, "tx") == before  # no refusal was charged
+
+
+def test_every_other_refusal_in_process(
+    workdir: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from dpkit.cli import app
+
+    monkeypatch.chdir(workdir)
+    cases = _cases([i for i in range(len(REFUSALS)) if i not in _IN_SUBPROCESS])
+    runner = CliRunner()
+    results = []
+    for args, _, _ in cases:
+        result = runner.invoke(
+            app, args, env={"DPKIT_LEDGER": str(ledger), "COLUMNS": "100", "NO_COLOR": "1"}
+        )
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            args,
+            result.exception,
+        )
+        results.append((result.exit_code, result.stdout, result.stderr))
+    _check_refusals(cases, results)
+
+
+def _check_refusals(
+    cases: list[tuple[list[str], str, int]], results: list[tuple[int, str, str]]
+) -> None:
+    for (args, message, code), (returncode, _stdout, stderr) in zip(cases, results, strict=True):
+        result = subprocess.CompletedProcess(args, returncode, _stdout, stderr)
         assert result.returncode == code, (args, result.stdout, result.stderr)
         assert message in result.stderr.replace("\n", " "), (args, result.stderr)
         if "No such option" not in result.stderr:
             assert result.stderr.startswith("error: "), (args, result.stderr)
             assert len(result.stderr.strip().splitlines()) <= 2, (args, result.stderr)
         assert "Fraction(" not in result.stderr and not re.search(r"\d{30}", result.stderr)
-    assert _spent(workdir, ledger, "tx") == before  # no refusal was charged
+        assert "Traceback" not in result.stderr and not ANSI.search(result.stderr)
 
 
 def test_malformed_csv_after_charging_withholds_the_data(workdir: Path, ledger: Path) -> None:

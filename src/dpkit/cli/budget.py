@@ -194,7 +194,7 @@ def status(
         typer.echo(json.dumps(payload, indent=2))
         return
     console = out_console()
-    table = Table(title="privacy budgets", caption=f"ledger: {where}")
+    table = Table(title="privacy budgets")
     for column in ("dataset", "analyst", "unit", "total", "spent", "remaining", "used", "charges"):
         table.add_column(column, justify="right" if column in ("used", "charges") else "left")
     for s in statuses:
@@ -211,6 +211,7 @@ def status(
             str(s.charges),
         )
     console.print(table)
+    console.print(f"ledger: {where}", soft_wrap=True, markup=False)
     if not statuses:
         console.print("no budgets yet; create one with `dpkit budget create`")
     if report.pending:
@@ -256,7 +257,6 @@ def history(
 
     table = Table(
         title=f"ledger entries ({len(entries)} in all, last {len(shown)})",
-        caption=f"ledger: {where}",
         box=box.SIMPLE_HEAD,
         show_edge=False,
     )
@@ -286,20 +286,23 @@ def history(
         c: min(max([len(c)] + [len(r[c]) for r in rows]), caps.get(c, 10**6)) for c in columns
     }
     console = out_console()
-    room = console.width - 3 * len(columns)  # padding and the gap between columns
-    for column, floor in (("note", 12), ("mechanism", 9), ("dataset", 8), ("loss", 8)):
-        over = sum(widths.values()) - room
-        if over > 0 and column in widths:
-            widths[column] = max(floor, widths[column] - over)
-    if sum(widths[c] for c in columns) > room and "mechanism" in columns:
+
+    def over() -> int:
+        return sum(widths[c] for c in columns) + 3 * len(columns) - 1 - console.width
+
+    for column, floor in (("note", 12), ("mechanism", 9)):
+        if over() > 0 and column in columns:
+            widths[column] = max(floor, widths[column] - over())
+    if over() > 0 and "mechanism" in columns:
         columns.remove("mechanism")  # narrow terminal: the time and the loss matter more
-        room += 3
-        others = sum(widths[c] for c in columns if c != "note")
-        widths["note"] = max(12, room - others)
+        widths["note"] = max(12, widths["note"] - over())
+    for column, floor in (("loss", 8), ("dataset", 8), ("analyst", 7), ("note", 6)):
+        if over() > 0 and column in columns:
+            widths[column] = max(floor, widths[column] - over())
     for c in columns:
         table.add_column(
             c,
-            width=widths[c] + 1,
+            width=widths[c],
             no_wrap=True,
             overflow="ellipsis",
             justify="right" if c == "id" else "left",
@@ -307,6 +310,7 @@ def history(
     for r in rows:
         table.add_row(*(r[c] for c in columns))
     console.print(table)
+    console.print(f"ledger: {where}", soft_wrap=True, markup=False)
     if plot is not None:
         write_consumption_plot(series, plot)
         console.print(f"wrote {plot}")

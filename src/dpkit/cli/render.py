@@ -220,4 +220,4 @@ def render_release(
     )
     if ledger:
         line += f"; ledger {ledger}"
-    console.print(line, markup=False)
+    console.print(line, markup=False, soft_wrap=True)
