@@ -84,8 +84,16 @@ def test_query_with_ledger_refuses_over_budget(payroll_csv: Path, ledger: Path) 
     assert "ε=0.25" in out
     result = CliRunner().invoke(
         app,
-        ["query", str(payroll_csv), "SELECT COUNT(*)", "--epsilon", "0.5", "-d", "payroll"]
-        + common,
+        [
+            "query",
+            str(payroll_csv),
+            "SELECT COUNT(*)",
+            "--epsilon",
+            "0.5",
+            "-d",
+            "payroll",
+            *common,
+        ],
     )
     assert result.exit_code == 2
     assert "only ε=0.25 remains" in result.output
@@ -100,8 +108,7 @@ def test_query_errors_are_readable(payroll_csv: Path, ledger: Path) -> None:
     ]:
         result = CliRunner().invoke(
             app,
-            ["query", str(payroll_csv), text, "--epsilon", "1", "--max-rows", "1"]
-            + ["-d", "payroll"],
+            ["query", str(payroll_csv), text, "--epsilon", "1", "--max-rows", "1", "-d", "payroll"],
             env={"COLUMNS": "200", "DPKIT_LEDGER": str(ledger)},
         )
         assert result.exit_code == 2, result.output

@@ -237,8 +237,17 @@ REFUSALS: list[tuple[Sequence[str], str, int]] = [
         2,
     ),
     (
-        ("query", "tx.csv", "SELECT SUM(is_fraud, 0, 1)", "-d", "tx", "--epsilon", "1")
-        + ("--schema", "is_fraud=bool"),
+        (
+            "query",
+            "tx.csv",
+            "SELECT SUM(is_fraud, 0, 1)",
+            "-d",
+            "tx",
+            "--epsilon",
+            "1",
+            "--schema",
+            "is_fraud=bool",
+        ),
         "WHERE is_fraud = TRUE",
         2,
     ),
@@ -248,8 +257,15 @@ REFUSALS: list[tuple[Sequence[str], str, int]] = [
         2,
     ),
     (
-        ("query", "tx.csv", "SELECT COUNT(*) FROM read_csv('/etc/passwd')", "-d", "tx")
-        + ("--epsilon", "1"),
+        (
+            "query",
+            "tx.csv",
+            "SELECT COUNT(*) FROM read_csv('/etc/passwd')",
+            "-d",
+            "tx",
+            "--epsilon",
+            "1",
+        ),
         "FROM may only name the input",
         2,
     ),
@@ -269,8 +285,15 @@ REFUSALS: list[tuple[Sequence[str], str, int]] = [
         2,
     ),
     (
-        ("query", "tx.csv", "SELECT category, COUNT(*) GROUP BY category", "-d", "tx")
-        + ("--epsilon", "1"),
+        (
+            "query",
+            "tx.csv",
+            "SELECT category, COUNT(*) GROUP BY category",
+            "-d",
+            "tx",
+            "--epsilon",
+            "1",
+        ),
         "--keys",
         2,
     ),

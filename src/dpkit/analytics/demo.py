@@ -137,7 +137,7 @@ def payroll_demo(console: Console | None = None) -> None:
             release,
             console,
             "Per department (public keys), ε = 1",
-            aggregations=by_dept.plan.aggregations,
+            aggregations=by_dept,
             keys=("department",),
         )
         show_alerts()
@@ -150,9 +150,7 @@ def payroll_demo(console: Console | None = None) -> None:
             ),
         )
         release = session.evaluate(bands, epsilon=1)
-        render_release(
-            release, console, "Whole company, ε = 1", aggregations=bands.plan.aggregations
-        )
+        render_release(release, console, "Whole company, ε = 1", aggregations=bands)
         show_alerts()
 
         grades = [(float(lo), float(hi)) for lo, hi in PAY_GRADES]
@@ -169,7 +167,7 @@ def payroll_demo(console: Console | None = None) -> None:
             console,
             "November pay bill per department (one payslip per employee, values declared in "
             "the two grades), ε = 2",
-            aggregations=pay_bill.plan.aggregations,
+            aggregations=pay_bill,
             keys=("department",),
         )
         show_alerts()
@@ -186,7 +184,7 @@ def payroll_demo(console: Console | None = None) -> None:
             release,
             console,
             "Job titles found privately (partition selection), ε = 0.5, δ = 1e-7",
-            aggregations=titles.plan.aggregations,
+            aggregations=titles,
             keys=("title",),
             footnotes=["groups with few people are suppressed (partition selection)."],
         )

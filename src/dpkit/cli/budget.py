@@ -126,9 +126,10 @@ def create(
     total: Any
     if rho is not None:
         total = ZCDP(fraction_of("rho", rho))
-    elif delta:
+    elif epsilon is not None and delta:
         total = ApproxDP(fraction_of("epsilon", epsilon), fraction_of("delta", delta))
     else:
+        assert epsilon is not None
         total = PureDP(fraction_of("epsilon", epsilon))
     where = resolve_ledger(ledger)
     opened = _open(where, verify=True, must_exist=False)

@@ -8,6 +8,7 @@ every answer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -103,7 +104,7 @@ def _declared_schema(specs: list[str]) -> dict[str, str]:
     return declared
 
 
-def _parse_keys(specs: list[str], schema: dict[str, str]) -> dict[str, list[Any]]:
+def _parse_keys(specs: list[str], schema: Mapping[str, str]) -> dict[str, list[Any]]:
     keys: dict[str, list[Any]] = {}
     for spec in specs:
         if "=" not in spec:
@@ -174,7 +175,7 @@ def _check_source(parsed: ParsedQuery, data: Path, dataset: str) -> None:
         )
 
 
-def _check_columns(parsed: ParsedQuery, schema: dict[str, str], data: Path, unit: str) -> None:
+def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, unit: str) -> None:
     """Refuse unknown columns and non-numeric columns in numeric aggregates, up front."""
     from dpkit.analytics.expr import numeric_columns
 

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dpkit.analytics.query import Count, CountUnits, Histogram, Quantile
-from dpkit.analytics.results import Release, post_process
+from dpkit.analytics.results import Release, _aggregations_of, post_process
 from dpkit.cli._common import format_loss
 
 __all__ = ["column_decimals", "format_column", "print_alerts", "render_release"]
@@ -187,13 +187,17 @@ def render_release(
     console: Console,
     title: str = "Result",
     *,
-    aggregations: Iterable[Any] = (),
+    aggregations: Any = (),
     footnotes: Sequence[str] = (),
     ledger: str | None = None,
     keys: Sequence[str] = (),
 ) -> None:
-    """Print a release's tables (post-processed for display), footnotes, loss and receipt."""
-    aggs = tuple(aggregations)
+    """Print a release's tables (post-processed for display), footnotes, loss and receipt.
+
+    ``aggregations``: the evaluated query, or its aggregations (they say which columns are counts
+    and which bounds were declared).
+    """
+    aggs = _aggregations_of(aggregations) if aggregations != () else ()
     alpha = next(iter(release.accuracy.values())).alpha if release.accuracy else 0.05
     for name, frame in release.tables.items():
         shown = post_process(frame, aggs)
