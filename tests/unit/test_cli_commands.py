@@ -143,7 +143,7 @@ def test_query_prints_bound_postprocessed_values_and_receipt(workdir: Path, ledg
     assert "undercount" in out.split("query:")[0]  # --explain says so too
     assert "Post-processed for display" in out
     assert "q90_amount" in out and "q9_amount" not in out
-    assert f"ledger {ledger}" in out.replace("\n", "")
+    assert f"ledger: {ledger}" in out
     assert "receipt rcpt-" in out
     count_row = next(line for line in out.splitlines() if line.startswith("│ count "))
     numbers = re.findall(r"-?[\d,]+(?:\.\d+)?", count_row)

@@ -222,6 +222,6 @@ def render_release(
         f"privacy loss of this query: {format_loss(release.loss)}; "
         f"budget left: {format_loss(release.remaining)}; receipt {receipt}"
     )
+    console.print(line, markup=False)
     if ledger:
-        line += f"; ledger {ledger}"
-    console.print(line, markup=False, soft_wrap=True)
+        console.print(f"ledger: {ledger}", markup=False, soft_wrap=True)
