@@ -40,7 +40,7 @@ QUERY_HELP = """Answer a query over DATA with differential privacy and print the
 
 \b
 Syntax (one SELECT; FROM is optional and may only name the input):
-  SELECT [key, ...] aggregate [AS name], ... [FROM input] [WHERE condition] [GROUP BY key, ...]
+  SELECT key, ..., aggregate [AS name], ... [FROM input] [WHERE condition] [GROUP BY key, ...]
 \b
 Aggregates (numeric ones declare the bounds values are clamped to):
   COUNT(*)                      rows
