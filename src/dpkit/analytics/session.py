@@ -264,9 +264,9 @@ class Session:
         # a shared ledger: budgets belong to datasets a privacy officer created; a query (or a
         # session) never mints one, or a new dataset name would be a fresh budget for old rows
         for who in (None, analyst) if analyst is not None else (None,):
-            status = known.get((self.dataset, who))
+            found = known.get((self.dataset, who))
             whose = f"dataset {self.dataset!r}" + (f", analyst {who!r}" if who else "")
-            if status is None:
+            if found is None:
                 raise InvalidParameterError(
                     "dataset" if who is None else "analyst",
                     self.dataset if who is None else who,
@@ -276,11 +276,11 @@ class Session:
                     "officer, never by a query: ledger.create_budget(...) or `dpkit budget "
                     "create`.",
                 )
-            if budget is not None and who is None and status.total != budget:
+            if budget is not None and who is None and found.total != budget:
                 raise InvalidParameterError(
                     "budget",
                     budget,
-                    f"omitted, or equal to the ledger's budget {status.total} for {whose}",
+                    f"omitted, or equal to the ledger's budget {found.total} for {whose}",
                     "A session cannot change a budget; a privacy officer adjusts it.",
                 )
 
