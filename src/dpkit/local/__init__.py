@@ -3,8 +3,9 @@
 Frequency oracles (client randomizer + server aggregator + exact ε + analytic variance):
 :class:`GeneralizedRR`, :class:`SymmetricUnaryEncoding`, :class:`OptimizedUnaryEncoding`,
 :class:`OptimizedLocalHashing`, :class:`BinaryLocalHashing`, :class:`HadamardResponse`,
-:class:`SubsetSelection`. See docs/local.md for the formula table and how a deployment splits
-client and server.
+:class:`SubsetSelection`, Apple's :class:`CountMeanSketch` and
+:class:`HadamardCountMeanSketch`, and :class:`Rappor`. See docs/local.md for the formula
+table and how a deployment splits client and server.
 """
 
 from dpkit.local._core import FrequencyEstimate, LinearHashFamily, Reports
@@ -21,17 +22,22 @@ from dpkit.local._oracles import (
     UnaryEncoding,
 )
 from dpkit.local._postprocess import norm_sub, project_simplex
+from dpkit.local._rappor import Rappor
+from dpkit.local._sketch import CountMeanSketch, HadamardCountMeanSketch
 
 __all__ = [
     "BinaryLocalHashing",
+    "CountMeanSketch",
     "FrequencyEstimate",
     "FrequencyOracle",
     "GeneralizedRR",
+    "HadamardCountMeanSketch",
     "HadamardResponse",
     "LinearHashFamily",
     "LocalHashing",
     "OptimizedLocalHashing",
     "OptimizedUnaryEncoding",
+    "Rappor",
     "Reports",
     "SubsetSelection",
     "SymmetricUnaryEncoding",
