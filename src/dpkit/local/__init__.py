@@ -8,7 +8,9 @@ Frequency oracles (client randomizer + server aggregator + exact ε + analytic v
 table and how a deployment splits client and server.
 """
 
+from dpkit.local._campaign import Campaign, shuffle_amplification
 from dpkit.local._core import FrequencyEstimate, LinearHashFamily, Reports
+from dpkit.local._numeric import DuchiMean, HybridMean, MeanEstimate, PiecewiseMean
 from dpkit.local._oracles import (
     BinaryLocalHashing,
     FrequencyOracle,
@@ -23,25 +25,34 @@ from dpkit.local._oracles import (
 )
 from dpkit.local._postprocess import norm_sub, project_simplex
 from dpkit.local._rappor import Rappor
+from dpkit.local._recommend import Recommendation, recommend_oracle
 from dpkit.local._sketch import CountMeanSketch, HadamardCountMeanSketch
 
 __all__ = [
     "BinaryLocalHashing",
+    "Campaign",
     "CountMeanSketch",
+    "DuchiMean",
     "FrequencyEstimate",
     "FrequencyOracle",
     "GeneralizedRR",
     "HadamardCountMeanSketch",
     "HadamardResponse",
+    "HybridMean",
     "LinearHashFamily",
     "LocalHashing",
+    "MeanEstimate",
     "OptimizedLocalHashing",
     "OptimizedUnaryEncoding",
+    "PiecewiseMean",
     "Rappor",
+    "Recommendation",
     "Reports",
     "SubsetSelection",
     "SymmetricUnaryEncoding",
     "UnaryEncoding",
     "norm_sub",
     "project_simplex",
+    "recommend_oracle",
+    "shuffle_amplification",
 ]
