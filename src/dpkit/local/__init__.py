@@ -10,6 +10,7 @@ table and how a deployment splits client and server.
 
 from dpkit.local._campaign import Campaign, shuffle_amplification
 from dpkit.local._core import FrequencyEstimate, LinearHashFamily, Reports
+from dpkit.local._heavy import HeavyHitters, PrefixExtension
 from dpkit.local._numeric import DuchiMean, HybridMean, MeanEstimate, PiecewiseMean
 from dpkit.local._oracles import (
     BinaryLocalHashing,
@@ -38,6 +39,7 @@ __all__ = [
     "GeneralizedRR",
     "HadamardCountMeanSketch",
     "HadamardResponse",
+    "HeavyHitters",
     "HybridMean",
     "LinearHashFamily",
     "LocalHashing",
@@ -45,6 +47,7 @@ __all__ = [
     "OptimizedLocalHashing",
     "OptimizedUnaryEncoding",
     "PiecewiseMean",
+    "PrefixExtension",
     "Rappor",
     "Recommendation",
     "Reports",
