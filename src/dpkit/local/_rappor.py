@@ -3,6 +3,7 @@ randomized response, and decoding against a candidate dictionary."""
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -102,6 +103,32 @@ class Rappor:
         self.epsilon: Fraction = self.h * log_upper(ratio)
         self.epsilon_longitudinal: Fraction = 2 * self.h * log_upper((1 - half) / half)
 
+    @classmethod
+    def for_epsilon(
+        cls, d: int, epsilon: Number, *, m: int = 128, hashes: int = 2, cohorts: int = 8
+    ) -> Rappor:
+        """One-time RAPPOR at (at most) the given ε: the permanent response only (p = 0,
+        q = 1), with f the smallest multiple of 2^-20 such that 2h·ln((1-f/2)/(f/2)) <= ε;
+        then ε₁ = ε∞ <= ε."""
+        from dpkit.local._core import check_local_epsilon
+
+        eps = check_local_epsilon(epsilon)
+        target = 1 / (1 + math.exp(float(eps) / (2 * hashes)))  # f/2 at exactly ε
+        f = Fraction(math.ceil(2 * target * 2**20) + 1, 2**20)  # rounded up: less loss
+        made = cls(
+            d,
+            m=m,
+            hashes=hashes,
+            cohorts=cohorts,
+            f=min(f, Fraction(1, 1) - Fraction(1, 2**20)),
+            p=0,
+            q=1,
+        )
+        while made.epsilon > eps:  # guard the float step above (rounding of exp)
+            f += Fraction(1, 2**20)
+            made = cls(d, m=m, hashes=hashes, cohorts=cohorts, f=f, p=0, q=1)
+        return made
+
     @property
     def loss(self) -> PureDP:
         """The one-report loss ε₁ (the permanent response caps all reports of a value at ε∞)."""
@@ -155,7 +182,11 @@ class Rappor:
         """One report per client: (cohort, m bits). ``cohorts`` (public) default to uniform."""
         v = client_values(values, self.d)
         c = self._cohorts(cohorts, v.size)
-        bits = self.instantaneous(self.permanent(self.bloom(v, c)))
+        bits = np.empty((v.size, self.m), dtype=bool)
+        chunk = max(1, (1 << 22) // self.m)
+        for start in range(0, v.size, chunk):  # chunks of ~4M bits bound the memory
+            part = slice(start, start + chunk)
+            bits[part] = self.instantaneous(self.permanent(self.bloom(v[part], c[part])))
         return Reports(self.signature, {"cohort": c, "bits": bits}, int(v.size))
 
     # -- server
