@@ -46,7 +46,7 @@ from dpkit.local._core import (
 )
 from dpkit.local._postprocess import postprocess as _postprocess
 from dpkit.mechanisms.randomized_response import (
-    _reject_to_truth,
+    _k_ary_response,
     frequency_variance,
     make_generalized_randomized_response,
 )
@@ -387,7 +387,7 @@ class LocalHashing(SupportOracle):
     def _randomize(self, values: np.ndarray) -> dict[str, np.ndarray]:
         seeds = np.asarray(uniform_integers(self.family.size, values.size), dtype=np.int64)
         hashed = self.family.evaluate(seeds, values)
-        y = _reject_to_truth(hashed, self.g, self.epsilon)
+        y = _k_ary_response(hashed, self.g, self.epsilon)
         return {"seed": seeds, "value": y}
 
     def _check_columns(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
