@@ -41,6 +41,29 @@ except ImportError:  # pragma: no cover
     HAVE_PEER = False
 
 
+def _patch_pure_ldp_xxhash() -> None:
+    """pure-ldp 1.2 hashes ``str`` objects; xxhash >= 3 wants bytes. Encode on its behalf (the
+    hash values are those pure-ldp intends: xxh32 of the UTF-8 decimal string)."""
+    import importlib
+
+    import xxhash
+
+    class _Shim:
+        @staticmethod
+        def xxh32(data: Any, seed: int = 0) -> Any:
+            raw = data.encode() if isinstance(data, str) else data
+            return xxhash.xxh32(raw, seed=seed % (1 << 32))
+
+    for name in ("lh_client", "lh_server", "fast_lh_server", "fast_lh_client"):
+        module = importlib.import_module(f"pure_ldp.frequency_oracles.local_hashing.{name}")
+        if hasattr(module, "xxhash"):
+            module.xxhash = _Shim  # type: ignore[attr-defined]
+
+
+if HAVE_PEER:
+    _patch_pure_ldp_xxhash()
+
+
 def zipf_population(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
     weights = 1.0 / np.arange(1, d + 1) ** 1.1
     return rng.choice(d, size=n, p=weights / weights.sum())
@@ -154,7 +177,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--peer-n", type=int, default=2000)
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=120)
     rng = np.random.default_rng(2026)
     console.rule(f"1. OLH aggregation, n = {args.n:,}, d = 1024, ε = 2")
     table = Table("implementation", "reports", "measured s", "s for n", "MSE", "analytic MSE")
