@@ -13,7 +13,12 @@ import pytest
 from scipy.stats import chisquare
 
 from dpkit import local
-from dpkit.errors import DomainMismatchError, InvalidDataError, InvalidParameterError
+from dpkit.errors import (
+    DomainMismatchError,
+    InvalidDataError,
+    InvalidParameterError,
+    PrivacyCheckError,
+)
 from dpkit.local._oracles import _Coin
 from dpkit.testing import check_finite_pure_dp
 
@@ -54,6 +59,53 @@ def test_exact_check_over_every_pair(index: int) -> None:
     result.raise_if_failed()
     if name != "rappor":  # RAPPOR's bound assumes 2h distinct Bloom bits, tight only then
         assert float(result.realised) == pytest.approx(float(oracle.epsilon), rel=1e-9)
+
+
+@pytest.mark.parametrize("index", range(len(IDS) - 1), ids=IDS[:-1])
+def test_exact_epsilon_with_fractions(index: int) -> None:
+    """No floats in the verdict: P(o|v) = C·e^{λ_o(v)} with exact λ, so the realised ε is the
+    Fraction max |λ_o(x) - λ_o(y)|, and it equals the claim exactly."""
+    _, oracle = oracles()[index]
+    result = local.check_exact_epsilon(oracle).raise_if_failed()
+    assert result.realised == oracle.epsilon
+
+
+def test_rappor_exact_with_fractions() -> None:
+    """RAPPOR's probabilities are rational: the Fraction checker finds ln(max ratio) <= ε₁."""
+    r = local.Rappor(3, m=4, hashes=2, cohorts=1)
+    half = r.f / 2
+    ps, qs = half * r.q + (1 - half) * r.p, (1 - half) * r.q + half * r.p
+
+    def exact_pmf(v: int) -> list[Fraction]:
+        bloom = r.bloom(np.array([v]), np.array([0]))[0]
+        out = []
+        for o in range(1 << r.m):
+            prob = Fraction(1)
+            for i in range(r.m):
+                p1 = qs if bloom[i] else ps
+                prob *= p1 if (o >> i) & 1 else 1 - p1
+            out.append(prob)
+        return out
+
+    check_finite_pure_dp(exact_pmf, all_pairs(3), r.epsilon).raise_if_failed()
+
+
+def test_exact_check_flags_wrong_epsilon_and_false_declarations() -> None:
+    class Greedy(local.OptimizedUnaryEncoding):
+        def _coins(self) -> tuple[_Coin, _Coin]:
+            return _Coin(Fraction(1), Fraction(0)), _Coin(
+                Fraction(1), 2 * self.epsilon, complement=True
+            )
+
+    result = local.check_exact_epsilon(Greedy(D, EPS))
+    assert not result.passed and result.realised == 2 * EPS
+
+    class Liar(local.HadamardResponse):
+        def log_weights(self, value: int) -> list[Fraction]:
+            return [w / 2 for w in super().log_weights(value)]  # claims half the exponent
+
+    with pytest.raises(PrivacyCheckError):
+        local.check_exact_epsilon(Liar(D, EPS))
 
 
 @pytest.mark.parametrize("g", [2, 3, 5])

@@ -28,6 +28,7 @@ from dpkit.local._postprocess import norm_sub, project_simplex
 from dpkit.local._rappor import Rappor
 from dpkit.local._recommend import Recommendation, recommend_oracle
 from dpkit.local._sketch import CountMeanSketch, HadamardCountMeanSketch
+from dpkit.local._verify import check_exact_epsilon
 
 __all__ = [
     "BinaryLocalHashing",
@@ -54,6 +55,7 @@ __all__ = [
     "SubsetSelection",
     "SymmetricUnaryEncoding",
     "UnaryEncoding",
+    "check_exact_epsilon",
     "norm_sub",
     "project_simplex",
     "recommend_oracle",

@@ -152,6 +152,11 @@ class FrequencyOracle(ABC):
     def output_pmf(self, value: int) -> np.ndarray:
         """P(report = o | value) for each o in :meth:`outputs`, as floats."""
 
+    def log_weights(self, value: int) -> list[Fraction]:
+        """Exact exponents λ_o with P(o | value) = C·e^{λ_o} for a constant C that depends on
+        neither o nor the value (for :func:`dpkit.local.check_exact_epsilon`)."""
+        raise NotImplementedError(f"{self.name} declares no exact log-weights")
+
     def _check_enumerable(self, count: int) -> None:
         if count > _MAX_ENUMERATED:
             raise InvalidParameterError(
@@ -235,6 +240,10 @@ class GeneralizedRR(SupportOracle):
     def output_pmf(self, value: int) -> np.ndarray:
         return np.asarray(self._measurement.info["output_pmf"](int(value)))
 
+    def log_weights(self, value: int) -> list[Fraction]:
+        """P(y | v) = e^{ε·[y = v]}/(e^ε + d - 1)."""
+        return [self.epsilon if y == int(value) else Fraction(0) for y in range(self.d)]
+
 
 # ----------------------------------------------------------------------------- unary encoding
 class _Coin:
@@ -249,6 +258,12 @@ class _Coin:
     def probability(self) -> float:
         p = 1.0 / (1.0 + float(self.ratio) * math.exp(-float(self.gamma)))
         return 1.0 - p if self.complement else p
+
+    def log_weight(self, outcome: bool) -> Fraction:
+        """P(outcome) = e^{λ}/(1 + e^{γ}) for ratio 1: λ = γ for the likelier outcome, else 0."""
+        if self.ratio != 1:
+            raise ValueError("exact log-weights need ratio 1")
+        return self.gamma if outcome != self.complement else Fraction(0)
 
     def draw(self, size: int) -> np.ndarray:
         if self.ratio == 1 and self.gamma == 0:
@@ -310,6 +325,18 @@ class UnaryEncoding(SupportOracle):
         p1 = np.full(self.d, self.q_star)
         p1[int(value)] = self.p_star
         return np.prod(np.where(bits == 1, p1, 1 - p1), axis=1)
+
+    def log_weights(self, value: int) -> list[Fraction]:
+        """Bits are independent: λ_o = Σ_i λ(bit_i) with the one-coin at v, zero-coins else."""
+        self._check_enumerable(1 << self.d)
+        out = []
+        for o in range(1 << self.d):
+            total = Fraction(0)
+            for i in range(self.d):  # tiny enumeration for the exact check only
+                coin = self._one if i == int(value) else self._zero
+                total += coin.log_weight(bool((o >> i) & 1))
+            out.append(total)
+        return out
 
 
 class SymmetricUnaryEncoding(UnaryEncoding):
@@ -449,6 +476,17 @@ class LocalHashing(SupportOracle):
         hashed = self.family.evaluate(seeds, np.full(seeds.size, int(value)))
         return (self.fixed_seed_pmf(hashed)).reshape(-1) / self.family.size
 
+    def log_weights(self, value: int) -> list[Fraction]:
+        """P(a, y | v) = e^{ε·[y = h_a(v)]}/(g^L(e^ε + g - 1))."""
+        self._check_enumerable(self.family.size * self.g)
+        seeds = np.arange(self.family.size)
+        hashed = self.family.evaluate(seeds, np.full(seeds.size, int(value))).tolist()
+        return [
+            self.epsilon if y == hashed[a] else Fraction(0)
+            for a in range(self.family.size)
+            for y in range(self.g)
+        ]
+
     def fixed_seed_pmf(self, hashed: np.ndarray) -> np.ndarray:
         """P(y | h_a(v) = hashed) for each row: g-ary RR over [g]."""
         e = math.exp(float(self.epsilon))
@@ -575,6 +613,12 @@ class HadamardResponse(SupportOracle):
         inside = (np.bitwise_count((int(value) + 1) & j) & 1) == 0
         return np.where(inside, 2 * e / (self.K * (e + 1)), 2 / (self.K * (e + 1)))
 
+    def log_weights(self, value: int) -> list[Fraction]:
+        """P(j | v) = 2e^{ε·[j ∈ C_v]}/(K(e^ε + 1))."""
+        j = np.arange(self.K)
+        inside = ((np.bitwise_count((int(value) + 1) & j) & 1) == 0).tolist()
+        return [self.epsilon if x else Fraction(0) for x in inside]
+
 
 # ----------------------------------------------------------------------------- subset selection
 def subset_size(d: int, epsilon: Fraction) -> int:
@@ -652,6 +696,10 @@ class SubsetSelection(SupportOracle):
         sets = self.outputs()
         weights = np.array([e if value in s else 1.0 for s in sets])
         return weights / weights.sum()
+
+    def log_weights(self, value: int) -> list[Fraction]:
+        """P(Y | v) = e^{ε·[v ∈ Y]}/Z, Z the same for every v."""
+        return [self.epsilon if value in s else Fraction(0) for s in self.outputs()]
 
 
 def _floyd(rows: int, population: int, size: int) -> np.ndarray:

@@ -133,6 +133,20 @@ class CountMeanSketch(_Sketch):
             rows.append(np.prod(np.where(bits == 1, p1, 1 - p1), axis=1))
         return np.concatenate(rows) / self.family.size
 
+    def log_weights(self, value: int) -> list[Fraction]:
+        """Each bit keeps its one-hot value with probability e^{ε/2}/(1 + e^{ε/2}): λ = ε/2 for
+        every bit that agrees with the one-hot encoding of h_a(v)."""
+        self._check_enumerable(self.family.size << self.m)
+        half = self.epsilon / 2
+        out = []
+        for a in range(self.family.size):  # tiny enumeration for the exact check only
+            h = int(self.family.evaluate(np.array([a]), np.array([int(value)]))[0])
+            onehot = 1 << h
+            for b in range(1 << self.m):
+                agree = self.m - int(bin(b ^ onehot).count("1"))
+                out.append(half * agree)
+        return out
+
 
 class HadamardCountMeanSketch(_Sketch):
     """Apple's Hadamard count-mean sketch (HCMS): one bit per report.
@@ -207,3 +221,13 @@ class HadamardCountMeanSketch(_Sketch):
         p_plus = np.where(sign == 1, keep, 1 - keep)
         pmf = np.stack([1 - p_plus, p_plus], axis=-1)  # outputs b = -1, +1
         return pmf.reshape(-1) / (self.family.size * self.K)
+
+    def log_weights(self, value: int) -> list[Fraction]:
+        """P(a, l, b | v) = e^{ε·[b = H[l, h_a(v)]]}/(S·K·(e^ε + 1))."""
+        self._check_enumerable(self.family.size * self.K * 2)
+        seeds = np.arange(self.family.size)
+        h = self.family.evaluate(seeds, np.full(seeds.size, int(value)))
+        rows = np.arange(self.K)
+        sign = (1 - 2 * (np.bitwise_count(rows[None, :] & h[:, None]) & 1)).reshape(-1).tolist()
+        zero = Fraction(0)
+        return [w for s in sign for w in ((zero, self.epsilon) if s == 1 else (self.epsilon, zero))]
