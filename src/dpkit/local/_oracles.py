@@ -270,7 +270,9 @@ class _Coin:
             out = np.asarray(bernoulli(Fraction(1, 2), size), dtype=bool)
         else:
             out = np.asarray(bernoulli_logistic(self.ratio, self.gamma, size), dtype=bool)
-        return ~out if self.complement else out
+        if self.complement:
+            np.logical_not(out, out=out)
+        return out
 
 
 class UnaryEncoding(SupportOracle):
