@@ -10,5 +10,6 @@ given a ledger, reserves that loss before reading data. docs/ml.md has the proof
 """
 
 from dpkit.ml._kmeans import KMeans
+from dpkit.ml._linear import LinearRegression
 
-__all__ = ["KMeans"]
+__all__ = ["KMeans", "LinearRegression"]

@@ -19,6 +19,7 @@ come from the declared bounds only, never from the data.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -45,6 +46,7 @@ __all__ = [
 ]
 
 FIXED_BITS = 20
+_CAP = 2**50
 _FIXED = float(2**FIXED_BITS)
 
 Kind = Literal["pure", "zcdp"]
@@ -67,17 +69,35 @@ class Budget:
             m = make_geometric(1, epsilon=share)
         else:
             m = make_discrete_gaussian(1, rho=share)
-        return np.asarray(m(np.asarray(counts, dtype=np.int64)), dtype=np.float64)
+        capped = np.minimum(np.asarray(counts, dtype=np.int64), _CAP)  # 1-Lipschitz: same Δ
+        return np.asarray(m(capped), dtype=np.float64)
 
     def noisy_sums(self, sums: np.ndarray, share: Fraction, d: int) -> np.ndarray:
         """Sums of mapped rows per bin: one row changes one bin's d coordinates by at most 1 each
         (L1 <= d, L2 <= √d); released on the grid with exact Laplace / discrete Gaussian noise."""
-        flat = np.asarray(sums, dtype=np.float64).reshape(-1)
+        return self.noisy_vector(sums, share, Fraction(d), sqrt_upper(Fraction(d)), d)
+
+    def noisy_vector(
+        self, values: np.ndarray, share: Fraction, l1: Fraction, l2: Fraction, changed: int
+    ) -> np.ndarray:
+        """A real vector whose neighbours differ by at most ``l1`` in L1 / ``l2`` in L2, in at
+        most ``changed`` coordinates: Laplace (pure) or Gaussian (zCDP) on the grid, exactly."""
+        flat = np.asarray(values, dtype=np.float64).reshape(-1)
         if self.kind == "pure":
-            m = make_laplace(d, epsilon=share, changed_coordinates=d)
+            m = make_laplace(l1, epsilon=share, changed_coordinates=changed)
         else:
-            m = make_gaussian(sqrt_upper(Fraction(d)), rho=share, changed_coordinates=d)
-        return np.asarray(m(flat), dtype=np.float64).reshape(np.shape(sums))
+            m = make_gaussian(l2, rho=share, changed_coordinates=changed)
+        # clamping is 1-Lipschitz per coordinate (sensitivity unchanged) and keeps every value
+        # inside the range the output grid represents exactly, whatever the number of rows
+        limit = math.ldexp(float(_CAP), int(m.info["grid_exponent"]))
+        flat = np.clip(flat, -limit, limit)
+        return np.asarray(m(flat), dtype=np.float64).reshape(np.shape(values))
+
+    def noise_std(self, share: Fraction, l1: Fraction, l2: Fraction) -> float:
+        """Standard deviation of one coordinate's noise in :meth:`noisy_vector`."""
+        if self.kind == "pure":
+            return math.sqrt(2.0) * float(l1 / share)
+        return float(l2) / math.sqrt(2.0 * float(share))
 
     def count_noise_scale(self, share: Fraction) -> float:
         """A typical magnitude of the count noise (for thresholds; post-processing only)."""
@@ -178,7 +198,7 @@ def check_shape(X: Any, d: int, name: str = "X") -> np.ndarray:
     return array
 
 
-def map_rows(array: np.ndarray, box: Box) -> tuple[np.ndarray, np.ndarray]:
+def map_rows(array: np.ndarray, box: Box, bits: int = FIXED_BITS) -> tuple[np.ndarray, np.ndarray]:
     """The public row map: NaN → midpoint, clamp to the box, scale to [-1, 1], fixed point.
 
     Returns (fixed-point int64 rows, the same rows as float64 in [-1, 1]). Never raises.
@@ -192,8 +212,9 @@ def map_rows(array: np.ndarray, box: Box) -> tuple[np.ndarray, np.ndarray]:
         scaled = np.clip(np.nan_to_num(scaled, nan=0.0), -1.0, 1.0)
     else:
         scaled = np.zeros((0, box.d))
-    fixed = np.rint(scaled * _FIXED).astype(np.int64)
-    return fixed, fixed / _FIXED
+    unit = float(2**bits)
+    fixed = np.rint(scaled * unit).astype(np.int64)
+    return fixed, fixed / unit
 
 
 def sum_by_label(fixed: np.ndarray, labels: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
