@@ -41,6 +41,7 @@ __all__ = [
     "charged",
     "check_box",
     "check_budget",
+    "check_columns",
     "map_rows",
     "sum_by_label",
 ]
@@ -175,6 +176,20 @@ def check_box(bounds: Any, name: str = "bounds", d: int | None = None) -> Box:
     if float(np.max(np.abs(np.concatenate([lower, upper])))) > 1e150:
         raise InvalidParameterError(name, bounds, "of magnitude at most 1e150", hint)
     return Box(lower.copy(), upper.copy())
+
+
+def check_columns(shape: tuple[int, ...], d: int, name: str = "X") -> None:
+    """The schema check on the shape alone (before any value is read)."""
+    if len(shape) == 1 and d == 1:
+        return
+    if len(shape) != 2:
+        raise InvalidDataError(name, f"expected a 2-d array (rows × features), got {len(shape)}-d")
+    if shape[1] != d:
+        raise InvalidDataError(
+            name,
+            f"has {shape[1]} columns but the declared bounds have {d}",
+            "Declare one bound per feature.",
+        )
 
 
 def check_shape(X: Any, d: int, name: str = "X") -> np.ndarray:

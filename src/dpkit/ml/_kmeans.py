@@ -31,6 +31,7 @@ from dpkit.ml._common import (
     charged,
     check_box,
     check_budget,
+    check_columns,
     check_shape,
     int_seed,
     map_rows,
@@ -130,25 +131,23 @@ def _grid_geometry(d: int, grid_size: int | None) -> tuple[int, int]:
     return p, grid_size if grid_size is not None else default
 
 
-def _coreset_centres(
+def _coreset_release(
     fixed: np.ndarray,
     scaled: np.ndarray,
-    k: int,
     budget: Budget,
     share: Fraction,
     grid_size: int | None,
-) -> np.ndarray:
-    """Private weighted coreset in the spirit of Chang, Ghazi, Kumar & Manurangsi 2021.
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The private part of the coreset method: a noisy histogram of LSH-grid cells.
 
     1. A public, data-independent hash: a random orthonormal projection to p = min(d, 3)
        dimensions (identity when d <= 3) and a randomly shifted grid of G^p cells (an LSH
-       family; the randomness comes from dpkit.noise and does not look at the data).
+       family; its randomness comes from dpkit.noise and does not look at the data).
     2. One private histogram: every cell's count and sum of (mapped) rows, with noise. The
        cells partition the rows, so the whole histogram costs ``share`` once (parallel
        composition over cells, sequential between counts and sums).
-    3. Post-processing: cells whose noisy count clears the noise level become weighted
-       coreset points (noisy mean, noisy count); weighted k-means++ (scikit-learn) on the
-       coreset gives k centres.
+
+    Returns (noisy counts, noisy sums, the count noise level).
     """
     n_rows, d = scaled.shape
     p, g = _grid_geometry(d, grid_size)
@@ -164,13 +163,28 @@ def _coreset_centres(
     cell = np.floor((np.clip(z, -radius, radius) + radius) / (2 * radius) * (g - 1) + shift)
     idx = np.clip(cell, 0, g - 1).astype(np.int64)
     labels = np.ravel_multi_index(tuple(idx.T), (g,) * p) if n_rows else np.zeros(0, np.int64)
-    cells = g**p
     count_share, sum_share = _count_sum_shares(share, d)
-    counts, sums = sum_by_label(fixed, np.asarray(labels, dtype=np.int64), cells)
+    counts, sums = sum_by_label(fixed, np.asarray(labels, dtype=np.int64), g**p)
     noisy_counts = budget.noisy_counts(counts, count_share)
     noisy_sums = budget.noisy_sums(sums, sum_share, d)
-    threshold = budget.count_noise_scale(count_share) * math.log(cells)
-    keep = np.flatnonzero(noisy_counts > threshold)
+    return noisy_counts, noisy_sums, budget.count_noise_scale(count_share)
+
+
+def _coreset_centres(
+    fixed: np.ndarray,
+    scaled: np.ndarray,
+    k: int,
+    budget: Budget,
+    share: Fraction,
+    grid_size: int | None,
+) -> np.ndarray:
+    """Private weighted coreset in the spirit of Chang, Ghazi, Kumar & Manurangsi 2021:
+    :func:`_coreset_release`, then post-processing: cells whose noisy count clears the noise
+    level (noise scale · ln(#cells)) become weighted coreset points (noisy mean, noisy count),
+    and weighted k-means++ with Lloyd (scikit-learn) on the coreset gives k centres."""
+    noisy_counts, noisy_sums, level = _coreset_release(fixed, scaled, budget, share, grid_size)
+    cells = noisy_counts.size
+    keep = np.flatnonzero(noisy_counts > level * math.log(cells))
     if keep.size < k:
         keep = np.argsort(-noisy_counts, kind="stable")[:k]
     weights = np.maximum(noisy_counts[keep], 1.0)
@@ -203,8 +217,13 @@ def _lattice(d: int, n_candidates: int) -> int:
     return g
 
 
+def _em_cap(d: int, g: int, radius: float) -> int:
+    """The utility cap R² in squared lattice units: ⌈(radius · lattice diameter)²⌉ >= 1."""
+    return max(1, math.ceil((radius**2) * d * (g - 1) ** 2))
+
+
 def _grid_em(
-    fixed: np.ndarray, k: int, d: int, g: int, step_epsilon: Fraction
+    fixed: np.ndarray, k: int, d: int, g: int, step_epsilon: Fraction, radius: float = 1.0
 ) -> tuple[np.ndarray, int]:
     """The seed's exponential mechanism, made private (returns centres in [-1, 1]^d).
 
@@ -237,9 +256,9 @@ def _grid_em(
     for j in range(d):
         diff = occ_coords[:, j : j + 1] - coords[None, :, j]
         sq += diff * diff
-    sensitivity = d * (g - 1) ** 2
+    sensitivity = _em_cap(d, g, radius)
     mech = make_exponential(step_epsilon, sensitivity, monotonic=True)
-    best = np.full(occupied.size, sensitivity + 1, dtype=np.int64)
+    best = np.full(occupied.size, sensitivity, dtype=np.int64)
     chosen: list[int] = []
     for _ in range(k):
         cost = (weights[:, None] * np.minimum(best[:, None], sq)).sum(axis=0)
@@ -268,6 +287,8 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         coreset_share: fraction of the budget spent on the coreset histogram ("lsh").
         grid_size: cells per projected dimension for "lsh" (default 64 in 2-d, 16 in 3-d).
         n_candidates: the most lattice points "grid_em" may use (default 2048).
+        em_radius: "grid_em" truncates each row's k-means cost at (em_radius · diameter of
+            the box)², which is the utility's sensitivity (default 0.1; 1 = no truncation).
 
     Attributes (after ``fit``):
         cluster_centers_: (k, d) private centres, in the original units.
@@ -291,6 +312,7 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         coreset_share: float = 0.5,
         grid_size: int | None = None,
         n_candidates: int = 2048,
+        em_radius: float = 0.1,
     ) -> None:
         self.n_clusters = n_clusters
         self.epsilon = epsilon
@@ -301,6 +323,7 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         self.coreset_share = coreset_share
         self.grid_size = grid_size
         self.n_candidates = n_candidates
+        self.em_radius = em_radius
 
     # -- validation (public information only) ----------------------------------------------
     def _validate(self) -> tuple[Budget, Box, int, int]:
@@ -374,6 +397,9 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
                 )
             if k > g**d:
                 raise InvalidParameterError("n_clusters", k, f"at most {g**d} (the candidates)")
+            r = self.em_radius
+            if isinstance(r, bool) or not isinstance(r, float | int) or not 0 < r <= 1:
+                raise InvalidParameterError("em_radius", r, "a number in (0, 1]")
 
     def _loss_and_steps(self, budget: Budget, k: int) -> tuple[PrivacyLoss, Fraction]:
         """grid_em: per-selection ε and the exact total loss (k pure selections)."""
@@ -401,22 +427,22 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         in the ledger before any data is read (the budget must exist)."""
         budget, box, k, iters = self._validate()
         # the schema (number of columns) is public; rows are not
-        array_shape = np.shape(X)
+        array_shape = np.shape(X)  # the schema (number of columns) is public; rows are not
         scalar_bounds = all(np.ndim(b) == 0 for b in self.bounds)
         if scalar_bounds and len(array_shape) == 2:  # one pair for every feature
             box = check_box(self.bounds, d=int(array_shape[1]))
         d = box.d
-        array = check_shape(X, d)
+        check_columns(array_shape, d)
         self._check_method_geometry(d, k)
         if self.method == "grid_em":
             loss, step = self._loss_and_steps(budget, k)
         else:
             loss, step = budget.loss(), Fraction(0)
         with charged(loss, ledger, dataset, analyst, accountant, f"KMeans({self.method})"):
-            fixed, scaled = map_rows(array, box)
+            fixed, scaled = map_rows(check_shape(X, d), box)
             if self.method == "grid_em":
                 g = _lattice(d, int(self.n_candidates))
-                centres, _ = _grid_em(fixed, k, d, g, step)
+                centres, _ = _grid_em(fixed, k, d, g, step, float(self.em_radius))
             elif self.method == "lloyd":
                 centres = _public_spread(k, d)
                 for _ in range(iters):
