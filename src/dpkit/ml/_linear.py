@@ -46,8 +46,16 @@ from scipy.stats import norm
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from dpkit._exact import sqrt_upper
-from dpkit.errors import InvalidParameterError
-from dpkit.ml._common import Box, charged, check_box, check_budget, check_shape, map_rows
+from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.ml._common import (
+    Box,
+    charged,
+    check_box,
+    check_budget,
+    check_columns,
+    check_shape,
+    map_rows,
+)
 
 __all__ = ["LinearRegression"]
 
@@ -148,12 +156,10 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
         d_hint = int(shape[1]) if len(shape) == 2 else None
         budget, box_x, box_y = self._validate(d_hint)
         d = box_x.d
-        array = check_shape(X, d)
-        target = check_shape(np.reshape(np.asarray(y), (-1, 1)) if np.ndim(y) == 1 else y, 1, "y")
-        if target.shape[0] != array.shape[0]:
-            raise InvalidParameterError(
-                "y", f"{target.shape[0]} rows", f"as many rows as X ({array.shape[0]})"
-            )
+        check_columns(shape, d)
+        y_shape = np.shape(y)
+        if len(y_shape) not in (1, 2) or (len(y_shape) == 2 and y_shape[1] != 1):
+            raise InvalidDataError("y", f"expected one target column, got shape {y_shape}")
         intercept = self.fit_intercept
         if not intercept:  # scale by the largest magnitude, without shifting
             mag = np.maximum(np.abs(box_x.lower), np.abs(box_x.upper))
@@ -165,6 +171,10 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
         with charged(
             loss, ledger, dataset, analyst, accountant, f"LinearRegression({self.method})"
         ):
+            array = check_shape(X, d)
+            target = check_shape(np.reshape(np.asarray(y), (-1, 1)), 1, "y")
+            if target.shape[0] != array.shape[0]:
+                raise InvalidDataError("y", "has a different number of rows than X")
             fx, _ = map_rows(array, box_x, _BITS)
             fy, _ = map_rows(target, box_y, _BITS)
             fz = np.hstack([fx, np.full((fx.shape[0], 1), 2**_BITS, np.int64)]) if intercept else fx
