@@ -196,6 +196,9 @@ def _weighted_kmeans(points: np.ndarray, weights: np.ndarray, k: int) -> np.ndar
     """Non-private weighted k-means++ and Lloyd on released points (post-processing)."""
     from sklearn.cluster import KMeans as SkKMeans
 
+    if k == 1:  # the weighted mean is the optimum
+        total = max(float(weights.sum()), 1e-300)
+        return np.asarray((weights[:, None] * points).sum(axis=0, keepdims=True) / total)
     unique = np.unique(points, axis=0)
     if unique.shape[0] <= k:
         out = np.zeros((k, points.shape[1]))
