@@ -127,7 +127,7 @@ def _public_spread(k: int, d: int) -> np.ndarray:
 def _grid_geometry(d: int, grid_size: int | None) -> tuple[int, int]:
     """(projected dimension p, cells per dimension G) of the coreset grid."""
     p = min(d, 3)
-    default = {1: 4096, 2: 64, 3: 16}[p]
+    default = {1: 256, 2: 16, 3: 16}[p]
     return p, grid_size if grid_size is not None else default
 
 
@@ -286,9 +286,10 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
             "lloyd" (DPLloyd from a data-independent start) or "grid_em" (the exponential
             mechanism over a public lattice of candidate centres; the seed's idea made private).
         max_iter: private Lloyd iterations ("lloyd": default 5; "lsh": refinement steps after
-            the coreset, default 2). Public; the budget is split evenly across them.
-        coreset_share: fraction of the budget spent on the coreset histogram ("lsh").
-        grid_size: cells per projected dimension for "lsh" (default 64 in 2-d, 16 in 3-d).
+            the coreset, default 1). Public; the budget is split evenly across them.
+        coreset_share: fraction of the budget spent on the coreset histogram ("lsh"; default
+            0.4, the rest goes to the Lloyd refinement).
+        grid_size: cells per projected dimension for "lsh" (default 256 in 1-d, 16 otherwise).
         n_candidates: the most lattice points "grid_em" may use (default 2048).
         em_radius: "grid_em" truncates each row's k-means cost at (em_radius · diameter of
             the box)², which is the utility's sensitivity (default 0.1; 1 = no truncation).
@@ -312,7 +313,7 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         bounds: Any = None,
         method: str = "lsh",
         max_iter: int | None = None,
-        coreset_share: float = 0.5,
+        coreset_share: float = 0.4,
         grid_size: int | None = None,
         n_candidates: int = 2048,
         em_radius: float = 0.1,
@@ -339,7 +340,7 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         budget = check_budget(self.epsilon, self.rho)
         box = check_box(self.bounds)
         iters = self.max_iter
-        default_iters = {"lloyd": 5, "lsh": 2, "grid_em": 0}[self.method]
+        default_iters = {"lloyd": 5, "lsh": 1, "grid_em": 0}[self.method]
         if iters is None:
             iters = default_iters
         if isinstance(iters, bool) or not isinstance(iters, int | np.integer) or iters < 0:
