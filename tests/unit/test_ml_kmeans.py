@@ -48,6 +48,8 @@ def mixture(n: int = 3000, d: int = 2, k: int = 3) -> tuple[np.ndarray, np.ndarr
         ({"n_clusters": 2, "bounds": (-1, 1)}, "epsilon"),
         ({"n_clusters": 2, "epsilon": 1, "rho": 1, "bounds": (-1, 1)}, "epsilon"),
         ({"n_clusters": 2, "epsilon": -1, "bounds": (-1, 1)}, "epsilon"),
+        ({"n_clusters": 2, "epsilon": float("nan"), "bounds": (-1, 1)}, "epsilon"),
+        ({"n_clusters": 2, "epsilon": 1, "bounds": (float("nan"), 1)}, "bounds"),
         ({"n_clusters": 2, "epsilon": 1, "bounds": (-1, 1), "method": "x"}, "method"),
         ({"n_clusters": 2, "epsilon": 1, "bounds": (-1, 1), "max_iter": -1}, "max_iter"),
         ({"n_clusters": 5000, "epsilon": 0.1, "bounds": (-1, 1)}, "n_clusters"),
