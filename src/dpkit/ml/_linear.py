@@ -195,10 +195,31 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
         a_noisy = a_noisy + np.triu(a_noisy, 1).T
         sigma_a = budget.noise_std(share_a, l1_a, l2_a)
         sigma_b = budget.noise_std(share_b, l1_b, l2_b)
+        laplace_tail = float(l1_a / share_a) if budget.kind == "pure" else 0.0
+        self._finish(
+            a_noisy, b_noisy, c_noisy, sigma_a, sigma_b, laplace_tail, box_x, box_y, intercept
+        )
+        self.privacy_loss_ = loss
+        return self
+
+    def _finish(
+        self,
+        a_noisy: np.ndarray,
+        b_noisy: np.ndarray,
+        c_noisy: float,
+        sigma_a: float,
+        sigma_b: float,
+        laplace_tail: float,
+        box_x: Box,
+        box_y: Box,
+        intercept: bool,
+    ) -> None:
+        """Post-processing of the released (Ã, b̃, c̃): ridge, solve, unscale, intervals."""
+        p = a_noisy.shape[0]
+        d = box_x.d
         beta = float(self.failure_probability)
         eta = sigma_a * (2.0 * math.sqrt(p) + math.sqrt(2.0 * math.log(p * (p + 1) / beta)))
-        if budget.kind == "pure":  # heavier Laplace tails: add the largest entry's tail
-            eta += float(l1_a / share_a) * math.log(p * (p + 1) / beta)
+        eta += laplace_tail * math.log(p * (p + 1) / beta)  # heavier Laplace tails
         lam_min = float(np.linalg.eigvalsh(a_noisy)[0])
         ridge = max(0.0, eta - lam_min) if self.method == "adassp" else 0.0
         m = a_noisy + ridge * np.eye(p)
@@ -206,15 +227,13 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
         scale_y = float(box_y.half[0])
         coef = scale_y * theta[:d] / box_x.half
         if intercept:
-            inter = float(
-                box_y.mid[0] + scale_y * (theta[d] - np.sum(theta[:d] * box_x.mid / box_x.half))
-            )
+            shift = np.sum(theta[:d] * box_x.mid / box_x.half)
+            inter = float(box_y.mid[0] + scale_y * (theta[d] - shift))
         else:
             inter = 0.0
         self.coef_ = coef
         self.intercept_ = inter
         self.ridge_ = ridge
-        self.privacy_loss_ = loss
         self.n_features_in_ = d
         self.coef_ci_ = None
         if intercept:
@@ -228,7 +247,6 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
             z = float(norm.ppf(0.5 + float(self.confidence) / 2))
             half = z * np.sqrt(np.abs(np.diag(cov)[:d])) * scale_y / box_x.half
             self.coef_ci_ = np.stack([coef - half, coef + half], axis=1)
-        return self
 
     def predict(self, X: Any) -> np.ndarray:
         if not hasattr(self, "coef_"):
