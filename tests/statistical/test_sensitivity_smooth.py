@@ -37,7 +37,11 @@ def _audit(m: object, a: np.ndarray, b: np.ndarray, events: str = "auto") -> obj
     loss = m.loss  # type: ignore[attr-defined]
     delta = loss.delta if isinstance(loss, ApproxDP) else 0
     return audit_samples(
-        _releases(m, a), _releases(m, b), loss.epsilon, delta, events=events  # type: ignore[arg-type]
+        _releases(m, a),
+        _releases(m, b),
+        loss.epsilon,
+        delta,
+        events=events,  # type: ignore[arg-type]
     )
 
 
@@ -51,8 +55,12 @@ def test_local_sensitivity_laplace_is_flagged() -> None:
 
 
 @pytest.mark.parametrize(("noise", "delta"), [("cauchy", 0), ("laplace", Fraction(1, 10**3))])
-@pytest.mark.parametrize(("a", "b"), [(X, Y), (Y, X), (np.array([0, 0, 0, 0, 0.0]), Y * 0 + [0, 0, 0, 0, 100])])
-def test_smooth_release_passes_audit(noise: str, delta: Fraction, a: np.ndarray, b: np.ndarray) -> None:
+@pytest.mark.parametrize(
+    ("a", "b"), [(X, Y), (Y, X), (np.array([0, 0, 0, 0, 0.0]), Y * 0 + [0, 0, 0, 0, 100])]
+)
+def test_smooth_release_passes_audit(
+    noise: str, delta: Fraction, a: np.ndarray, b: np.ndarray
+) -> None:
     m = make_smooth_sensitivity(
         "median", lower=0, upper=100, n=5, epsilon=1, delta=delta, noise=noise
     )
@@ -65,7 +73,9 @@ def _broken(noise: str, beta: Fraction) -> object:
     the claim stays ε = 1."""
     stat = make_statistic("median")
     bounds = Bounds.of(0, 100)
-    good = plan_smooth(Fraction(1), Fraction(1, 1000) if noise == "laplace" else Fraction(0), noise, 4, -43)
+    good = plan_smooth(
+        Fraction(1), Fraction(1, 1000) if noise == "laplace" else Fraction(0), noise, 4, -43
+    )
     broken = SmoothPlan(noise, 4, good.alpha, beta, good.exponent, good.min_scale, good.loss)
     return build_smooth_measurement(stat, bounds, 5, broken)
 

@@ -33,10 +33,16 @@ from fractions import Fraction
 import numpy as np
 
 import dpkit.noise._exact as _exact_mod
-from dpkit.noise import random_words, uniform_integers
+from dpkit.noise import (
+    bernoulli_exp_vector,
+    discrete_laplace,
+    geometric_exp,
+    random_words,
+    uniform_integers,
+)
 from dpkit.noise._exact import _CELL, _REL, _cell_floats, _cell_index, _exact_below
 
-__all__ = ["below_rational", "cauchy_lattice"]
+__all__ = ["below_rational", "cauchy_lattice", "discrete_laplace_wide"]
 
 
 def below_rational(approx: np.ndarray, exact: Callable[[int], Fraction]) -> np.ndarray:
@@ -54,7 +60,11 @@ def below_rational(approx: np.ndarray, exact: Callable[[int], Fraction]) -> np.n
         undecided[:] = True
     for i in np.flatnonzero(undecided):
         value = exact(int(i))
-        result[i] = _exact_below(_cell_index(float(low_u[i])), lambda _d, v=value: (v, v))
+
+        def bounds(_digits: int, v: Fraction = value) -> tuple[Fraction, Fraction]:
+            return v, v
+
+        result[i] = _exact_below(_cell_index(float(low_u[i])), bounds)
     return result
 
 
@@ -118,11 +128,51 @@ def cauchy_lattice(scale: Fraction, gamma: int, size: int) -> list[int]:
         floor = np.where(shells >= 1, np.exp2(-float(gamma) * shift), 1.0)
         approx = 1.0 / (floor + ratio**gamma)
 
-        def exact(i: int) -> Fraction:
+        def exact(
+            i: int, shells: np.ndarray = shells, proposals: list[int] = proposals
+        ) -> Fraction:
             j = int(shells[i])
             height = Fraction(2) ** (gamma * (j - 1)) if j >= 1 else Fraction(1)
             return s_pow / (s_pow + Fraction(abs(proposals[i])) ** gamma) * height
 
         accepted = below_rational(approx, exact)
         out.extend(v for v, ok in zip(proposals, accepted, strict=True) if ok)
+    return out[:size]
+
+
+_DIRECT_LAPLACE = Fraction(2**30)
+
+
+def discrete_laplace_wide(t: Fraction, size: int) -> list[int]:
+    """P(Z = z) ∝ e^{-|z|/t} on the integers, exactly, fast for any rational t > 0.
+
+    For t <= 2^30 this is :func:`dpkit.noise.discrete_laplace`. Beyond, the float certification
+    of ⌊-t·ln U⌋ fails almost always (its absolute error exceeds 1), so the magnitude is drawn in
+    blocks of width B = ⌈t⌉: X = J·B + u with J geometric (P(J >= j) = e^{-jB/t}, scale t/B ∈
+    [1/2, 1], exact), u uniform on [0, B) accepted with probability e^{-u/t} (exact Bernoulli),
+    so P(X = x) ∝ e^{-x/t}; then Z = ±X with (−, 0) rejected, as in CKS 2020 Alg. 2.
+    """
+    if t <= _DIRECT_LAPLACE:
+        return [int(v) for v in discrete_laplace(t, size)]
+    b = math.ceil(t)
+    out: list[int] = []
+    while len(out) < size:
+        draw = 2 * (size - len(out)) + 8
+        offsets = uniform_integers(b, draw)
+        gamma = np.array([float(u) for u in offsets]) / float(t)
+
+        def exact_gamma(i: int, o: np.ndarray = offsets) -> Fraction:
+            return Fraction(int(o[i])) / t
+
+        keep = bernoulli_exp_vector(gamma, exact_gamma, gamma * 2.0**-48 + 2.0**-60)
+        kept = [int(u) for u, ok in zip(offsets, keep, strict=True) if ok]
+        if not kept:
+            continue
+        blocks = geometric_exp(t / b, len(kept))
+        signs = uniform_integers(2, len(kept))
+        for u, j, sg in zip(kept, blocks, signs, strict=True):
+            x = int(j) * b + u
+            if sg and x == 0:
+                continue  # (−, 0) rejected
+            out.append(-x if sg else x)
     return out[:size]

@@ -124,9 +124,7 @@ def _variance_ls(xp: np.ndarray, bounds: Bounds) -> float:
     return min(best, (bounds.upper - bounds.lower) ** 2 / n)
 
 
-def _resolve(
-    statistic: str | Statistic, q: Number | None, trim: Number | None
-) -> Statistic:
+def _resolve(statistic: str | Statistic, q: Number | None, trim: Number | None) -> Statistic:
     if isinstance(statistic, Statistic):
         return statistic
     return make_statistic(statistic, q=q, trim=trim)
@@ -217,7 +215,9 @@ def _rect_max(
     return best
 
 
-def smooth_sensitivity_sorted(xp: np.ndarray, stat: Statistic, beta: float, bounds: Bounds) -> float:
+def smooth_sensitivity_sorted(
+    xp: np.ndarray, stat: Statistic, beta: float, bounds: Bounds
+) -> float:
     """S* (or the stated smooth upper bound) from padded sorted clamped data, *not* inflated."""
     n = xp.size - 2
     name = stat.name

@@ -43,12 +43,11 @@ from dpkit.core.framework import Measurement
 from dpkit.core.losses import ApproxDP, PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
-from dpkit.noise import discrete_laplace
 from dpkit.sensitivity._data import Bounds, Statistic, check_n, make_statistic, prepare
-from dpkit.sensitivity._noise import cauchy_lattice
+from dpkit.sensitivity._noise import cauchy_lattice, discrete_laplace_wide
 from dpkit.sensitivity.local import SMOOTH_SLACK, smooth_sensitivity_sorted
 
-__all__ = ["SmoothPlan", "make_smooth_sensitivity", "statistic_value", "statistic_range"]
+__all__ = ["SmoothPlan", "make_smooth_sensitivity", "statistic_range", "statistic_value"]
 
 _BETA_SLACK = Fraction(1, 2**29)  # >= ln(1 + 2^-29): the float inflation of S
 _BZ_FAMILIES = ("student_t", "laplace_log_normal", "uniform_log_normal", "arcsinh_normal")
@@ -202,7 +201,7 @@ def release_smooth(
     if plan.noise == "cauchy":
         noise = cauchy_lattice(scale, plan.gamma, size)
     else:
-        noise = [int(z) for z in discrete_laplace(scale, size)]
+        noise = discrete_laplace_wide(scale, size)
     out = np.array([min(max(centre + z, lo_idx), hi_idx) for z in noise], dtype=np.float64)
     return np.ldexp(out, plan.exponent)
 

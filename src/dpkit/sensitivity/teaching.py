@@ -19,8 +19,8 @@ from dpkit._exact import Number, check_epsilon
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
-from dpkit.noise import discrete_laplace
 from dpkit.sensitivity._data import Bounds, check_n, make_statistic, prepare
+from dpkit.sensitivity._noise import discrete_laplace_wide
 from dpkit.sensitivity.local import _a_k_sorted
 from dpkit.sensitivity.smooth import default_exponent, statistic_range, statistic_value
 
@@ -52,7 +52,7 @@ def make_local_laplace_unsafe(
         if local == 0:
             noise = np.zeros(k, dtype=np.int64)
         else:
-            noise = discrete_laplace(local / (eps * g), k)
+            noise = np.array(discrete_laplace_wide(local / (eps * g), k), dtype=np.int64)
         return np.ldexp((centre + noise).astype(np.float64), exponent)
 
     return Measurement(
