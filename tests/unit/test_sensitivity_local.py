@@ -72,7 +72,7 @@ def test_distance_k_matches_brute_force(name: str, kw: dict[str, float]) -> None
         for _k in range(3):
             brute.append(max(_ls(name, y, kw) for y in reach))
             reach |= {
-                tuple(sorted((*y[:i], v, *y[i + 1:])))
+                tuple(sorted((*y[:i], v, *y[i + 1 :])))
                 for y in reach
                 for i in range(n)
                 for v in GRID
