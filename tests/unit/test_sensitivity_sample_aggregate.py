@@ -133,3 +133,30 @@ def test_vector_output_regression_slope() -> None:
     out = m((np.arange(n), table))
     assert out.shape == (2,)
     assert math.isfinite(out[0]) and abs(out[0] - 2) < 1.5
+
+
+def test_duckdb_blocks_match_numpy_semantics() -> None:
+    duckdb = pytest.importorskip("duckdb")
+    from dpkit.sensitivity.sample_aggregate import DuckDBBlocks
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range // 3 AS unit, (range % 7)::DOUBLE AS x,"
+        " (range % 5)::DOUBLE AS y FROM range(3000)"
+    )
+    m = make_sample_and_aggregate(
+        np.mean, m=10, n_range=(1000, 1000), output_shape=1, output_range=(0, 10), epsilon=1
+    )
+    source = DuckDBBlocks(con, "t", "unit", ("x",))
+    blocks = m.info["block_values"](source)
+    assert blocks.shape == (10, 1) and np.all((blocks >= 2) & (blocks <= 4))
+    assert np.isfinite(m(source)).all()
+    # every unit's rows land in one block: per-block row counts are multiples of 3
+    table, bounds = __import__(
+        "dpkit.sensitivity.sample_aggregate", fromlist=["_duckdb_blocks"]
+    )._duckdb_blocks(DuckDBBlocks(con, "t", "unit", ("unit",)), 10)
+    for b in range(10):
+        units = table[bounds[b] : bounds[b + 1]]
+        assert all(np.sum(units == u) == 3 for u in np.unique(units))
+    with pytest.raises(InvalidParameterError):
+        m(DuckDBBlocks(con, "missing", "unit", ("x",)))

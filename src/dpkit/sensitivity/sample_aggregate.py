@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -40,12 +41,12 @@ from dpkit.core.framework import Measurement
 from dpkit.core.losses import PureDP
 from dpkit.core.spaces import AtomDomain, SymmetricDistance, VectorDomain
 from dpkit.errors import InvalidParameterError
-from dpkit.noise import uniform_integers
+from dpkit.noise import random_words, uniform_integers
 from dpkit.sensitivity._noise import discrete_laplace_wide
 from dpkit.sensitivity.inverse import make_inverse_sensitivity
 from dpkit.sensitivity.smooth import make_smooth_sensitivity
 
-__all__ = ["assign_blocks", "choose_m", "make_sample_and_aggregate"]
+__all__ = ["DuckDBBlocks", "assign_blocks", "choose_m", "make_sample_and_aggregate"]
 
 AGGREGATORS = ("winsorized_mean", "inverse_median", "smooth_median")
 
@@ -120,6 +121,48 @@ def assign_blocks(units: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, bounds
 
 
+@dataclass(frozen=True, slots=True)
+class DuckDBBlocks:
+    """Data in a DuckDB table: the engine assigns each unit its block.
+
+    The block of a unit is ``hash(unit, key) % m`` computed in SQL, with a fresh 64-bit key from
+    :func:`dpkit.noise.random_words` per release. The assignment is a function of the unit's id
+    and the key alone, so one unit's rows still change exactly one block (the privacy argument
+    needs nothing else); it is close to uniform, not exactly (DuckDB's hash is not a PRF), which
+    only affects accuracy. Rows come back ordered by block and the user function receives a 2-d
+    float array with ``columns`` (a 1-d array for one column).
+    """
+
+    connection: Any
+    table: str
+    unit_column: str
+    columns: tuple[str, ...]
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _duckdb_blocks(source: DuckDBBlocks, m: int) -> tuple[np.ndarray, np.ndarray]:
+    key = int(random_words(1)[0])
+    cols = ", ".join(_quote(c) for c in source.columns)
+    query = (
+        f"SELECT (hash({_quote(source.unit_column)}, {key}::UBIGINT) % {m})::BIGINT AS __block,"
+        f" {cols} FROM {_quote(source.table)} ORDER BY __block"
+    )
+    try:
+        result = source.connection.execute(query).fetchnumpy()
+    except Exception:
+        raise InvalidParameterError(
+            "table", source.table, "a readable DuckDB table with the declared unit and columns"
+        ) from None
+    blocks = np.asarray(result["__block"], dtype=np.int64)
+    values = [np.asarray(result[c], dtype=np.float64) for c in source.columns]
+    table = values[0] if len(values) == 1 else np.column_stack(values)
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(blocks, minlength=m))])
+    return table, bounds
+
+
 def _take(table: Any, rows: np.ndarray) -> Any:
     if hasattr(table, "iloc"):
         return table.iloc[rows]
@@ -142,7 +185,9 @@ def make_sample_and_aggregate(
     """Sample-and-aggregate: run ``fn`` on m random blocks of privacy units, aggregate privately.
 
     The Measurement is called as ``measurement((units, table))``: ``units[i]`` is the privacy
-    unit of row i of ``table`` (a numpy array or pandas DataFrame). Guarantee: ε-DP when one
+    unit of row i of ``table`` (a numpy array or pandas DataFrame); or as
+    ``measurement(DuckDBBlocks(connection, table, unit_column, columns))`` to have DuckDB assign
+    the blocks. Guarantee: ε-DP when one
     unit's rows are added, removed or changed (module docstring; docs/sensitivity.md §6). All
     parameters are checked here, before any data is read.
 
@@ -219,8 +264,12 @@ def make_sample_and_aggregate(
         median = make_smooth_sensitivity("median", lower=lo, upper=hi, n=m, epsilon=per_coordinate)
 
     def block_values(data: Any) -> np.ndarray:
-        units, table = data
-        rows, bounds = assign_blocks(np.asarray(units), m)
+        if isinstance(data, DuckDBBlocks):
+            table, bounds = _duckdb_blocks(data, m)
+            rows = np.arange(int(bounds[-1]))
+        else:
+            units, table = data
+            rows, bounds = assign_blocks(np.asarray(units), m)
         values = np.full((m, d), fill)
         for b in range(m):
             part = _take(table, rows[bounds[b] : bounds[b + 1]])
