@@ -163,9 +163,24 @@ def speed() -> None:
     start = time.perf_counter()
     m((np.arange(10**6), x))
     t_sa = time.perf_counter() - start
+    t_duck = float("nan")
+    try:
+        import duckdb
+
+        from dpkit.sensitivity.sample_aggregate import DuckDBBlocks
+
+        con = duckdb.connect()
+        con.register("frame", {"u": np.arange(10**6), "x": x})
+        con.execute("CREATE TABLE t AS SELECT * FROM frame")
+        start = time.perf_counter()
+        m(DuckDBBlocks(con, "t", "u", ("x",)))
+        t_duck = time.perf_counter() - start
+    except ImportError:
+        pass
     print("\nSpeed (n = 10^6):")
     print(f"  smooth sensitivity of the median (sort + O(n log n)): {t_smooth:.2f} s (target <= 2)")
     print(f"  sample-and-aggregate, m = 1000, numpy blocks:         {t_sa:.2f} s (target <= 10)")
+    print(f"  sample-and-aggregate, m = 1000, DuckDB blocks:        {t_duck:.2f} s (target <= 10)")
 
 
 def main() -> None:

@@ -89,6 +89,17 @@ def test_refused_families_and_statistics() -> None:
         make_smooth_sensitivity("variance", lower=0, upper=1, n=5, epsilon=1)
     with pytest.raises(UnsupportedQueryError):
         make_inverse_sensitivity("mean", lower=0, upper=1, n=5, epsilon=1)
+    with pytest.raises(UnsupportedQueryError):
+        make_propose_test_release(
+            "variance",
+            lower=0,
+            upper=1,
+            n=5,
+            bound=1,
+            epsilon_test=1,
+            epsilon_release=1,
+            delta=1e-6,
+        )
 
 
 def test_ptr_and_inverse_bad_parameters() -> None:

@@ -32,7 +32,7 @@ from dpkit._exact import Number, check_delta, check_epsilon, log_upper, sensitiv
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import ApproxDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.noise import discrete_laplace
 from dpkit.sensitivity._data import Bounds, Statistic, check_n, make_statistic, prepare
 from dpkit.sensitivity._noise import discrete_laplace_wide
@@ -99,6 +99,11 @@ def make_propose_test_release(
         'ε=1, δ=1e-06'
     """
     stat = make_statistic(statistic, q=q, trim=trim)
+    if stat.name == "variance":
+        raise UnsupportedQueryError(
+            "variance: its float computation has no proven error bound here; use "
+            "sample_and_aggregate for a release"
+        )
     bounds = Bounds.of(lower, upper)
     size = check_n(n)
     b = sensitivity_of("bound", bound)

@@ -19,6 +19,7 @@ from dpkit._exact import Number, check_epsilon
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
+from dpkit.errors import UnsupportedQueryError
 from dpkit.sensitivity._data import Bounds, check_n, make_statistic, prepare
 from dpkit.sensitivity._noise import discrete_laplace_wide
 from dpkit.sensitivity.local import _a_k_sorted
@@ -39,6 +40,8 @@ def make_local_laplace_unsafe(
 ) -> Measurement[float]:
     """NOT PRIVATE: f(x) + Laplace(LS_f(x)/ε) on a grid, with the (false) claim PureDP(ε)."""
     stat = make_statistic(statistic, q=q, trim=trim)
+    if stat.name == "variance":
+        raise UnsupportedQueryError("variance: not supported by this teaching mechanism")
     bounds = Bounds.of(lower, upper)
     size = check_n(n)
     eps = check_epsilon(epsilon)
