@@ -25,7 +25,9 @@ def _doctests() -> list[doctest.DocTest]:
     finder = doctest.DocTestFinder(exclude_empty=True)
     found: dict[str, doctest.DocTest] = {}
     names = ["dpkit"] + [
-        info.name for info in pkgutil.walk_packages(dpkit.__path__, prefix="dpkit.")
+        info.name
+        for info in pkgutil.walk_packages(dpkit.__path__, prefix="dpkit.")
+        if not info.name.endswith("__main__")  # runs the command line when imported
     ]
     for name in names:
         module = importlib.import_module(name)
