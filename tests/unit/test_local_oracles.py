@@ -292,6 +292,14 @@ def test_reports_of_another_oracle_are_refused() -> None:
             other.aggregate(reports)
     with pytest.raises(InvalidDataError):
         olh.aggregate(np.array([1, 2]))  # type: ignore[arg-type]
+    bad = dict(reports.arrays, value=reports.arrays["value"].astype(float))
+    with pytest.raises(InvalidDataError):
+        olh.aggregate(local.Reports(reports.signature, bad, reports.n))
+    out_of_range = dict(reports.arrays, value=reports.arrays["value"] + 100)
+    with pytest.raises(InvalidDataError):
+        olh.aggregate(local.Reports(reports.signature, out_of_range, reports.n))
+    with pytest.raises(InvalidDataError):
+        olh.aggregate(local.Reports(reports.signature, reports.arrays, reports.n + 1))
 
 
 def test_rappor_epsilons() -> None:

@@ -131,8 +131,12 @@ def check_reports(reports: Any, signature: tuple[Any, ...]) -> Reports:
     if reports.n < 1:
         raise InvalidDataError("reports", "is empty", "An estimate needs at least one report.")
     for key, column in reports.arrays.items():
-        if len(column) != reports.n:
-            raise InvalidDataError("reports", f"column {key!r} has {len(column)} rows, not n")
+        if not isinstance(column, np.ndarray) or len(column) != reports.n:
+            raise InvalidDataError("reports", f"column {key!r} is not an array of n rows")
+        if column.dtype.kind not in "biu":
+            raise InvalidDataError(
+                "reports", f"column {key!r} has dtype {column.dtype}, expected integers or bools"
+            )
     return reports
 
 
