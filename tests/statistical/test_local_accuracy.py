@@ -43,6 +43,7 @@ ORACLES = [
     ("oue", lambda: local.OptimizedUnaryEncoding(4, EPS)),
     ("olh", lambda: local.OptimizedLocalHashing(4, EPS)),
     ("blh", lambda: local.BinaryLocalHashing(4, EPS)),
+    ("lh-g4", lambda: local.LocalHashing(4, EPS, 4)),
     ("hr", lambda: local.HadamardResponse(4, EPS)),
     ("ss", lambda: local.SubsetSelection(4, EPS, k=2)),
     ("cms", lambda: local.CountMeanSketch(4, EPS, m=5)),

@@ -34,6 +34,7 @@ def oracles() -> list[tuple[str, Any]]:
         ("olh", local.OptimizedLocalHashing(D, EPS)),
         ("blh", local.BinaryLocalHashing(D, EPS)),
         ("lh-g5", local.LocalHashing(D, EPS, 5)),
+        ("lh-g4", local.LocalHashing(D, EPS, 4)),
         ("hr", local.HadamardResponse(D, EPS)),
         ("ss", local.SubsetSelection(D, EPS)),
         ("ss-k2", local.SubsetSelection(D, EPS, k=2)),
@@ -108,7 +109,7 @@ def test_exact_check_flags_wrong_epsilon_and_false_declarations() -> None:
         local.check_exact_epsilon(Liar(D, EPS))
 
 
-@pytest.mark.parametrize("g", [2, 3, 5])
+@pytest.mark.parametrize("g", [2, 3, 4, 5])
 def test_local_hashing_fixed_seed_is_exactly_epsilon(g: int) -> None:
     """For every fixed seed, y | v is g-ary RR of h_a(v): ratio at most e^ε between any v, v'."""
     oracle = local.LocalHashing(6, EPS, g)
@@ -202,7 +203,7 @@ def test_swapped_oue_is_flagged() -> None:
 
 def test_family_sum_matches_brute_force() -> None:
     rng = np.random.default_rng(0)  # test data only, not privacy randomness
-    for d, g in ((30, 5), (50, 2), (11, 11)):
+    for d, g in ((30, 5), (50, 2), (11, 11), (30, 4), (40, 8), (20, 9)):
         family = local.LinearHashFamily.for_domain(d, g)
         table = rng.integers(0, 10, (family.size, g)).astype(np.float64)
         values = np.arange(d)
@@ -211,11 +212,27 @@ def test_family_sum_matches_brute_force() -> None:
         np.testing.assert_allclose(family.family_sum(table, values), brute, atol=1e-6)
 
 
-def test_family_collisions_are_exactly_one_over_g() -> None:
-    family = local.LinearHashFamily.for_domain(20, 3)
+@pytest.mark.parametrize("g", [2, 3, 4, 7, 8, 9, 16])
+def test_family_collisions_are_exactly_one_over_g(g: int) -> None:
+    """Prime fields and GF(p^k) by tables: every pair collides on exactly 1/g of the seeds."""
+    family = local.LinearHashFamily.for_domain(20, g)
     hashed = family.evaluate_outer(np.arange(family.size), np.arange(20))
     for u, v in itertools.combinations(range(20), 2):
-        assert (hashed[:, u] == hashed[:, v]).sum() * 3 == family.size
+        assert (hashed[:, u] == hashed[:, v]).sum() * g == family.size
+    if g in (4, 8, 9, 16):
+        assert np.array_equal(family.hash_table(np.arange(20)), hashed)
+
+
+def test_field_tables_are_fields() -> None:
+    from dpkit.local._core import field_tables
+
+    for q in (4, 8, 9, 16, 25, 27):
+        add, mul = field_tables(q)
+        assert all((mul[x] == 1).sum() == 1 for x in range(1, q))  # inverses
+        x, y, z = np.meshgrid(np.arange(q), np.arange(q), np.arange(q), indexing="ij")
+        assert np.array_equal(mul[x, add[y, z]], add[mul[x, y], mul[x, z]])  # distributive
+    with pytest.raises(InvalidParameterError):
+        local.LinearHashFamily.for_domain(10, 6)
 
 
 @pytest.mark.usefixtures("seeded")
@@ -275,6 +292,14 @@ def test_reports_of_another_oracle_are_refused() -> None:
             other.aggregate(reports)
     with pytest.raises(InvalidDataError):
         olh.aggregate(np.array([1, 2]))  # type: ignore[arg-type]
+    bad = dict(reports.arrays, value=reports.arrays["value"].astype(float))
+    with pytest.raises(InvalidDataError):
+        olh.aggregate(local.Reports(reports.signature, bad, reports.n))
+    out_of_range = dict(reports.arrays, value=reports.arrays["value"] + 100)
+    with pytest.raises(InvalidDataError):
+        olh.aggregate(local.Reports(reports.signature, out_of_range, reports.n))
+    with pytest.raises(InvalidDataError):
+        olh.aggregate(local.Reports(reports.signature, reports.arrays, reports.n + 1))
 
 
 def test_rappor_epsilons() -> None:

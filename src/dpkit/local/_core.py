@@ -131,8 +131,12 @@ def check_reports(reports: Any, signature: tuple[Any, ...]) -> Reports:
     if reports.n < 1:
         raise InvalidDataError("reports", "is empty", "An estimate needs at least one report.")
     for key, column in reports.arrays.items():
-        if len(column) != reports.n:
-            raise InvalidDataError("reports", f"column {key!r} has {len(column)} rows, not n")
+        if not isinstance(column, np.ndarray) or len(column) != reports.n:
+            raise InvalidDataError("reports", f"column {key!r} is not an array of n rows")
+        if column.dtype.kind not in "biu":
+            raise InvalidDataError(
+                "reports", f"column {key!r} has dtype {column.dtype}, expected integers or bools"
+            )
     return reports
 
 
@@ -205,9 +209,86 @@ def digits(values: np.ndarray, base: int, length: int) -> np.ndarray:
     return out
 
 
+def prime_power(q: int) -> tuple[int, int] | None:
+    """(p, k) with q = p^k for a prime p, or None."""
+    if q < 2:
+        return None
+    for p in range(2, math.isqrt(q) + 1):
+        if q % p == 0:
+            k, rest = 0, q
+            while rest % p == 0:
+                rest //= p
+                k += 1
+            return (p, k) if rest == 1 else None
+    return (q, 1)
+
+
+def _poly_mod(poly: list[int], modulus: list[int], p: int) -> list[int]:
+    """poly mod modulus over GF(p); coefficients low degree first, modulus monic."""
+    out = [c % p for c in poly]
+    k = len(modulus) - 1
+    for top in range(len(out) - 1, k - 1, -1):
+        c = out[top]
+        if c:
+            for i in range(k + 1):
+                out[top - k + i] = (out[top - k + i] - c * modulus[i]) % p
+    return (out + [0] * k)[:k]
+
+
+def _poly_of(x: int, p: int, k: int) -> list[int]:
+    return [(x // p**i) % p for i in range(k)]
+
+
+def _irreducible(p: int, k: int) -> list[int]:
+    """The first monic irreducible polynomial of degree k over GF(p) (trial division)."""
+    for tail in range(p**k):
+        cand = [*_poly_of(tail, p, k), 1]
+        if all(
+            any(_poly_mod(cand, [*_poly_of(t, p, deg), 1], p))
+            for deg in range(1, k // 2 + 1)
+            for t in range(p**deg)
+        ):
+            return cand
+    raise AssertionError("no irreducible polynomial")  # pragma: no cover - always exists
+
+
+def field_tables(q: int) -> tuple[np.ndarray, np.ndarray]:
+    """Addition and multiplication tables of GF(q), q = p^k (elements as base-p digit codes)."""
+    pk = prime_power(q)
+    if pk is None:
+        raise InvalidParameterError("g", q, "a prime power")
+    p, k = pk
+    elements = np.arange(q)
+    coeffs = digits(elements, p, k)
+    add = ((coeffs[:, None, :] + coeffs[None, :, :]) % p) @ (p ** np.arange(k))
+    modulus = _irreducible(p, k) if k > 1 else [0, 1]
+    mul = np.zeros((q, q), dtype=np.int64)
+    for x in range(q):  # q ≤ 256: a one-off table, not a loop over data
+        px = _poly_of(x, p, k)
+        for y in range(q):
+            py = _poly_of(y, p, k)
+            prod = [0] * (2 * k - 1)
+            for i, a in enumerate(px):
+                for j, b in enumerate(py):
+                    prod[i + j] += a * b
+            reduced = _poly_mod(prod, modulus, p) if k > 1 else [prod[0] % p]
+            mul[x, y] = sum(c * p**i for i, c in enumerate(reduced))
+    return np.asarray(add, dtype=np.int64), mul
+
+
+_TABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _tables(q: int) -> tuple[np.ndarray, np.ndarray]:
+    if q not in _TABLES:
+        _TABLES[q] = field_tables(q)
+    return _TABLES[q]
+
+
 @dataclass(frozen=True, slots=True)
 class LinearHashFamily:
-    """The public family {h_a(v) = <a, digits_g(v)> mod g : a ∈ GF(g)^L}, g prime, g^L >= d.
+    """The public family {h_a(v) = <a, digits_g(v)> over GF(g) : a ∈ GF(g)^L}, g^L >= d, g a
+    prime (arithmetic mod g) or a prime power <= 256 (GF(p^k) by addition/multiplication tables).
 
     It has exactly S = g^L members (bounded). For any two different values u ≠ v their digit
     vectors differ, so for a uniform seed a, <a, u - v> is uniform on GF(g): the collision
@@ -218,8 +299,9 @@ class LinearHashFamily:
     :func:`dpkit.noise.uniform_integers`.
 
     The server sums any table T[a, y] over the family along h, F(v) = Σ_a T[a, h_a(v)], for all
-    v at once with one (L+1)-dimensional FFT of size g^{L+1} (:meth:`family_sum`), or per
-    report for a list of candidates (:meth:`evaluate`).
+    v at once with one (L+1)-dimensional FFT of size g^{L+1} (:meth:`family_sum`; for prime
+    powers, whose additive characters are not those of Z_g, by gathering over the S × d hash
+    table in chunks), or per report for a list of candidates (:meth:`evaluate_outer`).
     """
 
     g: int
@@ -227,8 +309,10 @@ class LinearHashFamily:
 
     @classmethod
     def for_domain(cls, d: int, g: int) -> LinearHashFamily:
-        if not is_prime(g):
-            raise InvalidParameterError("g", g, "a prime (the hash range is the field GF(g))")
+        if not is_prime(g) and (prime_power(g) is None or g > 256):
+            raise InvalidParameterError(
+                "g", g, "a prime, or a prime power <= 256 (the hash range is the field GF(g))"
+            )
         length = 1
         while g**length < d:
             length += 1
@@ -240,20 +324,40 @@ class LinearHashFamily:
     def size(self) -> int:
         return int(self.g**self.length)
 
+    @property
+    def prime(self) -> bool:
+        return is_prime(self.g)
+
     def evaluate(self, seeds: np.ndarray, values: np.ndarray) -> np.ndarray:
         """h_{seed_i}(value_i), elementwise."""
         a = digits(seeds, self.g, self.length)
         v = digits(values, self.g, self.length)
-        return np.asarray((a * v).sum(axis=1) % self.g, dtype=np.int64)
+        if self.prime:
+            return np.asarray((a * v).sum(axis=1) % self.g, dtype=np.int64)
+        add, mul = _tables(self.g)
+        acc = np.zeros(a.shape[0], dtype=np.int64)
+        for j in range(self.length):  # loop over digits, not over values
+            acc = add[acc, mul[a[:, j], v[:, j]]]
+        return acc
 
     def evaluate_outer(self, seeds: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """h_{seed_i}(value_j) for every pair: (len(seeds), len(values)). Exact float matmul."""
-        a = digits(seeds, self.g, self.length).astype(np.float64)
-        v = digits(values, self.g, self.length).astype(np.float64)
-        return np.asarray(np.rint(a @ v.T), dtype=np.int64) % self.g
+        """h_{seed_i}(value_j) for every pair: (len(seeds), len(values)). Exact float matmul
+        (prime g) or field-table lookups (prime powers)."""
+        a = digits(seeds, self.g, self.length)
+        v = digits(values, self.g, self.length)
+        if self.prime:
+            product = a.astype(np.float64) @ v.astype(np.float64).T
+            return np.asarray(np.rint(product), dtype=np.int64) % self.g
+        add, mul = _tables(self.g)
+        acc = np.zeros((a.shape[0], v.shape[0]), dtype=np.int64)
+        for j in range(self.length):  # loop over digits, not over values
+            acc = add[acc, mul[a[:, j, None], v[None, :, j]]]
+        return acc
 
-    def table_fits(self, limit: int = 1 << 25) -> bool:
-        return self.size * self.g <= limit
+    def table_fits(self, limit: int = 1 << 25, d: int | None = None) -> bool:
+        if self.prime:
+            return self.size * self.g <= limit
+        return self.size * (d or self.size) * self.length <= (1 << 28)
 
     def family_sum(self, table: np.ndarray, values: np.ndarray) -> np.ndarray:
         """F(v) = Σ_a table[a, h_a(v)] for each v, by one FFT over GF(g)^{L+1}.
@@ -264,6 +368,8 @@ class LinearHashFamily:
         plus O(d·g), independent of the number of reports.
         """
         g, length = self.g, self.length
+        if not self.prime:
+            return self._gather_sum(table, values)
         # T[a, y]: C-order reshape puts a's most significant digit first; reverse the digit
         # axes so that axis j holds digit a_j.
         cube = np.asarray(table, dtype=np.float64).reshape((g,) * (length + 1))
@@ -275,3 +381,28 @@ class LinearHashFamily:
             index = (*(-t * v[:, j] % g for j in range(length)), np.full(v.shape[0], t))
             total += spectrum[index]
         return np.asarray(total.real / g)
+
+    def hash_table(self, values: np.ndarray) -> np.ndarray:
+        """H[a, j] = h_a(values[j]) for every seed a, as uint8 (prime powers <= 256), built digit
+        by digit: with M_i[x, j] = x·v_{j,i} in GF(g), the rows for seeds of digits 0..i are
+        add(M_i[a_i], rows for digits 0..i-1): about S·d table lookups in all."""
+        add, mul = _tables(self.g)
+        add8 = add.astype(np.uint8)
+        v = digits(values, self.g, self.length)
+        field = np.arange(self.g)
+        out = mul[field[:, None], v[None, :, 0]].astype(np.uint8)  # (g, d): seeds of digit 0
+        for i in range(1, self.length):  # loop over digits, not over values
+            m = mul[field[:, None], v[None, :, i]].astype(np.uint8)  # (g, d)
+            out = add8[m[:, None, :], out[None, :, :]].reshape(-1, v.shape[0])
+        return out
+
+    def _gather_sum(self, table: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """F(v) = Σ_a T[a, h_a(v)] from the S × d hash table (:meth:`hash_table`)."""
+        t = np.asarray(table, dtype=np.float64)
+        hashed = self.hash_table(np.asarray(values, dtype=np.int64))
+        total = np.zeros(hashed.shape[1])
+        chunk = max(1, (1 << 22) // max(hashed.shape[1], 1))
+        for start in range(0, self.size, chunk):  # chunks of seeds, not reports
+            rows = hashed[start : start + chunk]
+            total += np.take_along_axis(t[start : start + chunk], rows.astype(np.intp), 1).sum(0)
+        return total

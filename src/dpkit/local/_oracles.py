@@ -43,6 +43,7 @@ from dpkit.local._core import (
     check_reports,
     client_values,
     is_prime,
+    prime_power,
 )
 from dpkit.local._postprocess import postprocess as _postprocess
 from dpkit.mechanisms.randomized_response import (
@@ -396,8 +397,8 @@ class LocalHashing(SupportOracle):
 
     def __init__(self, d: int, epsilon: Number, g: int) -> None:
         super().__init__(d, epsilon)
-        if isinstance(g, bool) or not isinstance(g, int | np.integer) or not is_prime(int(g)):
-            raise InvalidParameterError("g", g, "a prime >= 2 (the hash range)")
+        if isinstance(g, bool) or not isinstance(g, int | np.integer):
+            raise InvalidParameterError("g", g, "a prime or prime power >= 2 (the hash range)")
         self.g = int(g)
         self.family = LinearHashFamily.for_domain(self.d, self.g)
 
@@ -429,7 +430,7 @@ class LocalHashing(SupportOracle):
 
     def _support(self, reports: Reports) -> np.ndarray:
         seeds, y = self._check_columns(reports)
-        if not self.family.table_fits():
+        if not self.family.table_fits(d=self.d):
             raise InvalidParameterError(
                 "d",
                 self.d,
@@ -497,6 +498,24 @@ class LocalHashing(SupportOracle):
         return out
 
 
+def optimal_g(epsilon: Fraction, d: int) -> int:
+    """The prime or prime power g (<= 256) minimising the local-hashing variance at f = 0 for
+    which the server's table stays small, else :func:`optimal_prime_g`."""
+    e = math.exp(float(epsilon))
+
+    def var(g: int) -> float:
+        p, q = e / (e + g - 1), 1.0 / g
+        return q * (1 - q) / (p - q) ** 2
+
+    candidates = [
+        g
+        for g in range(2, min(256, int(2 * (e + 1)) + 3) + 1)
+        if is_prime(g)
+        or (prime_power(g) is not None and LinearHashFamily.for_domain(d, g).table_fits(d=d))
+    ]
+    return min(candidates, key=var) if candidates else optimal_prime_g(epsilon)
+
+
 def optimal_prime_g(epsilon: Fraction) -> int:
     """The prime g minimising the local-hashing variance at f = 0, g in [2, ~2(e^ε + 1)]."""
     e = math.exp(float(epsilon))
@@ -510,7 +529,8 @@ def optimal_prime_g(epsilon: Fraction) -> int:
 
 
 class OptimizedLocalHashing(LocalHashing):
-    """OLH (Wang et al. 2017, §4.4): local hashing with g ≈ e^ε + 1 (the best prime).
+    """OLH (Wang et al. 2017, §4.4): local hashing with g ≈ e^ε + 1 (the best prime or prime
+    power whose table fits; e.g. g = 8 = 2^3 at ε = 2, as in Wang et al.).
 
     ε: exactly ε. Variance at f = 0: q*(1-q*)/(n(p*-q*)²) with q* = 1/g, p* = e^ε/(e^ε+g-1);
     4e^ε/(n(e^ε-1)²) for g = e^ε + 1. Reports are (seed, y): O(log d + log g) bits.
@@ -520,7 +540,8 @@ class OptimizedLocalHashing(LocalHashing):
 
     def __init__(self, d: int, epsilon: Number) -> None:
         eps = check_local_epsilon(epsilon)
-        super().__init__(d, eps, optimal_prime_g(eps))
+        size = check_domain_size(d)
+        super().__init__(size, eps, optimal_g(eps, size))
 
 
 class BinaryLocalHashing(LocalHashing):
