@@ -177,7 +177,7 @@ def _check_source(parsed: ParsedQuery, data: Path, dataset: str) -> None:
 
 def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, unit: str) -> None:
     """Refuse unknown columns and non-numeric columns in numeric aggregates, up front."""
-    from dpkit.analytics.expr import numeric_columns
+    from dpkit.analytics.expr import columns_of, numeric_columns
 
     known = ", ".join(schema)
     for agg in parsed.aggregations:
@@ -206,6 +206,12 @@ def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, u
             "parse as numbers then count as missing.",
         )
     if parsed.where is not None:
+        for column in sorted(columns_of(parsed.where)):
+            if column not in schema:
+                raise CLIError(
+                    f"unknown column {column!r} in WHERE",
+                    f"The columns of {data.name} are: {known}.",
+                )
         for column in sorted(numeric_columns(parsed.where)):
             if column in schema and schema[column] not in ("numeric",):
                 shown = "text" if schema[column] == "string" else schema[column]
