@@ -304,6 +304,22 @@ REFUSALS: list[tuple[Sequence[str], str, int]] = [
     (("budget", "history", "--plot", "tx.csv/usage.png"), "--plot", 2),
     (("budget", "status", "--ledger", "missing.sqlite"), "no ledger at", 2),
     (("ladder", "reproduce", "--out", "tx.csv", "--quick"), "existing file", 2),
+    (("ladder", "reproduce", "--out", "tx.csv/figures", "--quick"), "cannot write to --out", 2),
+    (
+        ("query", "tx.csv", "SELECT COUNT(*) WHERE amout > 3", "-d", "tx", "--epsilon", "1"),
+        "unknown column 'amout' in WHERE",
+        2,
+    ),
+    (
+        ("query", "tx.csv", "SELECT COUNT(*) WHERE amount > 3", "-d", "tx", "--epsilon", "1"),
+        "--schema amount=float",
+        2,
+    ),
+    (
+        ("query", "tx.csv", "SELECT COUNT(*)", "-d", "tx", "--max-groups", "2", "--epsilon", "1"),
+        "--max-groups alone",
+        2,
+    ),
 ]
 _BOUND = ("--max-rows", "10")
 
@@ -312,7 +328,11 @@ def _cases(selected: Sequence[int]) -> list[tuple[list[str], str, int]]:
     out = []
     for i in selected:
         args, message, code = REFUSALS[i]
-        needs_bound = args[0] == "query" and "--max-rows" not in args and "bound" not in message
+        needs_bound = (
+            args[0] == "query"
+            and not {"--max-rows", "--max-groups"} & set(args)
+            and "bound" not in message
+        )
         out.append(([*args, *_BOUND] if needs_bound else list(args), message, code))
     return out
 
