@@ -298,6 +298,7 @@ REFUSALS: list[tuple[Sequence[str], str, int]] = [
         2,
     ),
     (("query", "tx.csv", "SELECT COUNT(*)", "-d", "tx", "--budget", "1"), "--budget", 2),
+    (("query", "tx.csv", "SELECT COUNT(*)", "--epsilon", "1"), "dpkit budget create", 2),
     (("budget", "create", "x", "--epsilon", "-1", "--unit", "u"), "--epsilon must be", 2),
     (("budget", "create", "tx", "--epsilon", "1", "--unit", "u"), "already has a budget", 2),
     (("budget", "history", "--dataset", "nope"), "dataset 'nope' does not exist", 2),

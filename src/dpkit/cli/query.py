@@ -264,14 +264,14 @@ def query_command(
         typer.Argument(help='The query, e.g. "SELECT COUNT(*), AVG(amount, 0, 500)".'),
     ],
     dataset: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--dataset",
             "-d",
-            help="The dataset in the ledger whose budget this query spends (it must exist: "
-            "dpkit budget create).",
+            help="Required: the dataset in the ledger whose budget this query spends (it must "
+            "exist: dpkit budget create).",
         ),
-    ],
+    ] = None,
     epsilon: Annotated[float | None, typer.Option(help="ε this query may spend.")] = None,
     delta: Annotated[
         float | None, typer.Option(help="δ (needed for private group keys; keep it ≤ 1e-5).")
@@ -309,6 +309,12 @@ def query_command(
     explain: Annotated[bool, typer.Option(help="Also print how the query is answered.")] = False,
 ) -> None:
     # ---- everything public is checked before the ledger or the data is touched
+    if not dataset:
+        raise CLIError(
+            "give --dataset NAME: the dataset whose budget this query spends",
+            "A privacy officer creates it once: dpkit budget create NAME --epsilon E --unit "
+            "COLUMN; `dpkit budget status` lists the datasets.",
+        )
     query_loss = _query_loss(epsilon, delta, rho, allow_large_delta)
     for flag, value in (
         ("--max-rows", max_rows),
