@@ -109,6 +109,8 @@ def payroll_demo(console: Console | None = None) -> None:
             str(Path(tmp) / "ledger.db"),
             monitor=BudgetMonitor(log=False, callbacks=[alerts.append]),
         )
+        # the privacy officer's act: a budget belongs to a dataset someone created
+        ledger.create_budget("payroll", ApproxDP(5, 1e-6), privacy_unit="employee_id")
 
         def show_alerts() -> None:
             print_alerts(alerts, console)

@@ -19,6 +19,7 @@ from dpkit.analytics.engines._columns import (
     canonical,
     check_declared_schema,
     csv_header,
+    floor_arrow_temporal,
     is_parquet_path,
     kind_of_pandas,
     parquet_schema,
@@ -260,14 +261,16 @@ class PandasEngine:
             return self._loaded
         source = self._source
         if isinstance(source, pa.Table):
-            df = source.to_pandas(date_as_object=False)
+            df = floor_arrow_temporal(source).to_pandas(date_as_object=False)
         elif isinstance(source, str | Path):
             if self._csv:
                 df = pd.read_csv(
                     source, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8-sig"
                 )
             else:
-                df = pd.read_parquet(source)
+                import pyarrow.parquet as pq  # type: ignore[import-untyped]  # no stubs
+
+                df = floor_arrow_temporal(pq.read_table(source)).to_pandas(date_as_object=False)
         else:
             df = source
         self._loaded = prepare_pandas(df, self._kinds)
