@@ -298,12 +298,29 @@ REFUSALS: list[tuple[Sequence[str], str, int]] = [
         2,
     ),
     (("query", "tx.csv", "SELECT COUNT(*)", "-d", "tx", "--budget", "1"), "--budget", 2),
+    (("query", "tx.csv", "SELECT COUNT(*)", "--epsilon", "1"), "dpkit budget create", 2),
     (("budget", "create", "x", "--epsilon", "-1", "--unit", "u"), "--epsilon must be", 2),
     (("budget", "create", "tx", "--epsilon", "1", "--unit", "u"), "already has a budget", 2),
     (("budget", "history", "--dataset", "nope"), "dataset 'nope' does not exist", 2),
     (("budget", "history", "--plot", "tx.csv/usage.png"), "--plot", 2),
     (("budget", "status", "--ledger", "missing.sqlite"), "no ledger at", 2),
     (("ladder", "reproduce", "--out", "tx.csv", "--quick"), "existing file", 2),
+    (("ladder", "reproduce", "--out", "tx.csv/figures", "--quick"), "cannot write to --out", 2),
+    (
+        ("query", "tx.csv", "SELECT COUNT(*) WHERE amout > 3", "-d", "tx", "--epsilon", "1"),
+        "unknown column 'amout' in WHERE",
+        2,
+    ),
+    (
+        ("query", "tx.csv", "SELECT COUNT(*) WHERE amount > 3", "-d", "tx", "--epsilon", "1"),
+        "--schema amount=float",
+        2,
+    ),
+    (
+        ("query", "tx.csv", "SELECT COUNT(*)", "-d", "tx", "--max-groups", "2", "--epsilon", "1"),
+        "--max-groups alone",
+        2,
+    ),
 ]
 _BOUND = ("--max-rows", "10")
 
@@ -312,7 +329,11 @@ def _cases(selected: Sequence[int]) -> list[tuple[list[str], str, int]]:
     out = []
     for i in selected:
         args, message, code = REFUSALS[i]
-        needs_bound = args[0] == "query" and "--max-rows" not in args and "bound" not in message
+        needs_bound = (
+            args[0] == "query"
+            and not {"--max-rows", "--max-groups"} & set(args)
+            and "bound" not in message
+        )
         out.append(([*args, *_BOUND] if needs_bound else list(args), message, code))
     return out
 

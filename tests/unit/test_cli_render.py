@@ -145,3 +145,44 @@ def test_column_precision_follows_the_noise() -> None:
     assert column_decimals([12.5], [], integral=False) == 2
     assert format_column([3349123.456, 12.0], 0) == ["3,349,123", "12"]
     assert format_column([1e16, 1.0], 0) == ["1.000e+16", "1.000e+00"]
+
+
+def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from dpkit.cli._common import err_console, out_console
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert not out_console().no_color and not err_console().no_color
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert out_console().no_color and err_console().no_color
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False, raising=False)
+    assert out_console().no_color
+
+
+def test_scope_page_maps_every_seed_topic_to_real_modules() -> None:
+    import importlib
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "scope.md").read_text(encoding="utf-8")
+    for seed in ("000", "001", "002", "003", "004"):
+        assert f"## {seed}" in text
+    for issue in (10, 11, 12, 13, 14):
+        assert f"issue {issue}" in text
+    modules = set(re.findall(r"`(dpkit(?:\.[a-z_]+)+)", text))
+    assert len(modules) > 10
+    for name in sorted(modules):
+        parts = name.split(".")
+        for cut in range(len(parts), 1, -1):  # a module, or an attribute of one
+            try:
+                module = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attribute in parts[cut:]:
+                module = getattr(module, attribute)
+            break
+        else:
+            pytest.fail(f"docs/scope.md names {name}, which does not exist")

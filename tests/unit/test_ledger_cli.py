@@ -66,6 +66,9 @@ def test_history_writes_png(tmp_path: Path) -> None:
     )
     assert filtered.exit_code == 0
     assert "sales" not in filtered.output
+    nobody = runner.invoke(budget_app, ["history", "-l", str(path), "-a", "bob"])
+    assert nobody.exit_code == 2 and "analyst 'bob' has no budget" in nobody.output
+    assert "Known analysts: ana" in nobody.output
 
 
 def test_missing_and_corrupt_ledgers_give_clear_errors(tmp_path: Path) -> None:

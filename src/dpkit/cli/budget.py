@@ -72,14 +72,20 @@ def _open(ledger: str, *, verify: bool = False, must_exist: bool = True) -> Ledg
     return Ledger.open(ledger, verify=verify, monitor=BudgetMonitor(log=False))
 
 
-def _check_dataset(opened: Ledger, dataset: str | None) -> None:
-    if dataset is None:
-        return
-    known = sorted({s.dataset for s in opened.budgets()})
-    if dataset not in known:
+def _check_dataset(opened: Ledger, dataset: str | None, analyst: str | None = None) -> None:
+    budgets = opened.budgets()
+    known = sorted({s.dataset for s in budgets})
+    if dataset is not None and dataset not in known:
         raise CLIError(
             f"dataset {dataset!r} does not exist in this ledger",
             "Known datasets: " + (", ".join(known) or "none yet") + ".",
+        )
+    analysts = sorted({s.analyst for s in budgets if s.analyst and dataset in (None, s.dataset)})
+    if analyst is not None and analyst not in analysts:
+        raise CLIError(
+            f"analyst {analyst!r} has no budget"
+            + (f" under dataset {dataset!r}" if dataset else " in this ledger"),
+            "Known analysts: " + (", ".join(analysts) or "none") + ".",
         )
 
 
@@ -248,7 +254,7 @@ def history(
     where = resolve_ledger(ledger)
     opened = _open(where)
     try:
-        _check_dataset(opened, dataset)
+        _check_dataset(opened, dataset, analyst)
         entries = opened.history(dataset, analyst)
         series = opened.consumption(dataset, analyst)
     finally:

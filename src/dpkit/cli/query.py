@@ -177,7 +177,7 @@ def _check_source(parsed: ParsedQuery, data: Path, dataset: str) -> None:
 
 def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, unit: str) -> None:
     """Refuse unknown columns and non-numeric columns in numeric aggregates, up front."""
-    from dpkit.analytics.expr import numeric_columns
+    from dpkit.analytics.expr import columns_of, numeric_columns
 
     known = ", ".join(schema)
     for agg in parsed.aggregations:
@@ -206,6 +206,12 @@ def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, u
             "parse as numbers then count as missing.",
         )
     if parsed.where is not None:
+        for column in sorted(columns_of(parsed.where)):
+            if column not in schema:
+                raise CLIError(
+                    f"unknown column {column!r} in WHERE",
+                    f"The columns of {data.name} are: {known}.",
+                )
         for column in sorted(numeric_columns(parsed.where)):
             if column in schema and schema[column] not in ("numeric",):
                 shown = "text" if schema[column] == "string" else schema[column]
@@ -258,14 +264,14 @@ def query_command(
         typer.Argument(help='The query, e.g. "SELECT COUNT(*), AVG(amount, 0, 500)".'),
     ],
     dataset: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--dataset",
             "-d",
-            help="The dataset in the ledger whose budget this query spends (it must exist: "
-            "dpkit budget create).",
+            help="Required: the dataset in the ledger whose budget this query spends (it must "
+            "exist: dpkit budget create).",
         ),
-    ],
+    ] = None,
     epsilon: Annotated[float | None, typer.Option(help="ε this query may spend.")] = None,
     delta: Annotated[
         float | None, typer.Option(help="δ (needed for private group keys; keep it ≤ 1e-5).")
@@ -303,6 +309,12 @@ def query_command(
     explain: Annotated[bool, typer.Option(help="Also print how the query is answered.")] = False,
 ) -> None:
     # ---- everything public is checked before the ledger or the data is touched
+    if not dataset:
+        raise CLIError(
+            "give --dataset NAME: the dataset whose budget this query spends",
+            "A privacy officer creates it once: dpkit budget create NAME --epsilon E --unit "
+            "COLUMN; `dpkit budget status` lists the datasets.",
+        )
     query_loss = _query_loss(epsilon, delta, rho, allow_large_delta)
     for flag, value in (
         ("--max-rows", max_rows),

@@ -206,7 +206,8 @@ def render_release(
         if accuracy.kind == "rank":
             console.print(
                 f"note: {agg}: with probability {1 - accuracy.alpha:.0%} its rank is within "
-                f"±{accuracy.halfwidth:,.0f} rows of the target rank (the first group's).",
+                f"±{accuracy.halfwidth:,.0f} rows of the target rank"
+                + (" (for the first group)." if keys else "."),
                 markup=False,
             )
     notes = [
