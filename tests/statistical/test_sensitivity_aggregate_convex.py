@@ -26,7 +26,7 @@ def _runs(m: object, values: np.ndarray) -> np.ndarray:
     return np.array([float(m((UNITS, values))[0]) for _ in range(RELEASES)])  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("aggregator", ["winsorized_mean", "inverse_median"])
+@pytest.mark.parametrize("aggregator", ["winsorized_mean", "inverse_median", "smooth_median"])
 def test_sample_and_aggregate_passes_audit(aggregator: str) -> None:
     m = make_sample_and_aggregate(
         np.mean,

@@ -98,3 +98,12 @@ def test_claims() -> None:
         "trimmed_mean", trim=0.1, lower=0, upper=1, n=5, epsilon=0.5, delta=1e-6, noise="laplace"
     )
     assert m2.loss <= ApproxDP(Fraction(1, 2), Fraction(1, 10**6))
+
+
+@pytest.mark.parametrize(
+    ("statistic", "kw"), [("trimmed_mean", {"trim": 0.2}), ("range", {}), ("mean", {})]
+)
+def test_other_statistics_pass_audit(statistic: str, kw: dict[str, float]) -> None:
+    m = make_smooth_sensitivity(statistic, lower=0, upper=100, n=5, epsilon=1, **kw)
+    for a, b in ((X, Y), (Y, X)):
+        assert _audit(m, a, b).passed  # type: ignore[attr-defined]

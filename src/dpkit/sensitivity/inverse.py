@@ -85,7 +85,9 @@ def _level_bounds(
         ctx.prec = digits
         base = (-(Decimal(rate.numerator) / Decimal(rate.denominator))).exp()
         weights = [Decimal(c) * base ** int(level) for c, level in zip(counts, levels, strict=True)]
-    rel = Fraction(len(counts) * 8 + 8, 10 ** (digits - 3))
+    # each weight: Decimal exp (relative error <= 10^(1-digits)) raised to the level (error grows
+    # linearly in the level) times an integer; generous bound on every weight's relative error
+    rel = Fraction(8 * len(counts) + 1000 * (max(levels) + 1), 10 ** (digits - 3))
     cum: list[Fraction] = []
     total = Fraction(0)
     for w in weights:
@@ -103,13 +105,15 @@ def sample_levels(counts: np.ndarray, levels: np.ndarray, rate: Fraction, size: 
         weights = counts.astype(np.float64) * np.exp(-float(rate) * shifted)
     cum = np.cumsum(weights)
     p = cum / cum[-1]
+    # a sequential float sum of k positive terms is within (k - 1)·2^-53 relative; exp within 4 ulp
+    margin = _MARGIN + p.size * 2.0**-50
     low_u = _cell_floats(random_words(size))
     high_u = low_u + _CELL
     j = np.searchsorted(p, low_u, side="right")
     j = np.minimum(j, p.size - 1)
-    upper_ok = high_u <= p[j] * (1 - _MARGIN)
+    upper_ok = high_u <= p[j] * (1 - margin)
     prev = np.where(j > 0, p[np.maximum(j - 1, 0)], 0.0)
-    lower_ok = (j == 0) | (low_u >= prev * (1 + _MARGIN))
+    lower_ok = (j == 0) | (low_u >= prev * (1 + margin))
     out = j.astype(np.int64)
     undecided = ~(upper_ok & lower_ok)
     if _exact_mod._FORCE_EXACT:

@@ -271,19 +271,19 @@ def make_sample_and_aggregate(
             units, table = data
             rows, bounds = assign_blocks(np.asarray(units), m)
         values = np.full((m, d), fill)
-        for b in range(m):
-            part = _take(table, rows[bounds[b] : bounds[b + 1]])
-            try:
-                # warnings are silenced: a warning on one block would say which block failed
-                with warnings.catch_warnings(), np.errstate(all="ignore"):
-                    warnings.simplefilter("ignore")
+        # warnings are silenced: a warning on one block would say which block failed
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            for b in range(m):
+                part = _take(table, rows[bounds[b] : bounds[b + 1]])
+                try:
                     out = np.asarray(fn(part), dtype=np.float64)
-            except Exception:
-                continue
-            if out.shape != shape and not (out.ndim == 0 and shape == (1,)):
-                continue
-            flat = out.reshape(-1)
-            values[b] = np.where(np.isfinite(flat), flat, fill)
+                except Exception:  # any failure maps to the public default, silently
+                    continue
+                if out.shape != shape and not (out.ndim == 0 and shape == (1,)):
+                    continue
+                flat = out.reshape(-1)
+                values[b] = np.where(np.isfinite(flat), flat, fill)
         return np.clip(values, lo, hi)
 
     def aggregate(column: np.ndarray) -> float:
