@@ -68,3 +68,12 @@ def test_the_accountant_never_charges_less_than_one_unit() -> None:
     assert grouped.release(m, 3.0).loss == dp.PureDP(0.75)
     with pytest.raises(dp.InvalidParameterError, match="d_in"):
         grouped.release(m, 3.0, d_in=2)
+
+
+def test_a_tiny_epsilon_is_a_parameter_error_before_anything_is_charged() -> None:
+    """ε = 1e-300 failed 'while reading the data (OverflowError)' and was charged."""
+    session = Session(table(), "u", dp.PureDP(1), max_rows=1)
+    for kwargs in ({"epsilon": 1e-300}, {"rho": 1e-12}, {"loss": dp.PureDP(1e-9)}):
+        with pytest.raises(dp.InvalidParameterError, match="smallest a query may spend"):
+            session.evaluate(session.query().agg(count()), **kwargs)  # type: ignore[arg-type]
+    assert session.spent == dp.PureDP(0)

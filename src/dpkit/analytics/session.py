@@ -75,15 +75,33 @@ def _query_budget(
     if loss is not None:
         if not isinstance(loss, PureDP | ApproxDP | ZCDP):
             raise InvalidParameterError("loss", loss, "a PureDP, ApproxDP or ZCDP value")
+        _check_floor("loss", loss.rho if isinstance(loss, ZCDP) else loss.epsilon, loss)
         return loss
     if rho is not None:
         if delta is not None:
             raise InvalidParameterError("delta", delta, "not given with rho")
-        return ZCDP(check_rho(rho))
-    eps = check_epsilon(epsilon)  # type: ignore[arg-type]
+        return ZCDP(_check_floor("rho", check_rho(rho), rho))
+    eps = _check_floor("epsilon", check_epsilon(epsilon), epsilon)  # type: ignore[arg-type]
     if delta is None or check_delta(delta) == 0:
         return PureDP(eps)
     return ApproxDP(eps, check_delta(delta))
+
+
+QUERY_LOSS_FLOOR = Fraction(1, 10**6)
+"""The smallest ε (or ρ) a query may spend: below it the noise scale is so large that
+calibration can overflow the engines' grids (ε = 1e-300 used to fail *after* charging), and no
+answer is useful. The command line uses the same floor (docs/cli.md)."""
+
+
+def _check_floor(name: str, value: Fraction, given: object) -> Fraction:
+    if value < QUERY_LOSS_FLOOR:
+        raise InvalidParameterError(
+            name,
+            given,
+            f">= {float(QUERY_LOSS_FLOOR):g} (the smallest a query may spend)",
+            "Noise for a smaller budget would swamp any answer.",
+        )
+    return value
 
 
 def _failed_after_reservation(
