@@ -49,7 +49,7 @@ BinaryOp: TypeAlias = Literal[
     "+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "and", "or", "coalesce"
 ]
 UnaryOp: TypeAlias = Literal[
-    "not", "neg", "is_null", "is_not_null", "abs", "floor", "ceil", "lower", "upper"
+    "not", "neg", "is_null", "is_not_null", "abs", "floor", "ceil", "lower", "upper", "as_number"
 ]
 LiteralValue: TypeAlias = bool | int | float | str | None
 
@@ -166,6 +166,10 @@ class Expr:
 
     def ceil(self) -> Expr:
         return Unary("ceil", self)
+
+    def as_number(self) -> Expr:
+        """A boolean as a number: true is 1, false is 0, NULL stays NULL."""
+        return Unary("as_number", self)
 
     def lower(self) -> Expr:
         return Unary("lower", self)
@@ -399,6 +403,9 @@ def infer_kind(expr: Expr, schema: Mapping[str, ColumnKind]) -> ColumnKind | Non
         if expr.op == "not":
             _require(inner, {"bool"}, expr)
             return "bool"
+        if expr.op == "as_number":
+            _require(inner, {"bool"}, expr)
+            return "numeric"
         if expr.op in ("neg", "abs", "floor", "ceil"):
             _require(inner, {"numeric"}, expr)
             return "numeric"

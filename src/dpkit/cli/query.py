@@ -190,14 +190,8 @@ def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, u
                 f"The columns of {data.name} are: {known}.",
             )
         kind = schema[column]
-        if kind == "numeric":
+        if kind in ("numeric", "bool"):  # a declared boolean counts as 0/1
             continue
-        if kind == "bool":
-            raise CLIError(
-                f"column {column!r} is declared bool, not a number; "
-                f"{type(agg).__name__.upper()} needs numbers",
-                f"Count its true rows instead: SELECT COUNT(*) WHERE {column} = TRUE.",
-            )
         shown = "text" if kind == "string" else kind
         origin = " (a CSV file's columns are text until declared)" if shown == "text" else ""
         raise CLIError(

@@ -71,7 +71,9 @@ class QuantisedStrategy:
 
     def matrix(self) -> sp.csr_matrix:
         """A_q as float64 (exact: |B| < 2^bits)."""
-        return sp.csr_matrix(self.integer_matrix.astype(np.float64) * math.ldexp(1.0, -self.exponent))
+        return sp.csr_matrix(
+            self.integer_matrix.astype(np.float64) * math.ldexp(1.0, -self.exponent)
+        )
 
 
 def quantise(strategy: AnyStrategy, bits: int = 16) -> QuantisedStrategy:
@@ -195,9 +197,7 @@ def make_strategy_measurement(
     declared = q
     if declared_sensitivity is not None:
         value = int(declared_sensitivity)
-        declared = QuantisedStrategy(
-            q.integer_matrix, q.exponent, q.name, value, value, q.cap
-        )
+        declared = QuantisedStrategy(q.integer_matrix, q.exponent, q.name, value, value, q.cap)
     lattice, measure, eps, dlt = _calibrate(declared, norm, contributions, epsilon, delta, rho)
 
     def loss_at(d_in: Fraction, source: QuantisedStrategy) -> PrivacyLoss:

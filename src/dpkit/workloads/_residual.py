@@ -107,9 +107,7 @@ class ResidualPlan:
             f"{self.closed_form_error():.6g})"
         )
 
-    def release(
-        self, marginals: Mapping[Cells, Any], *, contributions: int = 1
-    ) -> MarginalRelease:
+    def release(self, marginals: Mapping[Cells, Any], *, contributions: int = 1) -> MarginalRelease:
         """Measure every residual's marginal with exact discrete Gaussian noise and reconstruct.
 
         ``marginals[A]`` is the integer count table of attribute set A (shape (n_i)_{i∈A}; a

@@ -134,6 +134,9 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
             return pd.array(~np.asarray(operand.isna(), dtype=bool), dtype="boolean")
         if expr.op == "not":
             return ~_as_boolean(operand)
+        if expr.op == "as_number":
+            numbers = _as_boolean(operand).to_numpy(dtype=np.float64, na_value=np.nan)
+            return _float_array(numbers)
         if expr.op == "neg":
             return -_as_float(operand)
         if expr.op == "abs":
