@@ -6,6 +6,7 @@ NULL semantics for expressions (pandas' nullable dtypes give Kleene logic for ``
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -111,6 +112,8 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
             return pd.array([value] * n, dtype="boolean")
         if isinstance(value, int | float):
             return _float_array(np.full(n, float(value)))
+        if isinstance(value, _dt.datetime):
+            return pd.array(np.full(n, np.datetime64(value, "us")), dtype="datetime64[us]")
         return pd.array([value] * n, dtype="string[python]")
     if isinstance(expr, IsIn):
         operand = evaluate(expr.operand, df)
@@ -189,6 +192,7 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
             return _nan_to_na(out)
         if isinstance(left, pd.arrays.FloatingArray) or isinstance(right, pd.arrays.FloatingArray):
             left, right = _as_float(left), _as_float(right)
+        left, right = _naive_utc(left), _naive_utc(right)
         ops: dict[str, Callable[[Any, Any], Any]] = {
             "<": lambda x, y: x < y,
             "<=": lambda x, y: x <= y,
@@ -199,6 +203,13 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
         }
         return _as_boolean(ops[expr.op](left, right))
     raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
+
+
+def _naive_utc(values: Any) -> Any:
+    """Time-zone-aware timestamps as naive UTC (how temporal literals and keys compare)."""
+    if isinstance(getattr(values, "dtype", None), pd.DatetimeTZDtype):
+        return pd.Series(values).dt.tz_convert("UTC").dt.tz_localize(None).array
+    return values
 
 
 def _as_float(values: Any) -> Any:
