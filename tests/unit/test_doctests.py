@@ -42,7 +42,7 @@ DOCTESTS = _doctests()
 KNOWN_WRONG = {
     "dpkit.transformations.make_bounded_sum": (
         "needs lead fix: the make_bounded_sum example expects 0.6000000000000001; the function "
-        "returns 0.6000000014901161 (each value rounded to the grid 2^-30·16 first)"
+        "returns 0.6000000014901161 (each value is rounded to its default grid first)"
     ),
 }
 
