@@ -157,3 +157,10 @@ def run_demo(console: Console | None = None) -> None:
     from dpkit.analytics.demo import payroll_demo
 
     payroll_demo(console)
+    # the seed's third query done right: cluster centres from a public candidate grid, ε = 0.2
+    # of a total of 1 (issue 13), and the local model: an emoji collection (issue 12)
+    from dpkit.local._demo import run_local_demo
+    from dpkit.ml._demo import run_ml_demo
+
+    run_ml_demo(console)
+    run_local_demo(console)
