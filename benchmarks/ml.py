@@ -169,13 +169,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--large", action="store_true", help="add n = 10^6 mixtures")
     parser.add_argument("--quick", action="store_true", help="skip d = 50 and real data")
+    parser.add_argument("--dims", type=int, nargs="+", help="mixture dimensions (default 2 10 50)")
+    parser.add_argument(
+        "--mixtures-only", action="store_true", help="only the n = 10^4 (and --large) mixtures"
+    )
     args = parser.parse_args()
     dpl = _diffprivlib()
     if dpl is None:
         print("diffprivlib not installed: dpkit only (pip install dpkit[bench])")
     rng = np.random.default_rng(2024)
     sizes = [10_000] + ([1_000_000] if args.large else [])
-    dims = (2, 10) if args.quick else (2, 10, 50)
+    dims = args.dims or ((2, 10) if args.quick else (2, 10, 50))
 
     rows = []
     for n in sizes:
@@ -185,6 +189,9 @@ def main() -> None:
                 runs = args.runs if n <= 10**5 else max(3, args.runs // 4)
                 rows.append((f"mixture n={n:.0e} d={d} k={k}", kmeans_cell(x, k, runs, dpl)))
                 print(rows[-1], flush=True)
+    if args.mixtures_only:
+        table("k-means objective / non-private k-means++ (median)", rows)
+        return
     x = mixture(100_000, 10, 10, rng, separation=0.5)
     rows.append(("target: separated n=1e5 d=10 k=10", kmeans_cell(x, 10, args.runs, dpl)))
     print(rows[-1], flush=True)
