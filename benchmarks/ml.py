@@ -170,6 +170,7 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="add n = 10^6 mixtures")
     parser.add_argument("--quick", action="store_true", help="skip d = 50 and real data")
     parser.add_argument("--dims", type=int, nargs="+", help="mixture dimensions (default 2 10 50)")
+    parser.add_argument("--real-only", action="store_true", help="only the real data sets")
     parser.add_argument(
         "--mixtures-only", action="store_true", help="only the n = 10^4 (and --large) mixtures"
     )
@@ -182,6 +183,8 @@ def main() -> None:
     dims = args.dims or ((2, 10) if args.quick else (2, 10, 50))
 
     rows = []
+    if args.real_only:
+        sizes, dims = [], ()
     for n in sizes:
         for d in dims:
             for k in (5, 20):
@@ -192,9 +195,10 @@ def main() -> None:
     if args.mixtures_only:
         table("k-means objective / non-private k-means++ (median)", rows)
         return
-    x = mixture(100_000, 10, 10, rng, separation=0.5)
-    rows.append(("target: separated n=1e5 d=10 k=10", kmeans_cell(x, 10, args.runs, dpl)))
-    print(rows[-1], flush=True)
+    if not args.real_only:
+        x = mixture(100_000, 10, 10, rng, separation=0.5)
+        rows.append(("target: separated n=1e5 d=10 k=10", kmeans_cell(x, 10, args.runs, dpl)))
+        print(rows[-1], flush=True)
     if not args.quick:
         for name in ("digits", "wine", "breast_cancer"):
             xr, k = real(name)
@@ -206,6 +210,8 @@ def main() -> None:
             )
             print(rows[-1], flush=True)
     table("k-means objective / non-private k-means++ (median)", rows)
+    if args.real_only:
+        return
 
     big = mixture(1_000_000, 10, 10, rng, separation=0.5)
     start = time.perf_counter()
