@@ -169,15 +169,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--large", action="store_true", help="add n = 10^6 mixtures")
     parser.add_argument("--quick", action="store_true", help="skip d = 50 and real data")
+    parser.add_argument("--dims", type=int, nargs="+", help="mixture dimensions (default 2 10 50)")
+    parser.add_argument("--real-only", action="store_true", help="only the real data sets")
+    parser.add_argument(
+        "--mixtures-only", action="store_true", help="only the n = 10^4 (and --large) mixtures"
+    )
     args = parser.parse_args()
     dpl = _diffprivlib()
     if dpl is None:
         print("diffprivlib not installed: dpkit only (pip install dpkit[bench])")
     rng = np.random.default_rng(2024)
     sizes = [10_000] + ([1_000_000] if args.large else [])
-    dims = (2, 10) if args.quick else (2, 10, 50)
+    dims = args.dims or ((2, 10) if args.quick else (2, 10, 50))
 
     rows = []
+    if args.real_only:
+        sizes, dims = [], ()
     for n in sizes:
         for d in dims:
             for k in (5, 20):
@@ -185,9 +192,13 @@ def main() -> None:
                 runs = args.runs if n <= 10**5 else max(3, args.runs // 4)
                 rows.append((f"mixture n={n:.0e} d={d} k={k}", kmeans_cell(x, k, runs, dpl)))
                 print(rows[-1], flush=True)
-    x = mixture(100_000, 10, 10, rng, separation=0.5)
-    rows.append(("target: separated n=1e5 d=10 k=10", kmeans_cell(x, 10, args.runs, dpl)))
-    print(rows[-1], flush=True)
+    if args.mixtures_only:
+        table("k-means objective / non-private k-means++ (median)", rows)
+        return
+    if not args.real_only:
+        x = mixture(100_000, 10, 10, rng, separation=0.5)
+        rows.append(("target: separated n=1e5 d=10 k=10", kmeans_cell(x, 10, args.runs, dpl)))
+        print(rows[-1], flush=True)
     if not args.quick:
         for name in ("digits", "wine", "breast_cancer"):
             xr, k = real(name)
@@ -199,6 +210,8 @@ def main() -> None:
             )
             print(rows[-1], flush=True)
     table("k-means objective / non-private k-means++ (median)", rows)
+    if args.real_only:
+        return
 
     big = mixture(1_000_000, 10, 10, rng, separation=0.5)
     start = time.perf_counter()

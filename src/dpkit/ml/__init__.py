@@ -4,6 +4,8 @@
   DPLloyd, or the exponential mechanism over a public lattice of candidate centres.
 * :class:`LinearRegression` – private linear regression from noisy sufficient statistics, with
   AdaSSP's private ridge (Wang 2018) by default.
+* :func:`fit_linear_regression` – the same model fitted on a :class:`dpkit.analytics.Session`'s
+  columns: the sufficient statistics come from one Session query (one engine pass).
 
 Every estimator is private under adding or removing one row, reports ``privacy_loss_`` and, when
 given a ledger, reserves that loss before reading data. docs/ml.md has the proofs and accuracy.
@@ -11,5 +13,6 @@ given a ledger, reserves that loss before reading data. docs/ml.md has the proof
 
 from dpkit.ml._kmeans import KMeans
 from dpkit.ml._linear import LinearRegression
+from dpkit.ml._session import fit_linear_regression
 
-__all__ = ["KMeans", "LinearRegression"]
+__all__ = ["KMeans", "LinearRegression", "fit_linear_regression"]

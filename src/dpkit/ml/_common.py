@@ -218,13 +218,15 @@ def map_rows(array: np.ndarray, box: Box, bits: int = FIXED_BITS) -> tuple[np.nd
 
     Returns (fixed-point int64 rows, the same rows as float64 in [-1, 1]). Never raises.
     """
-    x = np.array(array, dtype=np.float64)
+    x = np.array(array, dtype=np.float64)  # a copy: the caller's array is never modified
     if x.size:
-        x = np.where(np.isnan(x), box.mid, x)
-        x = np.clip(x, box.lower, box.upper)
-        with np.errstate(over="ignore", invalid="ignore"):
-            scaled = (x - box.mid) / box.half
-        scaled = np.clip(np.nan_to_num(scaled, nan=0.0), -1.0, 1.0)
+        nan = np.isnan(x)
+        if nan.any():
+            np.copyto(x, np.broadcast_to(box.mid, x.shape), where=nan)
+        np.clip(x, box.lower, box.upper, out=x)
+        x -= box.mid
+        x /= box.half
+        scaled = np.clip(x, -1.0, 1.0, out=x)
     else:
         scaled = np.zeros((0, box.d))
     unit = float(2**bits)

@@ -127,7 +127,8 @@ def _public_spread(k: int, d: int) -> np.ndarray:
 def _grid_geometry(d: int, grid_size: int | None) -> tuple[int, int]:
     """(projected dimension p, cells per dimension G) of the coreset grid."""
     p = min(d, 3)
-    default = {1: 256, 2: 16, 3: 16}[p]
+    # fewer, fuller cells in high dimension, where each cell's sum carries noise ∝ d
+    default = {1: 256, 2: 16, 3: 16 if d <= 16 else 8}[p]
     return p, grid_size if grid_size is not None else default
 
 
@@ -289,7 +290,8 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
             the coreset, default 1). Public; the budget is split evenly across them.
         coreset_share: fraction of the budget spent on the coreset histogram ("lsh"; default
             0.4, the rest goes to the Lloyd refinement).
-        grid_size: cells per projected dimension for "lsh" (default 256 in 1-d, 16 otherwise).
+        grid_size: cells per projected dimension for "lsh" (default 256 in 1-d, 16 up to
+            16 features, 8 beyond).
         n_candidates: the most lattice points "grid_em" may use (default 2048).
         em_radius: "grid_em" truncates each row's k-means cost at (em_radius · diameter of
             the box)², which is the utility's sensitivity (default 0.1; 1 = no truncation).
