@@ -20,7 +20,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+")
 def _test_extra() -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = set()
-    for requirement in project["optional-dependencies"]["test"]:
+    # the main dependencies are always installed, and so are the test extra's
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["test"]]:
         match = _NAME.match(requirement)
         assert match is not None, requirement
         names.add(match.group(0).lower().replace("-", "_"))
