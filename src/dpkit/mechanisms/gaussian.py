@@ -242,17 +242,39 @@ def _make(
 
 
 def _zcdp_delta(zcdp: ZCDP, epsilon: Fraction) -> Fraction:
-    """The smallest δ (on a log grid) whose zCDP conversion gives ε or less; 1 - tiny if none."""
-    low, high = -300.0, math.log(0.999999)
-    if zcdp.to_approx(Fraction(math.exp(high))).epsilon > epsilon:
-        return Fraction(999999, 10**6)
-    for _ in range(60):
-        mid = (low + high) / 2
-        if zcdp.to_approx(Fraction(math.exp(mid))).epsilon <= epsilon:
-            high = mid
-        else:
-            low = mid
-    return Fraction(math.exp(high))
+    """The smallest δ (up to a factor 1.001) whose exact zCDP conversion gives ε or less;
+    1 - tiny if none.
+
+    A float estimate (the better of Bun & Steinke's closed form and Canonne, Kamath & Steinke's
+    bound minimised over a fine grid of α) proposes δ; the exact conversion ``to_approx`` then
+    certifies it, raising δ by 0.1 % until it does. Only the certified value is returned, so the
+    estimate's rounding can cost tightness, never privacy (it replaced a 60-step bisection of
+    exact conversions that took seconds).
+    """
+    top = Fraction(999999, 10**6)
+    if zcdp.to_approx(top).epsilon > epsilon:
+        return top
+    rho, eps = float(zcdp.rho), float(epsilon)
+    if rho <= 0:
+        return Fraction(0)
+    alphas = 1 + np.logspace(-6, 6, 20_001)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        log_cks = (
+            (alphas - 1) * (alphas * rho - eps)
+            - np.log(alphas - 1)
+            + alphas * np.log1p(-1 / alphas)
+        )
+    log_delta = float(np.nanmin(log_cks))
+    if eps > rho:
+        log_delta = min(log_delta, -((eps - rho) ** 2) / (4 * rho))
+    candidate = Fraction(math.exp(max(log_delta, -300.0)))
+    for _ in range(400):
+        if candidate >= top:
+            return top
+        if zcdp.to_approx(candidate).epsilon <= epsilon:
+            return candidate
+        candidate *= Fraction(1001, 1000)
+    return top
 
 
 def _raise_until_within(
