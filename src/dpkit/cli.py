@@ -7,6 +7,7 @@ import typer
 from dpkit.analytics.cli import query_command
 from dpkit.ledger.cli import budget_app
 from dpkit.mechanisms.ladder_cli import ladder_app
+from dpkit.service.cli import serve_command
 
 app = typer.Typer(
     name="dpkit",
@@ -16,6 +17,7 @@ app = typer.Typer(
 )
 app.add_typer(budget_app, name="budget", help="Privacy budgets: status, history and plots.")
 app.command("query", help="Answer a query with differential privacy.")(query_command)
+app.command("serve", help="Run the privacy-budget service and its dashboard.")(serve_command)
 app.add_typer(ladder_app, name="ladder", help="The neighbor-set (ladder) mechanism: reproduce.")
 
 

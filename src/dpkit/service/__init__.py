@@ -1,0 +1,19 @@
+"""The privacy-budget service: ``dpkit serve`` (FastAPI), its dashboard and its domain logic.
+
+Officers register datasets (a source under the data root, the privacy unit, a declared schema
+and per-person bounds, a total budget) and set per-analyst allowances; analysts send queries and
+get DP answers with error bars and ledger receipts; every query, refusal and budget change is in
+an append-only audit log. See docs/service.md.
+"""
+
+from dpkit.service._core import Service, ServiceConfig
+
+__all__ = ["Service", "ServiceConfig", "create_app"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "create_app":  # FastAPI is imported only when the app is wanted
+        from dpkit.service.app import create_app
+
+        return create_app
+    raise AttributeError(name)
