@@ -25,9 +25,9 @@ ROWS = 200
 def write_people(root: Path, rows: int = ROWS) -> None:
     root.mkdir(parents=True, exist_ok=True)
     ids = np.arange(rows)
-    pd.DataFrame(
-        {"person": ids, "age": ids % 90, "dept": np.where(ids % 2 == 0, "a", "b")}
-    ).to_csv(root / "people.csv", index=False)
+    pd.DataFrame({"person": ids, "age": ids % 90, "dept": np.where(ids % 2 == 0, "a", "b")}).to_csv(
+        root / "people.csv", index=False
+    )
 
 
 @pytest.fixture
@@ -141,7 +141,9 @@ class Server:
                 self.kill()
 
 
-def start_server(database: str, data_root: Path, log: Path, workers: int = 1) -> Server:
+def start_server(
+    database: str, data_root: Path, log: Path, workers: int = 1, engine: str = "pandas"
+) -> Server:
     port = free_port()
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2] / "src")
@@ -150,11 +152,14 @@ def start_server(database: str, data_root: Path, log: Path, workers: int = 1) ->
         DPKIT_DATABASE=database,
         DPKIT_DATA_ROOT=str(data_root),
         DPKIT_BOOTSTRAP_TOKEN=OFFICER,
+        DPKIT_ENGINE=engine,
     )
     if workers > 1:  # create the schema and the officer once, before the workers race
         from dpkit.service import Service, ServiceConfig
 
-        Service(ServiceConfig(database=database, data_root=data_root, bootstrap_token=OFFICER)).close()
+        Service(
+            ServiceConfig(database=database, data_root=data_root, bootstrap_token=OFFICER)
+        ).close()
     handle = open(log, "ab")  # noqa: SIM115 - owned by the server's lifetime
     process = subprocess.Popen(
         [

@@ -137,7 +137,9 @@ def test_hostile_sql_is_refused_and_never_charges(api: Api) -> None:
         assert "root:" not in r.text
     assert _spent(api, "ana") == 0
     assert _spent(api, None) == 0
-    refused = [a for a in api.get("/api/v1/audit?limit=100", OFFICER).json() if a["outcome"] == "refused"]
+    refused = [
+        a for a in api.get("/api/v1/audit?limit=100", OFFICER).json() if a["outcome"] == "refused"
+    ]
     assert len(refused) == len(HOSTILE_SQL)
 
 
@@ -145,13 +147,21 @@ def test_hostile_identifiers_are_refused(api: Api) -> None:
     api.register()
     ana = api.analyst("ana")
     for name in ("x'; DROP TABLE svc_audit; --", "../people", "a b", "é", "x" * 65):
-        r = api.post("/api/v1/query", ana, json={"dataset": name, "sql": "SELECT COUNT(*)", "loss": {"epsilon": "0.1"}})
+        r = api.post(
+            "/api/v1/query",
+            ana,
+            json={"dataset": name, "sql": "SELECT COUNT(*)", "loss": {"epsilon": "0.1"}},
+        )
         assert 400 <= r.status_code < 500
         r = api.post("/api/v1/principals", OFFICER, json={"name": name})
         assert r.status_code == 422
-    for column in ("age; DROP", "\"age\"", "age)"):
+    for column in ("age; DROP", '"age"', "age)"):
         model = {"aggregations": [{"op": "sum", "column": column, "lower": 0, "upper": 1}]}
-        r = api.post("/api/v1/query", ana, json={"dataset": "people", "query": model, "loss": {"epsilon": "0.1"}})
+        r = api.post(
+            "/api/v1/query",
+            ana,
+            json={"dataset": "people", "query": model, "loss": {"epsilon": "0.1"}},
+        )
         assert r.status_code == 400, r.text
     r = api.register("bad name")
     assert r.status_code == 422
@@ -166,7 +176,12 @@ def test_paths_escaping_the_data_root_are_refused(api: Api, data_root: Path) -> 
         r = api.post(
             "/api/v1/datasets",
             OFFICER,
-            json={"name": f"d{i}", "source": source, "privacy_unit": "person", "budget": {"epsilon": 1}},
+            json={
+                "name": f"d{i}",
+                "source": source,
+                "privacy_unit": "person",
+                "budget": {"epsilon": 1},
+            },
         )
         assert 400 <= r.status_code < 500, (source, r.text)
         assert "salary" not in r.text
@@ -184,7 +199,12 @@ def test_json_query_model_with_declared_bounds_and_group_keys(api: Api) -> None:
     r = api.post(
         "/api/v1/query",
         ana,
-        json={"dataset": "people", "query": model, "keys": {"dept": ["a", "b"]}, "loss": {"epsilon": "0.5"}},
+        json={
+            "dataset": "people",
+            "query": model,
+            "keys": {"dept": ["a", "b"]},
+            "loss": {"epsilon": "0.5"},
+        },
     )
     assert r.status_code == 200, r.text
     rows = r.json()["tables"]["main"]
@@ -202,7 +222,11 @@ def test_unknown_columns_and_bad_losses_are_refused_before_charging(api: Api) ->
         {"dataset": "people", "sql": "SELECT COUNT(*)", "loss": {"epsilon": "nan"}},
         {"dataset": "people", "sql": "SELECT COUNT(*)", "loss": {}},
         {"dataset": "people", "sql": "SELECT COUNT(*)", "loss": {"epsilon": "5"}},
-        {"dataset": "people", "sql": "SELECT dept, COUNT(*) GROUP BY dept", "loss": {"epsilon": "0.1"}},
+        {
+            "dataset": "people",
+            "sql": "SELECT dept, COUNT(*) GROUP BY dept",
+            "loss": {"epsilon": "0.1"},
+        },
     ]
     for body in bad:
         r = api.post("/api/v1/query", ana, json=body)

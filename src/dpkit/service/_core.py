@@ -125,6 +125,7 @@ class ServiceConfig:
         webhook_url: threshold alerts are POSTed here as JSON.
         bootstrap_token: if no officer exists yet, create ``officer`` with this token (else one
             is generated and printed once by ``dpkit serve``).
+        engine: the Session engine that reads the sources (``"duckdb"`` or ``"pandas"``).
     """
 
     database: str = "sqlite:///dpkit-service.db"
@@ -132,6 +133,7 @@ class ServiceConfig:
     webhook_url: str | None = None
     bootstrap_token: str | None = None
     thresholds: Sequence[float] = (0.5, 0.8, 1.0)
+    engine: str = "duckdb"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -277,6 +279,7 @@ class Service:
             dataset=name,
             ledger=Ledger.open("memory://", monitor=BudgetMonitor(log=False)),
             schema=clean_schema,
+            engine=self.config.engine,
             **clean_bounds["contribution"],
         )
         missing = [c for c in clean_schema if c not in probe.schema]
@@ -414,6 +417,7 @@ class Service:
             dataset=record.name,
             analyst=analyst,
             schema=record.schema,
+            engine=self.config.engine,
             **record.bounds.get("contribution", {}),
         )
         with self._sessions_lock:

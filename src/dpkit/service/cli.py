@@ -25,6 +25,7 @@ def build_app() -> object:
         data_root=os.environ.get("DPKIT_DATA_ROOT", "."),
         webhook_url=os.environ.get("DPKIT_WEBHOOK_URL") or None,
         bootstrap_token=os.environ.get("DPKIT_BOOTSTRAP_TOKEN") or None,
+        engine=os.environ.get("DPKIT_ENGINE", "duckdb"),
     )
     app = create_app(config)
     token = app.state.service.bootstrap_token
@@ -48,6 +49,9 @@ def serve_command(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
+    engine: Annotated[str, typer.Option(help="Engine reading the sources: duckdb or pandas.")] = (
+        "duckdb"
+    ),
     webhook: Annotated[
         str | None, typer.Option(help="POST budget threshold alerts here (JSON).")
     ] = None,
@@ -57,6 +61,7 @@ def serve_command(
 
     os.environ["DPKIT_DATABASE"] = database
     os.environ["DPKIT_DATA_ROOT"] = str(data_root.resolve())
+    os.environ["DPKIT_ENGINE"] = engine
     if webhook:
         os.environ["DPKIT_WEBHOOK_URL"] = webhook
     if workers > 1:
