@@ -1,4 +1,4 @@
-"""The service's API: roles, isolation, allowances, the audit log, and refusals that never charge."""
+"""The service API: roles, isolation, allowances, the audit log; refusals never charge."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from conftest import OFFICER, Api
 
 HOSTILE_SQL = [

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Api, Server
 
+from conftest import Api, Server
 from dpkit.core.losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 

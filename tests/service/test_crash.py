@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from conftest import OFFICER, Server
 from test_concurrency import _setup
 
+from conftest import OFFICER, Server
 from dpkit.ledger import BudgetMonitor, Ledger
 from dpkit.ledger._postgres import split_url
 
