@@ -168,6 +168,18 @@ def _series(
     return out
 
 
+def _alert_text(detail: str) -> str:
+    """``threshold=1/2;used=3/5`` as ``crossed 50% (used 60%)``."""
+    from fractions import Fraction
+
+    try:
+        parts = dict(item.split("=", 1) for item in detail.split(";"))
+        threshold, used = Fraction(parts["threshold"]), Fraction(parts["used"])
+    except (ValueError, KeyError, ZeroDivisionError):
+        return detail
+    return f"crossed {float(threshold):.0%} of its budget (used {float(used):.0%})"
+
+
 def _officer_page(service: Service, who: Principal, message: str) -> HTMLResponse:
     datasets = "".join(
         f"<tr><td>{_e(d.name)}</td><td>{_e(d.source)}</td><td>{_e(d.privacy_unit)}</td>"
@@ -177,7 +189,7 @@ def _officer_page(service: Service, who: Principal, message: str) -> HTMLRespons
     )
     alerts = "".join(
         f'<li class="alert">{_e(_ts(e.timestamp))}: {_e(e.dataset)}'
-        f"{_e(' / ' + e.analyst if e.analyst else '')} — {_e(e.detail)}</li>"
+        f"{_e(' / ' + e.analyst if e.analyst else '')} — {_e(_alert_text(e.detail))}</li>"
         for e in service.alert_entries(20)
     )
     analysts = [n for n, r in service.registry.principals() if r == "analyst"]
