@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from conftest import OFFICER, Server
 
 CHROMIUM = "/usr/bin/chromium"

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import schemathesis
-from conftest import OFFICER, write_people
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 
+from conftest import OFFICER, write_people
 from dpkit.service import Service, ServiceConfig
 from dpkit.service.app import create_app
 
