@@ -164,6 +164,7 @@ def main() -> None:
     parser.add_argument("--engine", default="duckdb")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--ledger-only", action="store_true", help="only the direct ledger runs")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dpkit-bench-"))
     data = tmp / "data"
@@ -186,15 +187,16 @@ def main() -> None:
     sep = "&" if pg_url and "?" in pg_url else "?"
 
     print(f"cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}; engine {args.engine}")
-    print(
-        f"in-process Session floor (COUNT(*) over 100,000 rows): "
-        f"{_session_floor(data, args.engine):.1f} ms per query"
-    )
+    if not args.ledger_only:
+        print(
+            f"in-process Session floor (COUNT(*) over 100,000 rows): "
+            f"{_session_floor(data, args.engine):.1f} ms per query"
+        )
     databases = [("sqlite", f"sqlite:///{tmp}/service.db")]
     if pg_url:
         databases.append(("postgres", f"{pg_url}{sep}schema=bench_{secrets.token_hex(4)}"))
     count_query = {"sql": "SELECT COUNT(*)", "loss": {"epsilon": "0.001"}}
-    for kind, database in databases:
+    for kind, database in [] if args.ledger_only else databases:
         server = start_server(
             database, data, tmp / f"{kind}.log", workers=args.workers, engine=args.engine
         )

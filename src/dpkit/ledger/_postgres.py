@@ -450,8 +450,8 @@ class PostgresStore:
         psycopg = self._psycopg
         try:
             conn = self._writer()
-            conn.execute("BEGIN")
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
+            # one round trip: BEGIN and the writer lock (the key is our own integer)
+            conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(self._lock_key)})")
         except (psycopg.Error, LedgerError) as exc:
             refused = exc if isinstance(exc, LedgerError) else self._translate(exc, self._wconn)
             if self._wconn is not None:
@@ -462,6 +462,19 @@ class PostgresStore:
             return
         txn = _PgTxn(conn, f"ledger schema {self.schema!r}", self.schema)
         try:
+            if len(batch) == 1:  # alone: no savepoint needed, a refusal rolls back everything
+                only = batch[0]
+                try:
+                    only.result = only.work(txn)
+                except BaseException as exc:
+                    only.result = None
+                    only.error = (
+                        self._translate(exc, conn) if isinstance(exc, psycopg.Error) else exc
+                    )
+                    conn.execute("ROLLBACK")
+                    return
+                conn.execute("COMMIT")
+                return
             for r in batch:
                 conn.execute("SAVEPOINT dpkit_request")
                 try:
