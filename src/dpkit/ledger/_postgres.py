@@ -2,10 +2,12 @@
 
 Semantics (the same as :class:`~dpkit.ledger.SQLiteStore`, so every ledger test runs on both):
 
-* **Serialised writes.** Every write transaction first takes a transaction-scoped advisory lock
-  (``pg_advisory_xact_lock``) keyed by the ledger's schema, so "read the totals, check the budget,
-  append the entry, update the totals" is serialised against every other connection of every
-  process and host, exactly like SQLite's single write lock. The lock is released by COMMIT or
+* **Serialised writes.** A write transaction takes a transaction-scoped advisory lock
+  (``pg_advisory_xact_lock``) keyed by the ledger's schema before it first reads or writes a
+  budget, so "read the totals, check the budget, append the entry, update the totals" is
+  serialised against every other connection of every process and host, exactly like SQLite's
+  single write lock. Finalising a reservation (commit / fail) touches no budget and takes no
+  lock; a unique index lets each reservation be finalised only once. The lock is released by COMMIT or
   ROLLBACK, and by the server when a client dies, so a killed process never leaves it held.
   Entry ids come from an identity column and, because writers are serialised, increase in commit
   order (replay reads them in that order).
@@ -114,6 +116,14 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             """REVOKE UPDATE, DELETE, TRUNCATE ON {s}.entries FROM PUBLIC""",
         ),
     ),
+    (
+        2,
+        "each reservation is finalised (commit or fail) at most once, enforced by an index",
+        (
+            """CREATE UNIQUE INDEX entries_one_final ON {s}.entries (ref)
+               WHERE kind IN ('commit', 'fail')""",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -148,13 +158,26 @@ class _PgTxn(_Txn):
     """StoreTransaction over a psycopg connection inside an open transaction (decoding shared
     with the SQLite store: any malformed value means the database was tampered with)."""
 
-    __slots__ = ("_s",)
+    __slots__ = ("_lock_key", "_locked", "_s")
 
-    def __init__(self, conn: Any, where: str, schema: str) -> None:
+    def __init__(self, conn: Any, where: str, schema: str, lock_key: int | None = None) -> None:
         super().__init__(conn, where)
         self._s = schema
+        self._lock_key = lock_key
+        self._locked = lock_key is None
+
+    def _lock(self) -> None:
+        """Take the writer lock before the first read or write of budgets (or of all entries).
+
+        A commit or fail only reads its reservation and appends a row: it needs no lock (the
+        unique index ``entries_one_final`` makes a second finalisation fail), so its WAL flush
+        can be shared with other transactions' (PostgreSQL's group commit)."""
+        if not self._locked:
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
+            self._locked = True
 
     def get_budget(self, dataset: str, analyst: str | None) -> BudgetRow | None:
+        self._lock()
         row = self._conn.execute(
             f"SELECT {_BUDGET_COLUMNS} FROM {self._s}.budgets WHERE dataset = %s AND analyst = %s",
             (dataset, _analyst_key(analyst)),
@@ -162,12 +185,14 @@ class _PgTxn(_Txn):
         return None if row is None else self._budget(tuple(row))
 
     def list_budgets(self) -> list[BudgetRow]:
+        self._lock()
         rows = self._conn.execute(
             f"SELECT {_BUDGET_COLUMNS} FROM {self._s}.budgets ORDER BY dataset, analyst"
         ).fetchall()
         return [self._budget(tuple(r)) for r in rows]
 
     def put_budget(self, row: BudgetRow) -> None:
+        self._lock()
         self._conn.execute(
             f"INSERT INTO {self._s}.budgets ({_BUDGET_COLUMNS}) VALUES "
             "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (dataset, analyst) DO UPDATE SET "
@@ -229,6 +254,7 @@ class _PgTxn(_Txn):
     def entries(
         self, dataset: str | None = None, analyst: str | None = None, after_id: int = 0
     ) -> Sequence[LedgerEntry]:
+        self._lock()
         sql = f"SELECT {_ENTRY_COLUMNS} FROM {self._s}.entries WHERE id > %s"
         args: list[Any] = [after_id]
         if dataset is not None:
@@ -450,8 +476,7 @@ class PostgresStore:
         psycopg = self._psycopg
         try:
             conn = self._writer()
-            # one round trip: BEGIN and the writer lock (the key is our own integer)
-            conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(self._lock_key)})")
+            conn.execute("BEGIN")
         except (psycopg.Error, LedgerError) as exc:
             refused = exc if isinstance(exc, LedgerError) else self._translate(exc, self._wconn)
             if self._wconn is not None:
@@ -460,7 +485,7 @@ class PostgresStore:
             for r in batch:
                 r.error = refused
             return
-        txn = _PgTxn(conn, f"ledger schema {self.schema!r}", self.schema)
+        txn = _PgTxn(conn, f"ledger schema {self.schema!r}", self.schema, self._lock_key)
         try:
             if len(batch) == 1:  # alone: no savepoint needed, a refusal rolls back everything
                 only = batch[0]
