@@ -7,10 +7,11 @@ Semantics (the same as :class:`~dpkit.ledger.SQLiteStore`, so every ledger test 
   budget, so "read the totals, check the budget, append the entry, update the totals" is
   serialised against every other connection of every process and host, exactly like SQLite's
   single write lock. Finalising a reservation (commit / fail) touches no budget and takes no
-  lock; a unique index lets each reservation be finalised only once. The lock is released by COMMIT or
-  ROLLBACK, and by the server when a client dies, so a killed process never leaves it held.
-  Entry ids come from an identity column and, because writers are serialised, increase in commit
-  order (replay reads them in that order).
+  lock; a unique index lets each reservation be finalised only once. The lock is released by
+  COMMIT or ROLLBACK, and by the server when a client dies, so a killed process never leaves it
+  held. Entry ids come from an identity column; the entries that change budgets (create, adjust,
+  reserve, alert) are written under the lock, so their ids increase in commit order, which is the
+  order replay applies them in (commit / fail entries change no total).
 * **Durability.** ``synchronous_commit = on`` is forced on every connection: a write returns only
   after the server flushed its WAL, so an acknowledged charge survives a crash of the client, the
   server or the machine.
