@@ -233,3 +233,34 @@ def test_unknown_columns_and_bad_losses_are_refused_before_charging(api: Api) ->
         r = api.post("/api/v1/query", ana, json=body)
         assert 400 <= r.status_code < 500, (body, r.text)
     assert _spent(api, "ana") == 0
+
+
+def test_audit_log_is_append_only_in_sqlite(api: Api, tmp_path: Path) -> None:
+    import sqlite3
+
+    api.register()
+    conn = sqlite3.connect(tmp_path / "service.db")
+    try:
+        for statement in ("UPDATE svc_audit SET outcome = 'x'", "DELETE FROM svc_audit"):
+            with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+                conn.execute(statement)
+    finally:
+        conn.close()
+
+
+def test_audit_log_is_append_only_in_postgres(postgres_url: str, data_root: Path) -> None:
+    import psycopg
+
+    from dpkit.ledger._postgres import split_url
+    from dpkit.service import Service, ServiceConfig
+
+    service = Service(ServiceConfig(database=postgres_url, data_root=data_root))
+    service.registry.audit("officer", "officer", "test", "", "ok")
+    service.close()
+    plain, schema = split_url(postgres_url)
+    with psycopg.connect(plain, autocommit=True) as conn:
+        for statement in ("UPDATE {s}.svc_audit SET outcome = 'x'", "TRUNCATE {s}.svc_audit"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
+                conn.execute(statement.replace("{s}", schema))
+        row = conn.execute(f"SELECT count(*) FROM {schema}.svc_audit").fetchone()
+        assert row == (1,)
