@@ -37,6 +37,8 @@ HOSTILE_SOURCES = [
     "people.txt",
     "missing.csv",
     "people.csv\x00.txt",
+    ".",  # the data root itself
+    "sub",  # a directory that does not hold only Parquet files
 ]
 
 
@@ -171,6 +173,7 @@ def test_hostile_identifiers_are_refused(api: Api) -> None:
 
 def test_paths_escaping_the_data_root_are_refused(api: Api, data_root: Path) -> None:
     (data_root / "sub").mkdir()
+    (data_root / "sub" / "notes.txt").write_text("x")
     os.symlink(data_root.parent / "secret.csv", data_root / "link.csv")
     (data_root / "people.txt").write_text("x")
     for i, source in enumerate(HOSTILE_SOURCES):

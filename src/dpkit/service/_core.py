@@ -244,6 +244,19 @@ class Service:
             raise InvalidParameterError("source", source, "an existing file under the data root")
         if path.is_file() and path.suffix.lower() not in _SUFFIXES:
             raise InvalidParameterError("source", source, "a .csv or .parquet file")
+        if path.is_dir():
+            files = [f for f in path.rglob("*") if f.is_file() or f.is_symlink()]
+            if (
+                path == self.data_root
+                or not files
+                or any(f.suffix.lower() not in (".parquet", ".pq") for f in files)
+                or any(not f.resolve().is_relative_to(self.data_root) for f in files)
+            ):
+                raise InvalidParameterError(
+                    "source",
+                    source,
+                    "a directory under the data root holding only Parquet files (not the root)",
+                )
         return path
 
     def register_dataset(
