@@ -12,9 +12,11 @@ Semantics (the same as :class:`~dpkit.ledger.SQLiteStore`, so every ledger test 
   held. Entry ids come from an identity column; the entries that change budgets (create, adjust,
   reserve, alert) are written under the lock, so their ids increase in commit order, which is the
   order replay applies them in (commit / fail entries change no total).
-* **Durability.** ``synchronous_commit = on`` is forced on every connection: a write returns only
-  after the server flushed its WAL, so an acknowledged charge survives a crash of the client, the
-  server or the machine.
+* **Durability.** A write returns only after the server flushed its WAL past the write's commit
+  record, so an acknowledged charge survives a crash of the client, the server or the machine.
+  The write itself commits asynchronously and a second, synchronous commit waits for the flush
+  *after* the writer lock is released, so concurrent writers share WAL flushes (see
+  ``PostgresStore._flush``).
 * **Group commit.** Threads of one process writing at the same time share one transaction (each
   request inside its own SAVEPOINT, so a refused request is rolled back alone) and one WAL flush;
   each caller is answered only after the COMMIT.
@@ -477,7 +479,10 @@ class PostgresStore:
         psycopg = self._psycopg
         try:
             conn = self._writer()
-            conn.execute("BEGIN")
+            # The transaction commits without waiting for its WAL flush (so the writer lock is
+            # released at once); _flush() then waits for a flush covering it before anyone is
+            # answered. See _flush for why this is as durable as a synchronous commit.
+            conn.execute("BEGIN; SET LOCAL synchronous_commit TO off")
         except (psycopg.Error, LedgerError) as exc:
             refused = exc if isinstance(exc, LedgerError) else self._translate(exc, self._wconn)
             if self._wconn is not None:
@@ -500,6 +505,7 @@ class PostgresStore:
                     conn.execute("ROLLBACK")
                     return
                 conn.execute("COMMIT")
+                self._flush(conn)
                 return
             for r in batch:
                 conn.execute("SAVEPOINT dpkit_request")
@@ -510,16 +516,37 @@ class PostgresStore:
                     r.error = self._translate(exc, conn) if isinstance(exc, psycopg.Error) else exc
                 conn.execute("RELEASE SAVEPOINT dpkit_request")
             conn.execute("COMMIT")
+            if any(r.error is None for r in batch):
+                self._flush(conn)
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
             error: BaseException = (
                 self._translate(exc, conn) if isinstance(exc, psycopg.Error) else exc
             )
-            for r in batch:  # nothing of the batch was recorded
+            for r in batch:  # nothing of the batch was acknowledged
                 if r.error is None:
                     r.result = None
                     r.error = error
+
+    @staticmethod
+    def _flush(conn: Any) -> None:
+        """Wait until the WAL is on disk up to (and past) the transaction just committed.
+
+        A transaction that takes an xid and commits with ``synchronous_commit = on`` returns
+        only after the server flushed the WAL up to its own commit record, and the WAL is
+        flushed in order, so the earlier commit is durable too. This waits *after* the writer
+        lock was released, so the flushes of many writers coalesce (PostgreSQL's group commit)
+        instead of being serialised under the lock.
+
+        Why it is safe: nobody is told of a charge before this returns, so an acknowledged
+        charge is never lost. Another writer may already have seen the charge in the totals
+        before it was durable; if the server crashed in between, that writer's own transaction
+        (later in the WAL) is lost as well, and it was not acknowledged either. A charge that
+        became durable but whose flush we did not see answered is an unacknowledged charge that
+        stays spent (no refunds), as with a lost COMMIT reply.
+        """
+        conn.execute("BEGIN; SELECT pg_current_xact_id(); COMMIT")
 
     def read(self, work: Callable[[StoreTransaction], T]) -> T:
         """Run ``work`` on a consistent snapshot (retried once on a fresh connection if the
