@@ -5,7 +5,8 @@
    0.2 as in the seed text — with each result's error bar and the budget spent and left. (The seed
    text's third query is a clustering step whose sensitivity is read from the data, which is not
    differentially private; we replace it with a correct selection: the exponential mechanism
-   picking the most common value band.)
+   picking a band of values whose count is close to the largest: it releases the band only,
+   never its count.)
 3. Laplace against staircase: expected |noise| at several ε.
 4. A bundled synthetic payroll table analysed through a Session, with the SQLite ledger.
 """
@@ -110,17 +111,19 @@ def _budgeted_queries(console: Console) -> None:
     bound = exponential_utility_bound(len(counts), 0.2, 1, 0.05)
     best = int(np.argmax(counts))
     table.add_row(
-        "most common band",
+        "band chosen privately",
         "0.2",
-        f"[{edges[band]}, {edges[band + 1]}): {counts[band]:.0f}",
-        f"≥ {counts.max() - bound:.0f} values",
-        f"[{edges[best]}, {edges[best + 1]}): {counts[best]:.0f}",
+        f"[{edges[band]}, {edges[band + 1]})",
+        f"its count ≥ {counts.max() - bound:.0f} (95%)",
+        f"most common: [{edges[best]}, {edges[best + 1]}), {counts[best]:.0f} values",
         *book(select.loss),
     )
     console.print(table)
     console.print(
         "Sequential composition: 0.5 + 0.3 + 0.2 = 1 exactly (budgets are fractions, not floats)."
-        " Error bars are the mechanisms' own (1 − α) noise intervals.\n"
+        " Error bars are the mechanisms' own (1 − α) noise intervals. The band is chosen by the"
+        " exponential mechanism: it is a private choice of a band whose count is near the"
+        " largest, not a count (its true count is not released).\n"
     )
 
 

@@ -49,6 +49,7 @@ def test_public_key_type_mismatch_extracts_one_persons_value() -> None:
     df = pd.DataFrame({"u": np.arange(n), "diagnosis": rng.choice(["flu", "cold", "asthma"], n)})
     df.loc[4242, "diagnosis"] = SECRET
     ledger = Ledger.open(":memory:")
+    ledger.create_budget("table", dp.PureDP(1), privacy_unit="u")
     session = Session(df, privacy_unit="u", budget=dp.PureDP(1), max_rows=1, ledger=ledger)
     query = session.query().filter(col("u") == 4242).group_by("diagnosis", keys=[0]).agg(count())
     message = ""
@@ -96,6 +97,7 @@ def test_csv_conversion_error_discloses_a_raw_row(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     pd.DataFrame({"user": np.arange(n), "salary": values}).to_csv(path, index=False)
     ledger = Ledger.open(":memory:")
+    ledger.create_budget("t", dp.PureDP(1), privacy_unit="user")
     session = Session(
         str(path), privacy_unit="user", budget=dp.PureDP(1), max_rows=1, ledger=ledger
     )
@@ -146,13 +148,21 @@ def test_cli_never_prints_an_engines_message(tmp_path: Path, monkeypatch: Any) -
         raise RuntimeError(f"Could not convert string '{SECRET}' on line 7")
 
     monkeypatch.setattr(Session, "evaluate", fail)
+    ledger = tmp_path / "ledger.sqlite"
+    with Ledger.open(ledger) as officer:
+        officer.create_budget("t", dp.PureDP(1), privacy_unit="user")
     app = typer.Typer()
     app.command("query")(query_command)
     app.command("other")(lambda: None)
     result = CliRunner().invoke(
-        app, ["query", str(path), "SELECT COUNT(*)", "--unit", "user", "--epsilon", "1"]
+        app,
+        [
+            *("query", str(path), "SELECT COUNT(*)", "--unit", "user", "--epsilon", "1"),
+            *("--dataset", "t", "--max-rows", "1"),
+        ],
+        env={"DPKIT_LEDGER": str(ledger)},
     )
-    assert result.exit_code == 2
+    assert result.exit_code != 0
     assert "RuntimeError" in result.output
     assert SECRET not in result.output
 

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 import dpkit as dp
 from dpkit.analytics import Session, count
 from dpkit.analytics.cli import query_command
+from dpkit.ledger import Ledger
 
 
 @pytest.mark.parametrize("engine", ["duckdb", "pandas"])
@@ -72,6 +73,9 @@ def test_cli_keys_of_a_parquet_date_column(tmp_path: Path) -> None:
     pd.DataFrame(
         {"u": range(200), "day": pd.to_datetime(["2024-01-01"] * 100 + ["2024-01-02"] * 100)}
     ).to_parquet(path)
+    ledger = tmp_path / "ledger.sqlite"
+    with Ledger.open(ledger) as officer:
+        officer.create_budget("days", dp.PureDP(100), privacy_unit="u")
     app = typer.Typer()
     app.command("query")(query_command)
     app.command("other")(lambda: None)
@@ -87,8 +91,12 @@ def test_cli_keys_of_a_parquet_date_column(tmp_path: Path) -> None:
             "20",
             "--keys",
             "day=2024-01-01,2024-01-02",
+            "--dataset",
+            "days",
+            "--max-rows",
+            "1",
         ],
-        env={"COLUMNS": "160"},
+        env={"COLUMNS": "160", "DPKIT_LEDGER": str(ledger)},
     )
     assert result.exit_code == 0, result.output
     counts = [

@@ -1,4 +1,6 @@
-"""`dpkit query` (mounted from dpkit.analytics.cli) and the payroll demo section."""
+"""`dpkit query` in-process (through the shim dpkit.analytics.cli) and the payroll demo section.
+
+The real entry point is exercised in subprocesses by tests/unit/test_cli_commands.py."""
 
 from __future__ import annotations
 
@@ -30,14 +32,30 @@ def payroll_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(app, ["query", *args], env={"COLUMNS": "160"})
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    from dpkit.core.losses import PureDP
+    from dpkit.ledger import BudgetMonitor, Ledger
+
+    path = tmp_path / "ledger.sqlite"
+    with Ledger.open(path, monitor=BudgetMonitor(log=False)) as opened:
+        opened.create_budget("payroll", PureDP(1), privacy_unit="employee_id")
+    return path
+
+
+def run(ledger: Path, *args: str) -> str:
+    result = CliRunner().invoke(
+        app,
+        ["query", *args, "--dataset", "payroll", "--schema", "salary=float,month=int"],
+        env={"COLUMNS": "160", "DPKIT_LEDGER": str(ledger)},
+    )
     assert result.exit_code == 0, result.output
     return result.output
 
 
-def test_query_prints_table_with_error_bars(payroll_csv: Path) -> None:
+def test_query_prints_table_with_error_bars(payroll_csv: Path, ledger: Path) -> None:
     out = run(
+        ledger,
         str(payroll_csv),
         "SELECT department, COUNT(*), AVG(salary, 0, 25000) WHERE month >= 7 GROUP BY department",
         "--unit",
@@ -49,25 +67,39 @@ def test_query_prints_table_with_error_bars(payroll_csv: Path) -> None:
         "--keys",
         "department=Engineering,Sales,Legal",
     )
-    for text in ("Engineering", "Sales", "Legal", "±", "budget left", "ε=0"):
+    for text in ("Engineering", "Sales", "Legal", "[", "budget left", "ε=0", "bound applied"):
         assert text in out
 
 
-def test_query_with_ledger_refuses_over_budget(payroll_csv: Path, tmp_path: Path) -> None:
-    ledger = tmp_path / "ledger.db"
-    common = ["--unit", "employee_id", "--ledger", str(ledger), "--budget", "1", "--max-rows", "12"]
+def test_query_with_ledger_refuses_over_budget(payroll_csv: Path, ledger: Path) -> None:
+    common = ["--unit", "employee_id", "--ledger", str(ledger), "--max-rows", "12"]
     out = run(
-        str(payroll_csv), "SELECT COUNT(*), MEDIAN(salary, 0, 25000)", "--epsilon", "0.75", *common
+        ledger,
+        str(payroll_csv),
+        "SELECT COUNT(*), MEDIAN(salary, 0, 25000)",
+        "--epsilon",
+        "0.75",
+        *common,
     )
     assert "ε=0.25" in out
     result = CliRunner().invoke(
-        app, ["query", str(payroll_csv), "SELECT COUNT(*)", "--epsilon", "0.5", *common]
+        app,
+        [
+            "query",
+            str(payroll_csv),
+            "SELECT COUNT(*)",
+            "--epsilon",
+            "0.5",
+            "-d",
+            "payroll",
+            *common,
+        ],
     )
     assert result.exit_code == 2
     assert "only ε=0.25 remains" in result.output
 
 
-def test_query_errors_are_readable(payroll_csv: Path) -> None:
+def test_query_errors_are_readable(payroll_csv: Path, ledger: Path) -> None:
     for text, message in [
         ("SELECT SUM(salary)", "declare the clamping bounds"),
         ("SELECT COUNT(*) WHERE nope > 1", "nope"),
@@ -76,8 +108,8 @@ def test_query_errors_are_readable(payroll_csv: Path) -> None:
     ]:
         result = CliRunner().invoke(
             app,
-            ["query", str(payroll_csv), text, "--unit", "employee_id", "--epsilon", "1"],
-            env={"COLUMNS": "200"},
+            ["query", str(payroll_csv), text, "--epsilon", "1", "--max-rows", "1", "-d", "payroll"],
+            env={"COLUMNS": "200", "DPKIT_LEDGER": str(ledger)},
         )
         assert result.exit_code == 2, result.output
         assert message in result.output.replace("\n", " "), result.output
@@ -90,13 +122,24 @@ def test_parse_query_whitelist() -> None:
         "u",
     )
     assert parsed.group_by == ("d",)
-    assert [a.name for a in parsed.aggregations] == ["n", "q9_x"]
+    assert [a.name for a in parsed.aggregations] == ["n", "q90_x"]
+    assert (
+        parse_query("SELECT QUANTILE(x, 0.5, 0, 1), QUANTILE(x, 0.999, 0, 1)").aggregations[0].name
+        == "median_x"
+    )
+    assert parse_query("SELECT QUANTILE(x, 0.999, 0, 1)").aggregations[0].name == "q99_9_x"
+    assert parse_query("SELECT COUNT(*) FROM tx").source == "tx"
+    dated = parse_query("SELECT COUNT(*) WHERE d >= DATE '2024-03-01'")
+    assert dated.where is not None and "2024-03-01" in dated.where.render()
     for bad in [
         "SELECT COUNT(*) FROM a JOIN b ON 1 = 1",
         "SELECT MAX(x)",
         "",
         "SELECT COUNT(*) WHERE x IN (SELECT 1)",
         "DELETE FROM t",
+        "SELECT COUNT(*) FROM read_csv('/etc/passwd')",
+        "SELECT COUNT(*) FROM other.schema_table",
+        "SELECT COUNT(*) WHERE d >= DATE 'not a date'",
     ]:
         with pytest.raises(UnsupportedQueryError):
             parse_query(bad)

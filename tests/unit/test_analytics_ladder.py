@@ -92,6 +92,7 @@ def test_engine_values_land_in_the_declared_set() -> None:
 @pytest.mark.parametrize("epsilon", [2, 3, 4])
 def test_polarised_pay_scale_chooses_the_ladder(epsilon: int) -> None:
     ledger = Ledger.open(":memory:")
+    ledger.create_budget("table", dp.PureDP(20), privacy_unit="person")
     session = Session(payroll(), "person", dp.PureDP(20), ledger=ledger, max_rows=1)
     query = session.query().agg(dp_sum("salary", values=PAY))
     compiled = session.compile(query, epsilon=epsilon)

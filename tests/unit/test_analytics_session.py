@@ -66,6 +66,7 @@ class SpyEngine(PandasEngine):
 
 def test_release_commits_after_reserving_and_spends_exactly() -> None:
     ledger = Ledger.open(":memory:")
+    ledger.create_budget("t", dp.PureDP(1), privacy_unit="user")
     session = Session(frame(), "user", dp.PureDP(1), ledger=ledger, dataset="t", max_rows=2)
     release = session.evaluate(session.query().agg(count()), epsilon=0.25)
     assert release.loss == dp.PureDP(Fraction(1, 4))
@@ -87,7 +88,8 @@ def test_over_budget_refused_before_reading_data() -> None:
 def test_failure_after_reservation_stays_charged() -> None:
     spy = SpyEngine(frame(), fail=True)
     ledger = Ledger.open(":memory:")
-    session = Session(frame(), "user", dp.PureDP(1), engine=spy, ledger=ledger, max_rows=2)
+    ledger.create_budget("table", dp.PureDP(1), privacy_unit="user")
+    session = Session(frame(), "user", engine=spy, ledger=ledger, max_rows=2)
     with pytest.raises(dp.DPError, match="RuntimeError") as info:
         session.evaluate(session.query().agg(count()), epsilon=0.5)
     # the engine's own message (which could quote data) is withheld, not chained
@@ -98,6 +100,8 @@ def test_failure_after_reservation_stays_charged() -> None:
 
 def test_sqlite_ledger_persists_across_sessions(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
+    with Ledger.open(str(path)) as officer:
+        officer.create_budget("pay", dp.PureDP(1), privacy_unit="user")
     first = Session(frame(), "user", dp.PureDP(1), ledger=path, dataset="pay", max_rows=1)
     first.evaluate(first.query().agg(count()), epsilon=0.75)
     second = Session(frame(), "user", ledger=path, dataset="pay", max_rows=1)
@@ -217,8 +221,10 @@ def test_bad_inputs_are_clear_dperrors_and_charge_nothing() -> None:
         dp_sum("salary", (10, 0))
     with pytest.raises(InvalidParameterError, match="privacy_unit"):
         Session(frame(), "nobody", dp.PureDP(1))
-    with pytest.raises(InvalidParameterError, match="budget"):
+    with pytest.raises(InvalidParameterError, match="never by a query"):
         Session(frame(), "user", ledger=Ledger.open(":memory:"))
+    with pytest.raises(InvalidParameterError, match="budget"):
+        Session(frame(), "user")
     with pytest.raises(DPError):
         session.evaluate(q.agg(count()))  # no budget given
     assert spy.runs == 0

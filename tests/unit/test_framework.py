@@ -68,9 +68,11 @@ def test_bounded_sum_is_exact_where_float_summation_is_not() -> None:
     assert Fraction(exact) == rounded
 
 
-def test_bounded_sum_refuses_values_outside_its_bounds() -> None:
-    with pytest.raises(dp.InvalidDataError, match="make_clamp"):
-        make_bounded_sum((0, 1))([0.5, 2.0])
+def test_bounded_sum_clamps_values_outside_its_bounds() -> None:
+    """Regression (edges review): refusing a value outside the bounds made one neighbour raise
+    and the other release; the sum clamps instead (and drops NaN rows, as clamp does)."""
+    assert make_bounded_sum((0, 1))([0.5, 2.0]) == 1.5
+    assert make_bounded_sum((0, 1))([0.5, float("nan"), -float("inf")]) == 0.5
 
 
 def test_bounds_must_be_ordered() -> None:

@@ -103,15 +103,21 @@ def test_to_grid_rounds_half_up_exactly() -> None:
     assert to_grid([2.0**51 + 1], 0).tolist() == [2**51 + 1]
 
 
-def test_grid_refuses_values_it_cannot_represent() -> None:
+def test_grid_saturates_values_it_cannot_represent() -> None:
+    """Regression (edges review): values beyond the grid's range saturate instead of raising, so
+    neighbours straddling the edge both release; only NaN (never a neighbour) is refused."""
     from dpkit.errors import InvalidDataError
+    from dpkit.noise.grid import SATURATION
 
-    with pytest.raises(InvalidDataError, match="grid_exponent"):
-        to_grid([2.0**60], 0)
+    assert to_grid([2.0**60], 0).tolist() == [2**60]
+    assert to_grid([2.0**70, float("inf"), -float("inf")], 0).tolist() == [
+        SATURATION,
+        SATURATION,
+        -SATURATION,
+    ]
     with pytest.raises(InvalidDataError, match="NaN"):
         to_grid([float("nan")], 0)
-    with pytest.raises(InvalidDataError):
-        from_grid(np.array([2**53]), 0)
+    assert from_grid(np.array([2**53 + 1]), 0)[0] == 2.0**53  # post-processing: nearest float
 
 
 def test_rounding_is_shift_consistent() -> None:

@@ -18,7 +18,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from dpkit._exact import Number
+from dpkit._exact import Number, check_positive, fraction_of
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import InvalidParameterError
@@ -45,6 +45,14 @@ class Accountant:
         ledger: the ledger holding the dataset's budget.
         dataset: the dataset's name in the ledger.
         analyst: charge the analyst's budget under the dataset's too.
+        unit_distance: how far apart two neighbouring inputs are when they differ in one
+            privacy unit, in the measurements' input metric (e.g. 3 if one person can add three
+            rows). Set once, here, by whoever defines the unit; default: each measurement's own
+            ``d_in`` (what it was calibrated for). A release is charged at the larger of the two.
+
+    A per-call ``d_in`` may only *raise* the distance (group privacy); a smaller one is refused
+    before anything is reserved, so no caller can shrink what one unit is (``d_in=0`` once
+    recorded ε = 0).
 
     Example:
         >>> from dpkit.core.losses import PureDP
@@ -58,9 +66,19 @@ class Accountant:
         (PureDP(epsilon=Fraction(1, 4)), PureDP(epsilon=Fraction(1, 4)))
     """
 
-    def __init__(self, ledger: Ledger, dataset: str, analyst: str | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        dataset: str,
+        analyst: str | None = None,
+        *,
+        unit_distance: Number | None = None,
+    ) -> None:
         if not isinstance(ledger, Ledger):
             raise InvalidParameterError("ledger", ledger, "a dpkit.ledger.Ledger")
+        self.unit_distance = (
+            None if unit_distance is None else check_positive("unit_distance", unit_distance)
+        )
         self.ledger = ledger
         self.dataset = dataset
         self.analyst = analyst
@@ -78,7 +96,30 @@ class Accountant:
         """Reserve the measurement's loss, run it on ``data``, commit; return the release."""
         if not isinstance(measurement, Measurement):
             raise InvalidParameterError("measurement", measurement, "a dpkit Measurement")
-        loss = measurement.map(d_in)
+        floor = max(
+            (d for d in (measurement.d_in, self.unit_distance) if d is not None),
+            default=None,
+        )
+        if floor is None:
+            raise InvalidParameterError(
+                "measurement",
+                measurement.name,
+                "a measurement with a declared d_in, or an Accountant with unit_distance",
+                "The distance one privacy unit moves the input is what the charge is for.",
+            )
+        distance = floor
+        if d_in is not None:
+            asked = fraction_of("d_in", d_in)
+            if asked < floor:
+                raise InvalidParameterError(
+                    "d_in",
+                    d_in,
+                    f">= {floor} (one privacy unit's distance for this release)",
+                    "A per-call d_in can only raise the distance (group privacy), never "
+                    "shrink what one privacy unit is.",
+                )
+            distance = asked
+        loss = measurement.map(distance)
         reservation = self.ledger.reserve(
             self.dataset, loss, analyst=self.analyst, query=query, mechanism=measurement.name
         )

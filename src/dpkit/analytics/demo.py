@@ -15,12 +15,12 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 from rich.console import Console
 
-from dpkit.analytics.cli import render_release
 from dpkit.analytics.expr import col
 from dpkit.analytics.query import (
     count,
@@ -33,7 +33,7 @@ from dpkit.analytics.query import (
 from dpkit.analytics.query import sum as dp_sum
 from dpkit.analytics.session import Session
 from dpkit.core.losses import ApproxDP
-from dpkit.ledger import Ledger
+from dpkit.ledger import BudgetMonitor, Ledger
 
 __all__ = ["DEPARTMENTS", "PAY_GRADES", "payroll_demo", "payroll_table"]
 
@@ -90,6 +90,9 @@ def payroll_table(employees: int = 1200) -> pd.DataFrame:
 
 def payroll_demo(console: Console | None = None) -> None:
     """Analyse the synthetic payroll through a Session with a SQLite ledger, and print it."""
+    from dpkit.cli._common import format_loss
+    from dpkit.cli.render import print_alerts, render_release
+
     console = console or Console()
     table = payroll_table()
     console.rule("[bold]Payroll analytics: a Session over a synthetic payroll")
@@ -101,7 +104,18 @@ def payroll_demo(console: Console | None = None) -> None:
         "δ = 1e-6, kept in a SQLite ledger."
     )
     with tempfile.TemporaryDirectory() as tmp:
-        ledger = Ledger.open(str(Path(tmp) / "ledger.db"))
+        alerts: list[Any] = []
+        ledger = Ledger.open(
+            str(Path(tmp) / "ledger.db"),
+            monitor=BudgetMonitor(log=False, callbacks=[alerts.append]),
+        )
+        # the privacy officer's act: a budget belongs to a dataset someone created
+        ledger.create_budget("payroll", ApproxDP(5, 1e-6), privacy_unit="employee_id")
+
+        def show_alerts() -> None:
+            print_alerts(alerts, console)
+            alerts.clear()
+
         session = Session(
             table,
             privacy_unit="employee_id",
@@ -121,7 +135,14 @@ def payroll_demo(console: Console | None = None) -> None:
             )
         )
         release = session.evaluate(by_dept, epsilon=1)
-        render_release(release, console, "Per department (public keys), ε = 1")
+        render_release(
+            release,
+            console,
+            "Per department (public keys), ε = 1",
+            aggregations=by_dept,
+            keys=("department",),
+        )
+        show_alerts()
 
         bands = session.query().agg(
             count("payslips"),
@@ -131,7 +152,8 @@ def payroll_demo(console: Console | None = None) -> None:
             ),
         )
         release = session.evaluate(bands, epsilon=1)
-        render_release(release, console, "Whole company, ε = 1")
+        render_release(release, console, "Whole company, ε = 1", aggregations=bands)
+        show_alerts()
 
         grades = [(float(lo), float(hi)) for lo, hi in PAY_GRADES]
         pay_bill = (
@@ -145,9 +167,12 @@ def payroll_demo(console: Console | None = None) -> None:
         render_release(
             release,
             console,
-            "November pay bill per department, one payslip per employee, values declared in "
-            "the two grades, ε = 2",
+            "November pay bill per department (one payslip per employee, values declared in "
+            "the two grades), ε = 2",
+            aggregations=pay_bill,
+            keys=("department",),
         )
+        show_alerts()
         chosen = release.accuracy["november_pay_bill"]
         console.print(
             f"mechanism chosen for the pay bill: [bold]{chosen.mechanism}[/bold] — {chosen.note}"
@@ -158,8 +183,14 @@ def payroll_demo(console: Console | None = None) -> None:
         )
         release = session.evaluate(titles, epsilon=0.5, delta=1e-7)
         render_release(
-            release, console, "Job titles found privately (partition selection), ε = 0.5, δ = 1e-7"
+            release,
+            console,
+            "Job titles found privately (partition selection), ε = 0.5, δ = 1e-7",
+            aggregations=titles,
+            keys=("title",),
+            footnotes=["groups with few people are suppressed (partition selection)."],
         )
+        show_alerts()
 
         console.print(
             "[bold]Ledger[/bold]: every query reserved its loss before reading data "
@@ -167,7 +198,7 @@ def payroll_demo(console: Console | None = None) -> None:
         )
         for entry in ledger.history("payroll"):
             if entry.kind in ("commit", "create"):
-                console.print(f"  {entry.kind:<7} {entry.loss}  {entry.receipt or ''}")
-        console.print(f"budget left for 'payroll': [bold]{session.remaining}[/bold]")
+                console.print(f"  {entry.kind:<7} {format_loss(entry.loss)}  {entry.receipt or ''}")
+        console.print(f"budget left for 'payroll': [bold]{format_loss(session.remaining)}[/bold]")
         session.close()
         ledger.close()

@@ -21,6 +21,7 @@ into SQL text: the SQL engines turn these trees into sqlglot trees, which quote 
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -49,9 +50,9 @@ BinaryOp: TypeAlias = Literal[
     "+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "and", "or", "coalesce"
 ]
 UnaryOp: TypeAlias = Literal[
-    "not", "neg", "is_null", "is_not_null", "abs", "floor", "ceil", "lower", "upper"
+    "not", "neg", "is_null", "is_not_null", "abs", "floor", "ceil", "lower", "upper", "as_number"
 ]
-LiteralValue: TypeAlias = bool | int | float | str | None
+LiteralValue: TypeAlias = bool | int | float | str | _dt.datetime | None
 
 _ARITHMETIC = frozenset({"+", "-", "*", "/"})
 _COMPARISON = frozenset({"<", "<=", ">", ">=", "==", "!="})
@@ -166,6 +167,10 @@ class Expr:
 
     def ceil(self) -> Expr:
         return Unary("ceil", self)
+
+    def as_number(self) -> Expr:
+        """A boolean as a number: true is 1, false is 0, NULL stays NULL."""
+        return Unary("as_number", self)
 
     def lower(self) -> Expr:
         return Unary("lower", self)
@@ -285,6 +290,12 @@ def lit(value: LiteralValue) -> Lit:
 def _check_literal(value: object) -> LiteralValue:
     if value is None or isinstance(value, bool | int | str):
         return value
+    if isinstance(value, _dt.datetime):  # compared in UTC, as temporal keys are
+        if value.tzinfo is not None:
+            return value.astimezone(_dt.UTC).replace(tzinfo=None)
+        return value
+    if isinstance(value, _dt.date):
+        return _dt.datetime(value.year, value.month, value.day)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidParameterError("literal", value, "a finite number")
@@ -292,8 +303,7 @@ def _check_literal(value: object) -> LiteralValue:
     raise InvalidParameterError(
         "literal",
         value,
-        "None, a bool, an int, a float or a str",
-        "Dates and other types can be used as group keys, but not inside expressions.",
+        "None, a bool, an int, a float, a str, a date or a datetime",
     )
 
 
@@ -365,7 +375,41 @@ def _literal_kind(value: LiteralValue) -> ColumnKind | None:
         return "bool"
     if isinstance(value, int | float):
         return "numeric"
+    if isinstance(value, _dt.datetime):
+        return "temporal"
     return "string"
+
+
+def coerce_temporal_literals(expr: Expr, schema: Mapping[str, ColumnKind]) -> Expr:
+    """``expr`` with ISO text compared to a temporal column read as a datetime.
+
+    ``col("day") >= "2024-03-01"`` (what ``DATE '2024-03-01'`` parses to) compares dates when
+    ``day`` holds dates, and text when it holds text. Decided from the schema only.
+    """
+    if isinstance(expr, Binary):
+        left = coerce_temporal_literals(expr.left, schema)
+        right = coerce_temporal_literals(expr.right, schema)
+        if expr.op in _COMPARISON:
+            left, right = _temporal_side(left, right, schema), _temporal_side(right, left, schema)
+        return Binary(expr.op, left, right)
+    if isinstance(expr, Unary):
+        return Unary(expr.op, coerce_temporal_literals(expr.operand, schema))
+    return expr
+
+
+def _temporal_side(side: Expr, other: Expr, schema: Mapping[str, ColumnKind]) -> Expr:
+    if not (isinstance(side, Lit) and isinstance(side.value, str)):
+        return side
+    if not (isinstance(other, Col) and schema.get(other.name) == "temporal"):
+        return side
+    try:
+        parsed = _dt.datetime.fromisoformat(side.value.strip())
+    except ValueError:
+        raise UnsupportedQueryError(
+            f"{side.value!r} is compared with the date/time column {other.name!r} but is not an "
+            "ISO 8601 date or timestamp (e.g. '2024-03-01' or '2024-03-01 12:00:00')"
+        ) from None
+    return Lit(_check_literal(parsed))
 
 
 def infer_kind(expr: Expr, schema: Mapping[str, ColumnKind]) -> ColumnKind | None:
@@ -399,6 +443,9 @@ def infer_kind(expr: Expr, schema: Mapping[str, ColumnKind]) -> ColumnKind | Non
         if expr.op == "not":
             _require(inner, {"bool"}, expr)
             return "bool"
+        if expr.op == "as_number":
+            _require(inner, {"bool"}, expr)
+            return "numeric"
         if expr.op in ("neg", "abs", "floor", "ceil"):
             _require(inner, {"numeric"}, expr)
             return "numeric"
@@ -436,9 +483,9 @@ def _require(kind: ColumnKind | None, allowed: set[str], expr: Expr) -> None:
 def _require_comparable(a: ColumnKind | None, b: ColumnKind | None, expr: Expr) -> None:
     if a is None or b is None:
         return
-    if a != b or a in ("temporal", "other"):
+    if a != b or a == "other":
         raise UnsupportedQueryError(
             f"{expr.render()}: cannot compare {a} values with {b} values. Compare numbers with "
-            "numbers, strings with strings and booleans with booleans (dates are supported as "
-            "group keys only)."
+            "numbers, strings with strings, booleans with booleans and dates with dates (a date "
+            "or ISO text such as '2024-03-01')."
         )

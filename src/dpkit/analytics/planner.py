@@ -44,7 +44,15 @@ from dpkit.analytics.bounding import Contribution, contribution
 from dpkit.analytics.engines._columns import RESERVED_PREFIX, canonical
 from dpkit.analytics.engines.base import BinSpec, BoundedPlan, Output, Step, ValueSpec
 from dpkit.analytics.engines.pandas_engine import grid_indices
-from dpkit.analytics.expr import Binary, ColumnKind, columns_of, infer_kind
+from dpkit.analytics.expr import (
+    Binary,
+    Col,
+    ColumnKind,
+    Unary,
+    coerce_temporal_literals,
+    columns_of,
+    infer_kind,
+)
 from dpkit.analytics.query import (
     Aggregate,
     Aggregation,
@@ -249,13 +257,14 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
         if isinstance(node, WithColumn):
             _check_not_reserved(node.name)
         if isinstance(node, Filter):
-            kind = infer_kind(node.predicate, current)
+            predicate = coerce_temporal_literals(node.predicate, current)
+            kind = infer_kind(predicate, current)
             if kind not in ("bool", None):
                 raise UnsupportedQueryError(
                     f"filter {node.predicate.render()} is a {kind} value, not a predicate; "
                     "compare it, e.g. col('x') > 0"
                 )
-            steps.append(Step("filter", expr=node.predicate))
+            steps.append(Step("filter", expr=predicate))
         elif isinstance(node, WithColumn):
             if node.name == unit:
                 raise UnsupportedQueryError(
@@ -291,6 +300,10 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
             _check_not_reserved(name)
             if name not in current:
                 raise _unknown_column(name, current)
+            if current[name] == "bool" and name not in aggregate.keys:
+                # a declared boolean counts as 0/1 (true is 1; NULL stays NULL and is skipped)
+                steps.append(Step("derive", expr=Unary("as_number", Col(name)), name=name))
+                current[name] = "numeric"
             if current[name] != "numeric":
                 raise InvalidParameterError(
                     "column",

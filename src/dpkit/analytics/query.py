@@ -55,6 +55,7 @@ __all__ = [
     "mean",
     "median",
     "quantile",
+    "quantile_name",
     "std",
     "sum",
     "variance",
@@ -375,10 +376,19 @@ def quantile(
         or not (2 <= candidates <= 2**16)
     ):
         raise InvalidParameterError("candidates", candidates, "an integer in [2, 65536]")
-    label = name or f"q{float(q_f):g}_{column_name}".replace("0.", "")
+    label = name or quantile_name(q_f, column_name)
     return Quantile(
         column_name, (low, high), q_f, _check_name(label), candidates, _check_weight(weight)
     )
+
+
+def quantile_name(q: Number, column: str) -> str:
+    """``q90_amount`` for q = 0.9, ``median_amount`` for 0.5, ``q99_9_amount`` for 0.999."""
+    exact = fraction_of("q", q)
+    if exact == Fraction(1, 2):
+        return f"median_{column}"
+    percent = f"{float(100 * exact):.10f}".rstrip("0").rstrip(".")
+    return f"q{percent.replace('.', '_')}_{column}"
 
 
 def median(

@@ -6,15 +6,20 @@
     WHERE level >= 2 AND dept IN ('R&D', 'Sales')
     GROUP BY dept
 
-* ``FROM`` is optional (the table is the file given to the command).
+* ``FROM`` is optional; when given it must name the input (the file given to the command, by
+  its name or stem, or the dataset's name): ``FROM transactions``. Other tables, schemas and
+  file functions (``read_csv(...)``) are refused.
 * Aggregates: ``COUNT(*)``, ``COUNT(DISTINCT <privacy unit>)`` (distinct units),
   ``SUM(col, lower, upper)``, ``AVG(col, lower, upper)`` (or ``MEAN``),
   ``VARIANCE(col, lower, upper)`` (or ``VAR``), ``STDDEV(col, lower, upper)`` (or ``STD``),
-  ``MEDIAN(col, lower, upper)``, ``QUANTILE(col, q, lower, upper)`` and
+  ``MEDIAN(col, lower, upper)``, ``QUANTILE(col, q, lower, upper)`` (named ``q90_col`` for
+  q = 0.9, ``median_col`` for q = 0.5) and
   ``HISTOGRAM(col, e0, e1, ..., eB)``; each may be named with ``AS``. Every numeric aggregate
   declares the bounds its values are clamped to: dpkit never reads them from the data.
 * ``WHERE``: comparisons, ``AND`` / ``OR`` / ``NOT``, ``IN (...)``, ``BETWEEN``, ``IS [NOT]
-  NULL``, ``+ - * /``, column names and literals.
+  NULL``, ``+ - * /``, column names and literals. Dates and times are written ``DATE
+  '2024-03-01'`` or ``TIMESTAMP '2024-03-01 12:00:00'`` (ISO 8601; they compare as ISO text, so
+  keep a CSV file's date column undeclared, as text).
 * ``GROUP BY`` columns: public keys come from the command's ``--keys col=v1,v2`` option; without
   it the groups are chosen privately (which needs ``--delta``).
 
@@ -42,13 +47,14 @@ from dpkit.analytics.query import (
     mean,
     median,
     quantile,
+    quantile_name,
     std,
     sum,
     variance,
 )
 from dpkit.errors import UnsupportedQueryError
 
-__all__ = ["ParsedQuery", "parse_query"]
+__all__ = ["ParsedQuery", "parse_query", "quantile_name"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,7 @@ class ParsedQuery:
     aggregations: tuple[Aggregation, ...]
     where: Expr | None
     group_by: tuple[str, ...]
+    source: str | None = None
 
 
 _OWN_FUNCTIONS = (
@@ -117,8 +124,21 @@ def parse_query(text: str, privacy_unit: str | None = None) -> ParsedQuery:
         if select.args.get(arg):
             raise UnsupportedQueryError(f"{arg.upper()} is not supported in a dpkit query")
     source = select.args.get("from") or select.args.get("from_")
-    if source is not None and not isinstance(source.this, exp.Table):
-        raise UnsupportedQueryError("FROM may only name the table (or be left out)")
+    table_name: str | None = None
+    if source is not None:
+        table = source.this
+        if (
+            not isinstance(table, exp.Table)
+            or not isinstance(table.this, exp.Identifier)
+            or table.args.get("db")
+            or table.args.get("catalog")
+        ):
+            raise UnsupportedQueryError(
+                f"FROM {source.this.sql()[:60]}: FROM may only name the input (or be left out); "
+                "dpkit reads only the file given on the command line, never another table or a "
+                "file function"
+            )
+        table_name = str(table.this.this)
     group = select.args.get("group")
     keys: tuple[str, ...] = ()
     if group is not None:
@@ -141,7 +161,7 @@ def parse_query(text: str, privacy_unit: str | None = None) -> ParsedQuery:
         raise UnsupportedQueryError("the query has no aggregate; add e.g. COUNT(*)")
     where_node = select.args.get("where")
     where = _expr(where_node.this) if where_node is not None else None
-    return ParsedQuery(tuple(aggregations), where, keys)
+    return ParsedQuery(tuple(aggregations), where, keys, table_name)
 
 
 def _number(node: exp.Expr) -> float | int:
@@ -218,7 +238,9 @@ def _aggregation(node: exp.Expr, name: str | None, unit: str | None) -> Aggregat
     if kind == "quantile":
         if len(numbers) != 3:
             raise _refuse(node, "QUANTILE(col, q, lower, upper).")
-        return quantile(column, numbers[0], (numbers[1], numbers[2]), name)
+        return quantile(
+            column, numbers[0], (numbers[1], numbers[2]), name or quantile_name(numbers[0], column)
+        )
     if len(numbers) != 2:
         raise _refuse(node, f"{func.upper()}(col, lower, upper): declare the clamping bounds.")
     bounds = (numbers[0], numbers[1])
@@ -251,6 +273,26 @@ def _literal(node: exp.Expr) -> Any:
     raise _refuse(node, "IN lists hold literals.")
 
 
+def _temporal_text(node: exp.Cast) -> str:
+    """``DATE '2024-03-01'`` / ``TIMESTAMP '...'``: checked ISO 8601 text."""
+    import datetime as _dt
+
+    text = str(node.this.this)
+    kind = node.to.this
+    try:
+        if kind == exp.DataType.Type.DATE:
+            return _dt.date.fromisoformat(text).isoformat()
+        if kind in (
+            exp.DataType.Type.TIMESTAMP,
+            exp.DataType.Type.TIMESTAMPNTZ,
+            exp.DataType.Type.DATETIME,
+        ):
+            return _dt.datetime.fromisoformat(text).isoformat(sep=" ")
+    except ValueError:
+        raise _refuse(node, "Write dates as DATE 'YYYY-MM-DD' (ISO 8601).") from None
+    raise _refuse(node, "Only DATE '...' and TIMESTAMP '...' literals are supported.")
+
+
 def _expr(node: exp.Expr) -> Expr:
     if isinstance(node, exp.Paren):
         return _expr(node.this)
@@ -260,6 +302,8 @@ def _expr(node: exp.Expr) -> Expr:
         return col(node.name)
     if isinstance(node, exp.Literal | exp.Null | exp.Boolean):
         return lit(_literal(node))
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
+        return lit(_temporal_text(node))
     if isinstance(node, exp.Neg):
         return -_expr(node.this)
     if isinstance(node, exp.Not):

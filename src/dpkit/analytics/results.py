@@ -9,15 +9,16 @@ not cover). Histograms and workloads are released as extra tables, found by name
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit.core.losses import PrivacyLoss
 
-__all__ = ["Accuracy", "Release"]
+__all__ = ["Accuracy", "Release", "post_process"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,90 @@ class Release:
         """The main result table (a copy)."""
         return self.table.copy()
 
+    def display(self, query: Any) -> dict[str, pd.DataFrame]:
+        """Every table post-processed for display (see :func:`post_process`); ``table`` stays raw.
+
+        ``query`` is the query that was evaluated (or its aggregations): it says which columns
+        are counts and which bounds were declared.
+
+        Example:
+            >>> import pandas as pd
+            >>> import dpkit as dp
+            >>> from dpkit.analytics import Session, count
+            >>> df = pd.DataFrame({"user": [1, 2, 3]})
+            >>> session = Session(df, privacy_unit="user", budget=dp.PureDP(1), max_rows=1)
+            >>> query = session.query().agg(count())
+            >>> shown = session.evaluate(query, epsilon=1).display(query)["main"]
+            >>> bool((shown["count"] >= 0).all() and (shown["count_low"] >= 0).all())
+            True
+        """
+        aggregations = _aggregations_of(query)
+        return {name: post_process(frame, aggregations) for name, frame in self.tables.items()}
+
     def __repr__(self) -> str:
         names = ", ".join(self.tables)
         return f"Release(tables=[{names}], loss={self.loss}, rows={len(self.table)})"
+
+
+def _aggregations_of(query: Any) -> tuple[Any, ...]:
+    if isinstance(query, Iterable) and not isinstance(query, str | bytes):
+        return tuple(query)
+    plan = getattr(query, "plan", query)
+    aggregations = getattr(plan, "aggregations", None)
+    if aggregations is None:
+        raise TypeError("display() needs the evaluated query (or its aggregations)")
+    return tuple(aggregations)
+
+
+def _clip(frame: pd.DataFrame, column: str, low: float | None, high: float | None) -> None:
+    for name in (column, f"{column}_low", f"{column}_high"):
+        if name in frame.columns:
+            values = frame[name].astype("float64")
+            frame[name] = values.clip(lower=low, upper=high)
+
+
+def _round_counts(frame: pd.DataFrame, column: str) -> None:
+    for name in (column, f"{column}_low", f"{column}_high"):
+        if name in frame.columns:
+            values = frame[name].astype("float64").clip(lower=0)
+            frame[name] = np.round(values).astype("int64") if values.notna().all() else values
+
+
+def post_process(frame: pd.DataFrame, aggregations: Iterable[Any]) -> pd.DataFrame:
+    """A copy of a released table made readable, by post-processing only (free under DP).
+
+    * counts (``COUNT(*)``, distinct units, histogram bins): clipped at 0 and rounded to
+      integers, with their intervals;
+    * sums: clipped to the signs the declared bounds allow (a sum of values >= 0 is >= 0);
+    * means, medians and quantiles: clipped into the declared bounds;
+    * variances and standard deviations: clipped into [0, the largest the bounds allow].
+
+    The raw values are unbiased; these are not (clipping moves them towards the feasible range).
+    Use the raw :attr:`Release.table` for further statistics.
+    """
+    from dpkit.analytics.query import (
+        Count,
+        CountUnits,
+        Histogram,
+        Mean,
+        Quantile,
+        Sum,
+        Variance,
+    )
+
+    out = frame.copy()
+    for agg in aggregations:
+        if isinstance(agg, Count | CountUnits):
+            _round_counts(out, agg.name)
+        elif isinstance(agg, Histogram):
+            if "bin_low" in out.columns and "count" in out.columns:
+                _round_counts(out, "count")
+        elif isinstance(agg, Sum):
+            low, high = float(agg.bounds[0]), float(agg.bounds[1])
+            _clip(out, agg.name, 0.0 if low >= 0 else None, 0.0 if high <= 0 else None)
+        elif isinstance(agg, Mean | Quantile):
+            _clip(out, agg.name, float(agg.bounds[0]), float(agg.bounds[1]))
+        elif isinstance(agg, Variance):
+            half = float(agg.bounds[1] - agg.bounds[0]) / 2
+            _clip(out, agg.name, 0.0, half if agg.std else half * half)
+    return out

@@ -75,15 +75,33 @@ def _query_budget(
     if loss is not None:
         if not isinstance(loss, PureDP | ApproxDP | ZCDP):
             raise InvalidParameterError("loss", loss, "a PureDP, ApproxDP or ZCDP value")
+        _check_floor("loss", loss.rho if isinstance(loss, ZCDP) else loss.epsilon, loss)
         return loss
     if rho is not None:
         if delta is not None:
             raise InvalidParameterError("delta", delta, "not given with rho")
-        return ZCDP(check_rho(rho))
-    eps = check_epsilon(epsilon)  # type: ignore[arg-type]
+        return ZCDP(_check_floor("rho", check_rho(rho), rho))
+    eps = _check_floor("epsilon", check_epsilon(epsilon), epsilon)  # type: ignore[arg-type]
     if delta is None or check_delta(delta) == 0:
         return PureDP(eps)
     return ApproxDP(eps, check_delta(delta))
+
+
+QUERY_LOSS_FLOOR = Fraction(1, 10**6)
+"""The smallest ε (or ρ) a query may spend: below it the noise scale is so large that
+calibration can overflow the engines' grids (ε = 1e-300 used to fail *after* charging), and no
+answer is useful. The command line uses the same floor (docs/cli.md)."""
+
+
+def _check_floor(name: str, value: Fraction, given: object) -> Fraction:
+    if value < QUERY_LOSS_FLOOR:
+        raise InvalidParameterError(
+            name,
+            given,
+            f">= {float(QUERY_LOSS_FLOOR):g} (the smallest a query may spend)",
+            "Noise for a smaller budget would swamp any answer.",
+        )
+    return value
 
 
 def _failed_after_reservation(
@@ -225,14 +243,16 @@ class Session:
             )
         self.dataset = dataset or _default_dataset(source)
         self.analyst = analyst
+        private = ledger is None
         if ledger is None:
             self.ledger = Ledger.open(":memory:")
         elif isinstance(ledger, Ledger):
             self.ledger = ledger
         else:
             self.ledger = Ledger.open(str(ledger))
+        self._closed = False
         existing = self.ledger.budgets(self.dataset)
-        known = {(b.dataset, b.analyst) for b in existing}
+        known = {(b.dataset, b.analyst): b for b in existing}
         for status in existing:
             if status.privacy_unit != privacy_unit:
                 raise InvalidParameterError(
@@ -244,23 +264,43 @@ class Session:
                     "payslip instead of per employee) would understate every charge. Use the "
                     "budget's unit, or another dataset name for a budget of your own unit.",
                 )
-        if (self.dataset, None) not in known:
+        if private:
+            # the session's own in-memory ledger: the budget argument *is* the budget
             if budget is None:
                 raise InvalidParameterError(
                     "budget",
                     budget,
                     "a privacy loss such as dp.PureDP(1)",
-                    f"The ledger has no budget for dataset {self.dataset!r} yet: pass budget=.",
+                    "Without a ledger the session keeps its own budget: pass budget=.",
                 )
             self.ledger.create_budget(self.dataset, budget, privacy_unit=privacy_unit)
-        if analyst is not None and (self.dataset, analyst) not in known:
-            if budget is None:
-                raise InvalidParameterError(
-                    "budget", budget, "given to create the analyst's budget"
+            if analyst is not None:
+                self.ledger.create_budget(
+                    self.dataset, budget, analyst=analyst, privacy_unit=privacy_unit
                 )
-            self.ledger.create_budget(
-                self.dataset, budget, analyst=analyst, privacy_unit=privacy_unit
-            )
+            return
+        # a shared ledger: budgets belong to datasets a privacy officer created; a query (or a
+        # session) never mints one, or a new dataset name would be a fresh budget for old rows
+        for who in (None, analyst) if analyst is not None else (None,):
+            found = known.get((self.dataset, who))
+            whose = f"dataset {self.dataset!r}" + (f", analyst {who!r}" if who else "")
+            if found is None:
+                raise InvalidParameterError(
+                    "dataset" if who is None else "analyst",
+                    self.dataset if who is None else who,
+                    f"a {'dataset' if who is None else 'analyst'} with a budget in the ledger "
+                    f"({', '.join(sorted({b.dataset for b in self.ledger.budgets()})) or 'none'})",
+                    f"The ledger has no budget for {whose}. Budgets are created by a privacy "
+                    "officer, never by a query: ledger.create_budget(...) or `dpkit budget "
+                    "create`.",
+                )
+            if budget is not None and who is None and found.total != budget:
+                raise InvalidParameterError(
+                    "budget",
+                    budget,
+                    f"omitted, or equal to the ledger's budget {found.total} for {whose}",
+                    "A session cannot change a budget; a privacy officer adjusts it.",
+                )
 
     # ------------------------------------------------------------------ queries
     def query(self) -> Query:
@@ -312,6 +352,7 @@ class Session:
             DPError: the query is invalid (unknown column, wrong type, missing bounds...);
                 raised before anything is charged.
         """
+        self._check_open()
         if not 0 < alpha < 1:
             raise InvalidParameterError("alpha", alpha, "in (0, 1), e.g. 0.05")
         compiled = self.compile(
@@ -359,6 +400,7 @@ class Session:
         ``(1+coverage)/2`` over the public grid ``0, ±2^-20 .. ±2^60`` (see
         :mod:`dpkit.analytics.bounding`). ``base`` may filter or derive columns first.
         """
+        self._check_open()
         eps = check_epsilon(epsilon)
         if not 0 < coverage < 1:
             raise InvalidParameterError("coverage", coverage, "in (0, 1), e.g. 0.95")
@@ -433,8 +475,19 @@ class Session:
         return self.ledger.spent(self.dataset, self.analyst)
 
     def close(self) -> None:
-        """Release the engine's resources (the ledger stays open: it may be shared)."""
+        """Release the engine's resources (the ledger stays open: it may be shared). A closed
+        session refuses every query before anything is reserved."""
+        self._closed = True
         self.engine.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidParameterError(
+                "session",
+                "closed",
+                "an open session",
+                "This session was closed: nothing was reserved or read. Open a new Session.",
+            )
 
     def __enter__(self) -> Session:
         return self

@@ -20,7 +20,7 @@ from dpkit.core.losses import PrivacyLoss
 from dpkit.core.spaces import AtomDomain, L1Distance, L2Distance, Measure, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.distributions import GridNoise, LatticeNoise
-from dpkit.noise.grid import from_grid, grid_spacing, to_grid
+from dpkit.noise.grid import SATURATION, add_saturating, from_grid, grid_spacing, to_grid
 
 __all__ = ["check_changed_coordinates", "integer_input", "make_grid_measurement"]
 
@@ -55,22 +55,32 @@ def lattice_l2_steps(d_in: Fraction, exponent: int, changed: int | None) -> Frac
 
 
 def integer_input(data: Any, name: str = "data") -> np.ndarray:
-    """Integer data as int64; refuses floats that are not whole numbers, NaN, inf and bools."""
+    """Data as int64 grid indices at g = 1: integers as they are, floats rounded half-up (the
+    same shift-consistent rounding as the grid), everything saturating at ±2^62.
+
+    Refuses only what is decided by the dtype (bools, text, objects: public) and NaN (at no
+    finite distance from any input). A value's size never causes a refusal: if 2^62 were refused
+    and its neighbour 2^62 - 1 released, the exception would tell them apart.
+    """
+    if isinstance(data, Fraction | int) and not isinstance(data, bool):
+        return to_grid(data, 0, name)
     array = np.asarray(data)
     if array.dtype == bool or array.dtype.kind not in "iuf":
         raise InvalidDataError(name, f"expected integers, got dtype {array.dtype}")
     if array.dtype.kind == "f":
-        if not np.all(np.isfinite(array)):
-            raise InvalidDataError(name, "contains NaN or infinite values")
-        if not np.all(array == np.round(array)):
-            raise InvalidDataError(
-                name,
-                "contains non-integer values",
-                "Use make_laplace / make_gaussian for real-valued data.",
-            )
-    if array.size and float(np.max(np.abs(array.astype(np.float64)))) >= 2.0**62:
-        raise InvalidDataError(name, "a value is too large for exact int64 arithmetic")
-    return array.astype(np.int64)
+        return to_grid(array, 0, name)
+    if array.dtype.kind == "u":
+        return np.minimum(array, np.uint64(SATURATION)).astype(np.int64)
+    return np.clip(array.astype(np.int64), -SATURATION, SATURATION)
+
+
+def _vector_needs_slack(data: Any, integer_output: bool) -> bool:
+    """Whether a vector input can be moved by rounding in several coordinates: decided from its
+    shape and dtype only (public), never from its values."""
+    array = np.asarray(data)
+    if array.size <= 1:
+        return False
+    return not (integer_output and array.dtype.kind in "iu")
 
 
 def make_grid_measurement(
@@ -94,25 +104,20 @@ def make_grid_measurement(
 
     def function(data: Any) -> Any:
         scalar = np.ndim(data) == 0
-        if integer_output:
-            indices = integer_input(data)
-        else:
-            indices = to_grid(data, exponent)
-            if (
-                changed_coordinates is None
-                and indices.size > 1
-                and not np.array_equal(
-                    from_grid(indices, exponent), np.asarray(data, dtype=np.float64)
-                )
-            ):
-                raise InvalidDataError(
-                    "data",
-                    "a vector with values off the output grid "
-                    f"2^{exponent}, so rounding may move several coordinates",
-                    "Pass changed_coordinates=c (how many coordinates neighbouring inputs can "
-                    "differ in) so the privacy map accounts for the rounding.",
-                )
-        noisy = indices.reshape(-1) + lattice.sample(indices.size)
+        if changed_coordinates is None and _vector_needs_slack(data, integer_output):
+            # decided by shape and dtype, before any value is looked at: whether the values
+            # happen to sit on the grid is private, so it must not decide between release and
+            # refusal (it did before: [3.0, 5.0] released and [3.0, 5.3] raised)
+            raise InvalidDataError(
+                "data",
+                f"a vector of {np.size(data)} values, and rounding to the output grid can move "
+                "every coordinate that differs between neighbours by a step",
+                "Pass changed_coordinates=c (how many coordinates neighbouring inputs can differ "
+                "in; the vector's length if any may) so the privacy map charges c - 1 extra "
+                "rounding steps.",
+            )
+        indices = integer_input(data) if integer_output else to_grid(data, exponent)
+        noisy = add_saturating(indices.reshape(-1), lattice.sample(indices.size))
         out = noisy if integer_output else from_grid(noisy, exponent)
         out = out.reshape(np.shape(data))
         return out.item() if scalar else out

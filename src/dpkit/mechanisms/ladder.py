@@ -63,7 +63,15 @@ from dpkit.mechanisms._ladder._profile import (
 )
 from dpkit.mechanisms._ladder._sets import normalize
 from dpkit.noise.distributions import GridNoise
-from dpkit.noise.grid import choose_exponent, from_grid, grid_spacing, to_grid
+from dpkit.noise.grid import (
+    SATURATION,
+    add_saturating,
+    choose_exponent,
+    exact_index_sum,
+    from_grid,
+    grid_spacing,
+    to_grid,
+)
 
 __all__ = [
     "UNREACHABLE",
@@ -513,7 +521,7 @@ def make_ladder(
     def function(data: Any) -> Any:
         values, scalar = _scalar_input(data, integer=False)
         indices = to_grid(values, exponent)
-        out = from_grid(indices + noise.sample(1), exponent)
+        out = from_grid(add_saturating(indices.reshape(-1), noise.sample(indices.size)), exponent)
         return float(out[0]) if scalar else out.reshape(np.shape(data))
 
     return Measurement(
@@ -583,9 +591,7 @@ def make_discrete_ladder(
 
     def function(data: Any) -> Any:
         values, scalar = _scalar_input(data, integer=True)
-        out = values + noise.sample(1)
-        if np.abs(out).max() >= 2**62:
-            raise InvalidDataError("output", "does not fit in int64")
+        out = add_saturating(values, noise.sample(1))  # saturating: post-processing
         return int(out[0]) if scalar else out.reshape(np.shape(data))
 
     return Measurement(
@@ -689,22 +695,17 @@ def make_sum_in_intervals(
         array = np.asarray(data, dtype=np.float64)
         if array.ndim != 1:
             raise InvalidDataError("data", f"expected a 1-d array of values, got {array.shape}")
-        units = _project(to_grid(array, exponent), lo, hi)
-        if array.size and array.size * int(hi.max()) >= 2**62:
-            raise InvalidDataError(
-                "data", "too many rows for an exact int64 sum", "Pass a larger grid_exponent."
-            )
-        return int(np.sum(units, dtype=np.int64))
+        units = _project(to_grid(array[~np.isnan(array)], exponent), lo, hi)
+        # exact for any number of rows, then saturated (1-Lipschitz) so it fits int64: no
+        # refusal can depend on how many rows there are
+        return max(-SATURATION, min(SATURATION, exact_index_sum(units)))
 
     def function(data: Any) -> float:
         total = exact_sum(data)
         if chosen == "ladder":
-            return float(from_grid(np.array([total]) + noise.sample(1), exponent)[0])
-        if abs(total) >= 2**53:
-            raise InvalidDataError(
-                "data", "the sum does not fit a float64 exactly", "Pass a larger grid_exponent."
-            )
-        return float(inner(float(total * g)))
+            noisy = add_saturating(np.array([total], dtype=np.int64), noise.sample(1))
+            return float(from_grid(noisy, exponent)[0])
+        return float(inner(Fraction(total) * g))
 
     def privacy_map(d_in: Fraction) -> PrivacyLoss:
         records = math.ceil(d_in)

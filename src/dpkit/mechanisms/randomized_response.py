@@ -14,9 +14,10 @@ respondent, so the collector never sees the truth):
   otherwise one of the other k-1 categories uniformly.
 
 Every sample is exact: rational probabilities are drawn with :func:`dpkit.noise.bernoulli` and
-:func:`dpkit.noise.uniform_integers`, and the irrational e^ε-calibrated probabilities by rejection
-with Bernoulli(e^{-ε}) draws (:func:`dpkit.noise.bernoulli_exp`), never by comparing a float
-uniform with a float probability.
+:func:`dpkit.noise.uniform_integers`, and the irrational e^ε-calibrated probabilities
+e^ε/(e^ε+k-1) = 1/(1 + (k-1)e^{-ε}) with the exact logistic coin
+:func:`dpkit.noise.bernoulli_logistic`, never by comparing a float uniform with a float
+probability.
 
 Neighbouring relation and loss: inputs are vectors of answers (one per respondent) under
 :class:`~dpkit.core.spaces.ChangeOneDistance`. Each respondent's report depends on their answer
@@ -47,7 +48,7 @@ from dpkit.core.losses import PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import integer_input
-from dpkit.noise import bernoulli, bernoulli_exp, uniform_integers
+from dpkit.noise import bernoulli, bernoulli_exp, bernoulli_logistic, uniform_integers
 
 __all__ = [
     "Estimate",
@@ -63,7 +64,6 @@ __all__ = [
 
 _HALF = Fraction(1, 2)
 _MAX_CATEGORIES = 1_000_000
-_MAX_DRAWS_PER_ROUND = 1 << 20
 # Bernoulli(e^{-γ}) for γ above _DIRECT_LIMIT is drawn as a product of Bernoulli(e^{-_SPLIT})
 # factors: e^{-γ} = e^{-_SPLIT}·e^{-(γ-_SPLIT)}, so no float threshold ever underflows.
 _DIRECT_LIMIT = Fraction(512)
@@ -86,36 +86,20 @@ def _bernoulli_exp_fraction(gamma: Fraction, size: int) -> np.ndarray:
     return out
 
 
-def _reject_to_truth(truth: np.ndarray, k: int, epsilon: Fraction) -> np.ndarray:
+def _k_ary_response(truth: np.ndarray, k: int, epsilon: Fraction) -> np.ndarray:
     """For each truth t in [0, k): a report R with P(R = t) = e^ε/(e^ε+k-1), else uniform.
 
-    Rejection sampling, per respondent: propose R uniform on {0..k-1}; accept R = t always and
-    any other R with probability e^{-ε}; repeat until accepted. An accepted proposal is t with
-    probability (1/k) / (1/k + (k-1)/k·e^{-ε}) = e^ε/(e^ε + k - 1), and every other category is
-    equally likely by symmetry, which is exactly k-ary randomized response. Proposals are drawn in
-    vectorised batches; each respondent's report is the first accepted proposal of its own i.i.d.
-    sequence, so batching does not change the distribution.
+    One exact coin per respondent decides "truth or not": P(truth) = e^ε/(e^ε+k-1) =
+    1/(1 + (k-1)·e^{-ε}) is Bernoulli(1/(1 + r·e^{-γ})) with r = k-1 and γ = ε, which
+    :func:`dpkit.noise.bernoulli_logistic` draws exactly. Otherwise the report is uniform on the
+    k-1 other categories: an exact uniform integer u in [0, k-1), shifted past t (u + [u >= t]).
+    That is exactly k-ary randomized response, with two draws per respondent whatever k and ε.
     """
     n = truth.size
-    out = np.empty(n, dtype=np.int64)
-    pending = np.arange(n)
-    acceptance = (1.0 + (k - 1) * math.exp(-min(float(epsilon), 700.0))) / k
-    per_row = max(1, math.ceil(3.0 / acceptance))
-    while pending.size:
-        rows = pending.size
-        batch = max(1, min(per_row, _MAX_DRAWS_PER_ROUND // rows))
-        proposals = np.asarray(uniform_integers(k, rows * batch), dtype=np.int64)
-        proposals = proposals.reshape(rows, batch)
-        accepted = proposals == truth[pending, None]
-        other = ~accepted
-        count = int(other.sum())
-        if count:
-            accepted[other] = _bernoulli_exp_fraction(epsilon, count)
-        done = accepted.any(axis=1)
-        first = accepted.argmax(axis=1)
-        out[pending[done]] = proposals[done, first[done]]
-        pending = pending[~done]
-    return out
+    keep = np.asarray(bernoulli_logistic(Fraction(k - 1), epsilon, n), dtype=bool)
+    other = np.asarray(uniform_integers(k - 1, n), dtype=np.int64)
+    other += other >= truth
+    return np.where(keep, truth, other).astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- input checking
@@ -190,7 +174,16 @@ def _category_indices(
 ) -> tuple[np.ndarray, tuple[int, ...], bool]:
     """Answers as flat int64 indices in [0, k), the input's shape, and whether it was scalar."""
     if labels is None:
-        indices = integer_input(_as_array(data, "answers"), "answers")
+        raw = _as_array(data, "answers")
+        if raw.dtype.kind == "f" and not np.all(np.isfinite(raw) & (raw == np.round(raw))):
+            # a category domain, checked per answer: in the local model each answer is one
+            # person's own input to their own randomiser, so a refusal reveals nothing else
+            raise InvalidDataError(
+                "answers",
+                "contains values that are not category indices",
+                "Each answer must be the index of one of the categories.",
+            )
+        indices = integer_input(raw, "answers")
         shape, scalar = indices.shape, indices.ndim == 0
         flat = indices.reshape(-1)
         if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= k):
@@ -352,11 +345,9 @@ def make_randomized_response_epsilon(epsilon: Number) -> Measurement[Any]:
         is the optimal binary ε-LDP mechanism).
 
     Sampling:
-        Exact, by rejection: propose one of the two answers uniformly; accept it if it is the
-        truth, otherwise accept it with probability e^{-ε} (an exact Bernoulli(e^{-ε}) draw);
-        repeat for the rejected. The truth comes out with probability
-        (1/2)/(1/2 + e^{-ε}/2) = 1/(1 + e^{-ε}) = e^ε/(1 + e^ε). At most 2 proposals are needed
-        on average.
+        Exact: one Bernoulli(1/(1 + e^{-ε})) = Bernoulli(e^ε/(1 + e^ε)) coin per respondent,
+        drawn with :func:`dpkit.noise.bernoulli_logistic`, decides whether the truth is
+        reported.
 
     Accuracy:
         With P = e^ε/(1+e^ε), the fraction ȳ of "yes" reports has mean (1-P) + (2P-1)π, so
@@ -389,7 +380,7 @@ def make_randomized_response_epsilon(epsilon: Number) -> Measurement[Any]:
 
     def function(data: Any) -> Any:
         truth, shape, scalar = _binary_input(data)
-        out = _reject_to_truth(truth.astype(np.int64), 2, eps) == 1
+        out = _k_ary_response(truth.astype(np.int64), 2, eps) == 1
         return bool(out[0]) if scalar else out.reshape(shape)
 
     return Measurement(
@@ -425,10 +416,9 @@ def make_generalized_randomized_response(
         Viswanath 2014; "direct encoding" in Wang et al. 2017, USENIX Security).
 
     Sampling:
-        Exact, by rejection: propose a category uniformly (exact uniform integers); accept it if
-        it is the truth, otherwise with probability e^{-ε} (exact Bernoulli(e^{-ε})); repeat. The
-        truth is accepted with probability (1/k)/((1/k) + ((k-1)/k)e^{-ε}) = e^ε/(e^ε+k-1), the
-        others uniformly. Cost: k/(1 + (k-1)e^{-ε}) <= min(k, e^ε + 1) proposals on average.
+        Exact: one coin with P(truth) = e^ε/(e^ε+k-1) = 1/(1 + (k-1)e^{-ε})
+        (:func:`dpkit.noise.bernoulli_logistic`, exact), otherwise an exact uniform draw among
+        the k-1 other categories. Two draws per respondent whatever k and ε.
 
     Accuracy:
         With p = e^ε/(e^ε+k-1) and q = 1/(e^ε+k-1), the fraction c_j/n of reports of category j
@@ -479,7 +469,7 @@ def make_generalized_randomized_response(
 
     def function(data: Any) -> Any:
         truth, shape, scalar = _category_indices(data, k, labels)
-        reports = _reject_to_truth(truth, k, eps)
+        reports = _k_ary_response(truth, k, eps)
         if label_array is not None and labels is not None:
             if scalar:
                 return labels[int(reports[0])]

@@ -285,12 +285,14 @@ class Service:
             raise InvalidParameterError("name", name, "a dataset name not registered yet")
         # open it once to check the unit and the declared columns against the file's header
         # (public metadata; no values are read)
+        scratch = Ledger.open("memory://", monitor=BudgetMonitor(log=False))
+        scratch.create_budget(name, budget, privacy_unit=privacy_unit)
         probe = Session(
             str(path),
             privacy_unit,
-            budget,
+            None,
             dataset=name,
-            ledger=Ledger.open("memory://", monitor=BudgetMonitor(log=False)),
+            ledger=scratch,
             schema=clean_schema,
             engine=self.config.engine,
             **clean_bounds["contribution"],

@@ -8,6 +8,9 @@
 * Statistical audits (:mod:`dpkit.testing.audit`): a confidence lower bound on the real loss from
   releases on neighbouring inputs — :func:`audit_measurement`, :func:`audit_samples`,
   :func:`audit_samples_zcdp`.
+* The neighbour-failure check (:mod:`dpkit.testing.failures`): an exception is an output, so
+  neighbouring inputs must fail alike — :func:`check_failure_behaviour`,
+  :func:`check_session_failures`, :func:`add_one_unit`.
 * A conformance suite (:mod:`dpkit.testing.conformance`) every mechanism should pass:
   :func:`check_mechanism`.
 
@@ -28,16 +31,27 @@ from dpkit.testing.exact import (
     check_measurement_exact,
     check_tiered_pure_dp,
 )
+from dpkit.testing.failures import (
+    EXTREME_FLOATS,
+    FailureCheckResult,
+    add_one_unit,
+    check_failure_behaviour,
+    check_session_failures,
+)
 
 __all__ = [
     "DEFAULT_ALPHAS",
+    "EXTREME_FLOATS",
     "OMIT",
     "AuditResult",
     "CheckResult",
     "ConformanceReport",
+    "FailureCheckResult",
+    "add_one_unit",
     "audit_measurement",
     "audit_samples",
     "audit_samples_zcdp",
+    "check_failure_behaviour",
     "check_finite_approx_dp",
     "check_finite_pure_dp",
     "check_finite_zcdp",
@@ -45,5 +59,6 @@ __all__ = [
     "check_lattice_zcdp",
     "check_measurement_exact",
     "check_mechanism",
+    "check_session_failures",
     "check_tiered_pure_dp",
 ]

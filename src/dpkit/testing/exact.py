@@ -696,8 +696,15 @@ def check_measurement_exact(
     neighbour_pairs: Iterable[tuple[Any, Any]] | None = None,
     shift_samples: int | None = 16,
     alphas: Sequence[float] = DEFAULT_ALPHAS,
+    sensitivity: Number | None = None,
 ) -> CheckResult:
     """Check a measurement's declared loss at ``d_in`` against its actual noise distribution.
+
+    ``sensitivity``, when given, is the query's true sensitivity, told to the checker
+    independently of the measurement: the claim ``measurement.map(d_in)`` (the loss the user is
+    told for one unit) is then checked against the noise at *that* distance. A constructor that
+    ignores its Δ and declares a smaller ``d_in`` passes the self-consistent check and fails
+    this one.
 
     *Additive grid mechanisms* (``measurement.noise`` is a
     :class:`~dpkit.noise.distributions.GridNoise`: make_laplace, make_geometric, make_gaussian,
@@ -753,6 +760,8 @@ def check_measurement_exact(
     else:
         distance = fraction_of("d_in", d_in)
     claim = measurement.map(distance)
+    if sensitivity is not None:
+        distance = sensitivity_of("sensitivity", sensitivity)
     noise = measurement.noise
     output_pmf = measurement.info.get("exact_output_pmf") or measurement.info.get("output_pmf")
     if isinstance(noise, GridNoise):

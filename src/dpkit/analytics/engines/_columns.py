@@ -47,6 +47,8 @@ __all__ = [
     "check_declared_schema",
     "convert_series",
     "csv_header",
+    "floor_arrow_temporal",
+    "floor_sql_temporal",
     "is_parquet_path",
     "kind_of_pandas",
     "needs_conversion",
@@ -310,7 +312,92 @@ def prepare_pandas(df: pd.DataFrame, kinds: Mapping[str, ColumnKind]) -> pd.Data
         for name, kind in kinds.items()
         if needs_conversion(df[name].dtype, kind)
     }
+    for name, kind in kinds.items():
+        if kind == "temporal" and name not in converted:
+            floored = _floor_pandas_temporal(df[name])
+            if floored is not None:
+                converted[name] = floored
     return df.assign(**converted) if converted else df
+
+
+def _floor_pandas_temporal(series: pd.Series) -> pd.Series | None:
+    """A datetime column finer than a microsecond, floored to microseconds (else None)."""
+    dtype = series.dtype
+    if not pd.api.types.is_datetime64_any_dtype(dtype):
+        return None
+    unit = getattr(dtype, "unit", None) or np.datetime_data(dtype)[0]
+    if unit != "ns":
+        return None
+    return series.dt.floor("us").astype(
+        pd.DatetimeTZDtype("us", dtype.tz) if getattr(dtype, "tz", None) else "datetime64[us]"
+    )
+
+
+def floor_arrow_temporal(table: Any) -> Any:
+    """``table`` (Arrow) with every time, timestamp and duration column finer than a microsecond
+    floored to whole microseconds.
+
+    Group keys are identified at microsecond resolution (:func:`canonical`, Python's datetime).
+    If an engine grouped nanosecond values exactly, two keys 1 ns apart would be two groups that
+    the release step sees as one, and the query would fail on one table and release on its
+    neighbour. So every engine floors to microseconds *before* it filters or groups: the key
+    that is grouped is exactly the key that is released. Flooring depends on no other row.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc  # type: ignore[import-untyped]  # no stubs in the env
+
+    columns = []
+    changed = False
+    for field, col in zip(table.schema, table.columns, strict=True):
+        t = field.type
+        target = None
+        if pa.types.is_timestamp(t) and t.unit == "ns":
+            target = pa.timestamp("us", tz=t.tz)
+        elif pa.types.is_time64(t) and t.unit == "ns":
+            target = pa.time64("us")
+        elif pa.types.is_duration(t) and t.unit == "ns":
+            target = pa.duration("us")
+        if target is None:
+            columns.append(col)
+            continue
+        changed = True
+        raw = col.cast(pa.int64())
+        floored = pc.subtract(raw, pc.if_else(pc.less(raw, 0), 999, 0))  # floor, not toward 0
+        micros = pc.divide(floored, 1000)
+        columns.append(micros.cast(pa.int64()).cast(target))
+    if not changed:
+        return table
+    return pa.table(
+        columns,
+        schema=pa.schema(
+            [
+                pa.field(f.name, c.type, f.nullable, f.metadata)
+                for f, c in zip(table.schema, columns, strict=True)
+            ]
+        ),
+    )
+
+
+def floor_sql_temporal(sql_type: str) -> str | None:
+    """A DuckDB expression template flooring a nanosecond temporal column to microseconds.
+
+    ``{c}`` stands for the quoted column. DuckDB's casts from ``TIMESTAMP_NS`` round to the
+    nearest microsecond; the engines floor (see :func:`floor_arrow_temporal`), so the cast is
+    corrected down by one microsecond when it went up.
+    """
+    upper = sql_type.upper()
+    coarse = {
+        "TIMESTAMP_NS": "TIMESTAMP",
+        "TIMESTAMP WITH TIME ZONE_NS": "TIMESTAMPTZ",
+        "TIMESTAMPTZ_NS": "TIMESTAMPTZ",
+        "TIME_NS": "TIME",
+    }.get(upper)
+    if coarse is None:
+        return None
+    return (
+        f"(CAST({{c}} AS {coarse}) - CASE WHEN CAST(CAST({{c}} AS {coarse}) AS {upper}) > {{c}} "
+        "THEN INTERVAL 1 MICROSECOND ELSE INTERVAL 0 MICROSECOND END)"
+    )
 
 
 def pandas_float_columns(df: pd.DataFrame, kinds: Mapping[str, ColumnKind]) -> set[str]:

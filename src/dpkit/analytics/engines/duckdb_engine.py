@@ -23,6 +23,8 @@ from sqlglot import exp
 from dpkit.analytics.engines._columns import (
     check_declared_schema,
     csv_header,
+    floor_arrow_temporal,
+    floor_sql_temporal,
     is_parquet_path,
     kind_of_pandas,
     pandas_float_columns,
@@ -92,7 +94,7 @@ class DuckDBEngine:
                 raise InvalidDataError("source", f"no file at {path!r}")
             if is_parquet_path(path):
                 call = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(path)])
-                return self._described(exp.Table(this=call))
+                return self._described(self._floored(exp.Table(this=call)))
             header = csv_header(path)
             return (
                 exp.Table(this=_read_csv_as_text(path, header)),
@@ -106,9 +108,30 @@ class DuckDBEngine:
             source = source.to_arrow_table()
         elif hasattr(source, "to_arrow") and not isinstance(source, pa.Table):
             source = source.to_arrow()  # Polars
+        if isinstance(source, pa.Table):
+            source = floor_arrow_temporal(source)  # group on the key that is released
         self._keepalive = source
         self._con.register(self._view, source)
         return self._described(exp.Table(this=ident(self._view)))
+
+    def _floored(self, table: exp.Expr) -> exp.Expr:
+        """``table``, with nanosecond temporal columns floored to microseconds in a view (the
+        key grouped is the key released: see ``floor_arrow_temporal``)."""
+        described = self._con.sql(exp.select(exp.Star()).from_(table.copy()).limit(0).sql("duckdb"))
+        replaced = []
+        for name, sql_type in zip(described.columns, described.types, strict=True):
+            template = floor_sql_temporal(str(sql_type))
+            if template is not None:
+                quoted = ident(name).sql("duckdb")
+                replaced.append(f"{template.format(c=quoted)} AS {quoted}")
+        if not replaced:
+            return table
+        view = f"{self._view}_floored"
+        source = table.sql("duckdb")
+        self._con.execute(
+            f"CREATE TEMP VIEW {view} AS SELECT * REPLACE ({', '.join(replaced)}) FROM {source}"
+        )
+        return exp.Table(this=ident(view))
 
     def _described(self, table: exp.Expr) -> tuple[exp.Expr, dict[str, ColumnKind], set[str]]:
         described = self._con.sql(exp.select(exp.Star()).from_(table.copy()).limit(0).sql("duckdb"))

@@ -6,6 +6,7 @@ NULL semantics for expressions (pandas' nullable dtypes give Kleene logic for ``
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from dpkit.analytics.engines._columns import (
     canonical,
     check_declared_schema,
     csv_header,
+    floor_arrow_temporal,
     is_parquet_path,
     kind_of_pandas,
     parquet_schema,
@@ -110,6 +112,8 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
             return pd.array([value] * n, dtype="boolean")
         if isinstance(value, int | float):
             return _float_array(np.full(n, float(value)))
+        if isinstance(value, _dt.datetime):
+            return pd.array(np.full(n, np.datetime64(value, "us")), dtype="datetime64[us]")
         return pd.array([value] * n, dtype="string[python]")
     if isinstance(expr, IsIn):
         operand = evaluate(expr.operand, df)
@@ -133,6 +137,9 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
             return pd.array(~np.asarray(operand.isna(), dtype=bool), dtype="boolean")
         if expr.op == "not":
             return ~_as_boolean(operand)
+        if expr.op == "as_number":
+            numbers = _as_boolean(operand).to_numpy(dtype=np.float64, na_value=np.nan)
+            return _float_array(numbers)
         if expr.op == "neg":
             return -_as_float(operand)
         if expr.op == "abs":
@@ -185,6 +192,7 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
             return _nan_to_na(out)
         if isinstance(left, pd.arrays.FloatingArray) or isinstance(right, pd.arrays.FloatingArray):
             left, right = _as_float(left), _as_float(right)
+        left, right = _naive_utc(left), _naive_utc(right)
         ops: dict[str, Callable[[Any, Any], Any]] = {
             "<": lambda x, y: x < y,
             "<=": lambda x, y: x <= y,
@@ -195,6 +203,13 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
         }
         return _as_boolean(ops[expr.op](left, right))
     raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
+
+
+def _naive_utc(values: Any) -> Any:
+    """Time-zone-aware timestamps as naive UTC (how temporal literals and keys compare)."""
+    if isinstance(getattr(values, "dtype", None), pd.DatetimeTZDtype):
+        return pd.Series(values).dt.tz_convert("UTC").dt.tz_localize(None).array
+    return values
 
 
 def _as_float(values: Any) -> Any:
@@ -260,14 +275,16 @@ class PandasEngine:
             return self._loaded
         source = self._source
         if isinstance(source, pa.Table):
-            df = source.to_pandas(date_as_object=False)
+            df = floor_arrow_temporal(source).to_pandas(date_as_object=False)
         elif isinstance(source, str | Path):
             if self._csv:
                 df = pd.read_csv(
                     source, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8-sig"
                 )
             else:
-                df = pd.read_parquet(source)
+                import pyarrow.parquet as pq  # type: ignore[import-untyped]  # no stubs
+
+                df = floor_arrow_temporal(pq.read_table(source)).to_pandas(date_as_object=False)
         else:
             df = source
         self._loaded = prepare_pandas(df, self._kinds)

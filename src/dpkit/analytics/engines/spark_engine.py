@@ -24,6 +24,7 @@ from sqlglot import exp
 from dpkit.analytics.engines._columns import (
     check_declared_schema,
     csv_header,
+    floor_arrow_temporal,
     is_parquet_path,
     kind_of_pandas,
     pandas_float_columns,
@@ -153,7 +154,11 @@ class SparkEngine:
         if self._frame is not None:
             return
         source = self._pandas
-        df = source.to_pandas(date_as_object=False) if isinstance(source, pa.Table) else source
+        df = (
+            floor_arrow_temporal(source).to_pandas(date_as_object=False)
+            if isinstance(source, pa.Table)
+            else source
+        )
         df = prepare_pandas(df, self._schema)
         self._floats = pandas_float_columns(df, self._schema)
         self._frame = self._from_pandas(df)

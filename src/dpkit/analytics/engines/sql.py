@@ -176,6 +176,8 @@ class _ExprCompiler:
                 return exp.Not(this=exp.Is(this=operand, expression=exp.Null()))
             if expr.op == "not":
                 return exp.Not(this=exp.Paren(this=operand))
+            if expr.op == "as_number":
+                return exp.Cast(this=operand, to=exp.DataType.build("DOUBLE"))
             if expr.op == "neg":
                 return exp.Neg(this=exp.Paren(this=_as_double(operand)))
             if expr.op == "abs":

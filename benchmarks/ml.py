@@ -1,0 +1,233 @@
+"""Private k-means and linear regression: dpkit.ml beside diffprivlib, in one run.
+
+    python benchmarks/ml.py                 # n = 10^4 mixtures, the target cell, real data sets
+    python benchmarks/ml.py --large         # adds n = 10^6 mixtures (slow)
+    python benchmarks/ml.py --runs 5 --quick
+
+Metric (k-means): the k-means objective of the private centres on the data divided by that of
+non-private k-means++ (scikit-learn, 3 restarts), median over ``--runs`` fits (>= 20 by
+default) at ε ∈ {0.1, 0.5, 1, 2}. Both libraries get the same data and the same declared bounds
+[-1, 1]^d. Regression: mean squared error relative to OLS, same protocol.
+
+Data: Gaussian mixtures (centres uniform in [-0.7, 0.7]^d, per-coordinate σ = 0.05, clipped to
+the bounds; "separated" for the target cell means centres at least 0.5 apart), and the data sets
+scikit-learn ships offline (digits, wine, breast_cancer; min-max scaled to [-1, 1]). The
+benchmark's data are drawn with numpy's generator: they are inputs, not privacy noise.
+
+diffprivlib is optional (``pip install dpkit[bench]``). diffprivlib 0.6 imports
+``sklearn.tree._tree.DOUBLE/DTYPE`` which scikit-learn 1.9 removed; the shim below defines them
+only so that the import succeeds (its tree models, which use them, are not run here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from sklearn.cluster import KMeans as SkKMeans
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits, load_wine
+from sklearn.linear_model import LinearRegression as OLS
+from sklearn.preprocessing import MinMaxScaler
+
+from dpkit.ml import KMeans, LinearRegression
+from dpkit.ml._kmeans import objective
+
+EPSILONS = (0.1, 0.5, 1.0, 2.0)
+
+
+def _diffprivlib() -> Any:
+    try:
+        import sklearn.tree._tree as tree
+
+        for name, value in (("DOUBLE", np.float64), ("DTYPE", np.float32)):
+            if not hasattr(tree, name):
+                setattr(tree, name, value)
+        import diffprivlib.models as models
+    except ImportError:
+        return None
+    return models
+
+
+def mixture(
+    n: int, d: int, k: int, rng: np.random.Generator, separation: float = 0.0
+) -> np.ndarray:
+    centres = rng.uniform(-0.7, 0.7, size=(k, d))
+    if separation > 0:  # resample until every pair is at least `separation` apart
+        for _ in range(1000):
+            gaps = np.linalg.norm(centres[:, None] - centres[None], axis=2) + np.eye(k) * 9
+            if gaps.min() >= separation:
+                break
+            centres = rng.uniform(-0.7, 0.7, size=(k, d))
+    labels = rng.integers(0, k, size=n)
+    return np.clip(centres[labels] + rng.normal(0, 0.05, size=(n, d)), -1, 1)
+
+
+def real(name: str) -> tuple[np.ndarray, int]:
+    loader, k = {"digits": (load_digits, 10), "wine": (load_wine, 3)}.get(
+        name, (load_breast_cancer, 2)
+    )
+    x = loader().data.astype(np.float64)
+    return MinMaxScaler(feature_range=(-1, 1)).fit_transform(x), k
+
+
+def median_ratio(fit: Callable[[], np.ndarray], x: np.ndarray, base: float, runs: int) -> float:
+    return float(np.median([objective(x, fit()) / base for _ in range(runs)]))
+
+
+def kmeans_cell(x: np.ndarray, k: int, runs: int, dpl: Any) -> list[str]:
+    d = x.shape[1]
+    base = objective(x, SkKMeans(k, n_init=3, random_state=0).fit(x).cluster_centers_)
+    row = []
+    for eps in EPSILONS:
+
+        def ours(eps: float = eps) -> np.ndarray:
+            model = KMeans(k, epsilon=eps, bounds=(-1, 1)).fit(x)
+            return np.asarray(model.cluster_centers_)
+
+        mine = median_ratio(ours, x, base, runs)
+        if dpl is not None:
+
+            def theirs(eps: float = eps) -> np.ndarray:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    model = dpl.KMeans(k, epsilon=eps, bounds=(-np.ones(d), np.ones(d))).fit(x)
+                return np.asarray(model.cluster_centers_)
+
+            other = median_ratio(theirs, x, base, runs)
+            mark = "✓" if mine < other else "✗"
+            row.append(f"{mine:.3g} / {other:.3g} {mark}")
+        else:
+            row.append(f"{mine:.3g} / -")
+    return row
+
+
+def regression_cell(
+    x: np.ndarray, y: np.ndarray, runs: int, dpl: Any, bounds_y: tuple[float, float]
+) -> list[str]:
+    base = float(np.mean((OLS().fit(x, y).predict(x) - y) ** 2))
+    d = x.shape[1]
+    row = []
+    for eps in EPSILONS:
+        mine = np.median(
+            [
+                np.mean(
+                    (
+                        LinearRegression(epsilon=eps, bounds_X=(-1, 1), bounds_y=bounds_y)
+                        .fit(x, y)
+                        .predict(x)
+                        - y
+                    )
+                    ** 2
+                )
+                / base
+                for _ in range(runs)
+            ]
+        )
+        if dpl is None:
+            row.append(f"{mine:.3g} / -")
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            other = np.median(
+                [
+                    np.mean(
+                        (
+                            dpl.LinearRegression(
+                                epsilon=eps,
+                                bounds_X=(-np.ones(d), np.ones(d)),
+                                bounds_y=bounds_y,
+                            )
+                            .fit(x, y)
+                            .predict(x)
+                            - y
+                        )
+                        ** 2
+                    )
+                    / base
+                    for _ in range(runs)
+                ]
+            )
+        row.append(f"{mine:.3g} / {other:.3g} {'✓' if mine < other else '✗'}")
+    return row
+
+
+def table(title: str, rows: list[tuple[str, list[str]]]) -> None:
+    print(f"\n{title}  (dpkit / diffprivlib; ✓ = dpkit lower)")
+    head = "| data | " + " | ".join(f"ε = {e:g}" for e in EPSILONS) + " |"
+    print(head)
+    print("|" + "---|" * (len(EPSILONS) + 1))
+    for name, cells in rows:
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--large", action="store_true", help="add n = 10^6 mixtures")
+    parser.add_argument("--quick", action="store_true", help="skip d = 50 and real data")
+    args = parser.parse_args()
+    dpl = _diffprivlib()
+    if dpl is None:
+        print("diffprivlib not installed: dpkit only (pip install dpkit[bench])")
+    rng = np.random.default_rng(2024)
+    sizes = [10_000] + ([1_000_000] if args.large else [])
+    dims = (2, 10) if args.quick else (2, 10, 50)
+
+    rows = []
+    for n in sizes:
+        for d in dims:
+            for k in (5, 20):
+                x = mixture(n, d, k, rng)
+                runs = args.runs if n <= 10**5 else max(3, args.runs // 4)
+                rows.append((f"mixture n={n:.0e} d={d} k={k}", kmeans_cell(x, k, runs, dpl)))
+                print(rows[-1], flush=True)
+    x = mixture(100_000, 10, 10, rng, separation=0.5)
+    rows.append(("target: separated n=1e5 d=10 k=10", kmeans_cell(x, 10, args.runs, dpl)))
+    print(rows[-1], flush=True)
+    if not args.quick:
+        for name in ("digits", "wine", "breast_cancer"):
+            xr, k = real(name)
+            rows.append(
+                (
+                    f"{name} (n={xr.shape[0]}, d={xr.shape[1]}, k={k})",
+                    kmeans_cell(xr, k, args.runs, dpl),
+                )
+            )
+            print(rows[-1], flush=True)
+    table("k-means objective / non-private k-means++ (median)", rows)
+
+    big = mixture(1_000_000, 10, 10, rng, separation=0.5)
+    start = time.perf_counter()
+    KMeans(10, epsilon=1, bounds=(-1, 1)).fit(big)
+    ours = time.perf_counter() - start
+    line = f"\nfit time, n = 10^6, d = 10, k = 10, ε = 1: dpkit {ours:.2f} s"
+    if dpl is not None:
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dpl.KMeans(10, epsilon=1, bounds=(-np.ones(10), np.ones(10))).fit(big)
+        line += f", diffprivlib {time.perf_counter() - start:.2f} s"
+    print(line)
+
+    reg_rows = []
+    for n, d in ((10_000, 10), (100_000, 10)):
+        xs = rng.uniform(-1, 1, size=(n, d))
+        w = rng.normal(0, 0.3, size=d)
+        ys = np.clip(xs @ w + rng.normal(0, 0.1, size=n), -2, 2)
+        reg_rows.append(
+            (f"linear n={n:.0e} d={d}", regression_cell(xs, ys, args.runs, dpl, (-2, 2)))
+        )
+        print(reg_rows[-1], flush=True)
+    diabetes = load_diabetes()
+    xd = MinMaxScaler(feature_range=(-1, 1)).fit_transform(diabetes.data)
+    yd = MinMaxScaler(feature_range=(-1, 1)).fit_transform(diabetes.target[:, None])[:, 0]
+    reg_rows.append(("diabetes (n=442, d=10)", regression_cell(xd, yd, args.runs, dpl, (-1, 1))))
+    table("regression MSE / OLS MSE (median)", reg_rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m dpkit.cli``: the same as the ``dpkit`` console script."""
+
+from dpkit.cli import main
+
+main()

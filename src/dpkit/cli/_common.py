@@ -1,0 +1,303 @@
+"""What every ``dpkit`` command shares: the ledger location, consoles, errors, number style.
+
+This module imports only the standard library and typer, so that ``dpkit --help`` and
+``dpkit --version`` stay fast; each command imports the heavy layers (pandas, DuckDB, numpy) inside
+its body.
+
+The default ledger
+------------------
+Every command that reads or writes budgets uses the same ledger: ``--ledger PATH`` if given, else
+the ``DPKIT_LEDGER`` environment variable, else :func:`default_ledger_path`
+(``$XDG_DATA_HOME/dpkit/ledger.sqlite``, i.e. ``~/.local/share/dpkit/ledger.sqlite``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+import sys
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = [
+    "EPSILON_FLOOR",
+    "CLIError",
+    "check_ledger_file",
+    "default_ledger_path",
+    "err_console",
+    "friendly",
+    "handles_errors",
+    "human_number",
+    "out_console",
+    "resolve_ledger",
+]
+
+EPSILON_FLOOR = 1e-6
+"""The smallest ε (and ρ) a command accepts. Below it the noise scale exceeds anything a float
+represents usefully (ε = 1e-300 overflowed while reading the data); such a query can only ever
+return noise, so it is refused as a parameter error before anything is charged."""
+
+DELTA_WARN = 1e-5
+"""δ above this prints a warning: δ is the chance that the guarantee fails outright, and it must
+be far below 1/n for a table of n people (δ = 1/n allows releasing one random person's row)."""
+
+DELTA_REFUSE = 0.1
+"""δ at or above this is refused unless ``--allow-large-delta`` is given."""
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class CLIError(Exception):
+    """A command-line failure: one readable line, a hint, and the exit code."""
+
+    def __init__(self, message: str, hint: str = "", code: int = 2) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.code = code
+
+
+def default_ledger_path() -> Path:
+    """``$XDG_DATA_HOME/dpkit/ledger.sqlite`` (``~/.local/share/dpkit/ledger.sqlite``)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "dpkit" / "ledger.sqlite"
+
+
+LEDGER_HELP = (
+    "The privacy ledger (SQLite). Default: $DPKIT_LEDGER, else "
+    "~/.local/share/dpkit/ledger.sqlite (honours $XDG_DATA_HOME)."
+)
+
+
+def resolve_ledger(given: str | None) -> str:
+    """The ledger every command uses: ``--ledger``, else ``$DPKIT_LEDGER``, else the default."""
+    if given:
+        return given
+    env = os.environ.get("DPKIT_LEDGER")
+    if env:
+        return env
+    return str(default_ledger_path())
+
+
+def _ledger_file(ledger: str) -> Path | None:
+    if ledger.startswith("sqlite:///"):
+        ledger = ledger[len("sqlite:///") :]
+    if ledger in ("", ":memory:") or "://" in ledger:
+        return None
+    return Path(ledger)
+
+
+def check_ledger_file(ledger: str, *, must_exist: bool = True) -> None:
+    """Refuse a ledger path that is missing (when ``must_exist``) or is not a dpkit ledger."""
+    path = _ledger_file(ledger)
+    if path is None:
+        return
+    if path.is_dir():
+        raise CLIError(f"the ledger {str(path)!r} is a directory", "Give a file: --ledger PATH.")
+    if not path.exists():
+        if must_exist:
+            raise CLIError(
+                f"no ledger at {str(path)!r}",
+                "A privacy officer creates each dataset's budget first: "
+                "dpkit budget create DATASET --epsilon E --unit COLUMN "
+                "(or point --ledger / DPKIT_LEDGER at an existing ledger).",
+            )
+        return
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(_SQLITE_MAGIC))
+    except OSError as error:
+        raise CLIError(
+            f"cannot read the ledger {str(path)!r} ({error.strerror or type(error).__name__})",
+            "Check the path and its permissions.",
+        ) from None
+    if head and head != _SQLITE_MAGIC:
+        raise CLIError(
+            f"{str(path)!r} is not a dpkit ledger (it is not a SQLite file)",
+            "Point --ledger (or DPKIT_LEDGER) at the ledger file, not at a data file.",
+        )
+    if head:
+        import sqlite3
+
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            tables = set()
+        if tables and "budgets" not in tables:
+            raise CLIError(
+                f"{str(path)!r} is not a dpkit ledger (a SQLite file without dpkit's tables)",
+                "Point --ledger (or DPKIT_LEDGER) at the ledger file.",
+            )
+
+
+def human_number(value: Any) -> str:
+    """A number as people write it: ``0.25``, ``1/3 ≈ 0.3333``, ``1e+308``, ``-1``."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, Fraction):
+        if value.denominator == 1:
+            return human_number(value.numerator)
+        as_float = float(value)
+        text = f"{as_float:.6g}"
+        if Fraction(text) == value:
+            return text
+        if value.denominator < 1000 and abs(value.numerator) < 10**6:
+            return f"{value.numerator}/{value.denominator} ≈ {as_float:.4g}"
+        return f"≈ {as_float:.6g}"
+    if isinstance(value, int):
+        return str(value) if abs(value) < 10**15 else f"{float(value):.6g}"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        return f"{value:.6g}"
+    return str(value)
+
+
+_FRACTION_RE = re.compile(r"Fraction\((-?\d+), (\d+)\)")
+_LONG_INT_RE = re.compile(r"(?<![\w.])-?\d{16,}(?:/\d+)?(?![\w.])")
+
+
+def friendly(text: str) -> str:
+    """Rewrite Python-isms in a message: ``Fraction(-1, 1)`` → ``-1``, 300 digits → ``1e+308``."""
+
+    def fraction(match: re.Match[str]) -> str:
+        return human_number(Fraction(int(match.group(1)), int(match.group(2))))
+
+    def long_number(match: re.Match[str]) -> str:
+        return human_number(Fraction(match.group(0)))
+
+    return _LONG_INT_RE.sub(long_number, _FRACTION_RE.sub(fraction, text))
+
+
+def _color_allowed(stderr: bool) -> bool:
+    stream = sys.stderr if stderr else sys.stdout
+    return not os.environ.get("NO_COLOR") and stream.isatty()
+
+
+def out_console(width: int | None = None) -> Console:
+    """The console for answers (stdout): no colour codes when piped or when NO_COLOR is set."""
+    from rich.console import Console
+
+    return Console(
+        no_color=not _color_allowed(False),
+        highlight=False,
+        width=width,
+        soft_wrap=False,
+    )
+
+
+def err_console() -> Console:
+    """The console for progress, warnings, alerts and errors (stderr)."""
+    from rich.console import Console
+
+    return Console(stderr=True, no_color=not _color_allowed(True), highlight=False)
+
+
+def fail(message: str, hint: str = "", code: int = 2) -> NoReturn:
+    raise CLIError(message, hint, code)
+
+
+def _report(message: str, hint: str, code: int) -> NoReturn:
+    typer.echo(f"error: {friendly(message)}", err=True)
+    if hint:
+        typer.echo(f"hint: {friendly(hint)}", err=True)
+    raise typer.Exit(code=code)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turn every failure of a command into one readable line plus a hint (never a traceback)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort, typer.BadParameter, KeyboardInterrupt):
+            raise
+        except CLIError as error:
+            _report(error.message, error.hint, error.code)
+        except Exception as error:  # every error becomes one readable line
+            from dpkit.errors import DPError
+
+            if isinstance(error, DPError):
+                message = str(error)
+                hint = getattr(error, "hint", None) or ""
+                if hint and message.endswith(hint):
+                    message = message[: -len(hint)].rstrip()
+                _report(message, hint, 2)
+            if isinstance(error, OSError):
+                where = f" {error.filename!r}" if getattr(error, "filename", None) else ""
+                _report(
+                    f"could not access{where}: {error.strerror or type(error).__name__}",
+                    "Check the path exists, is writable and is not a directory.",
+                    1,
+                )
+            # not dpkit's own: its text may quote the data, so only the class is named
+            _report(
+                f"the command failed ({type(error).__name__}); the message is withheld because it "
+                "can quote the data",
+                "Check the file, the declared keys, bounds and column types.",
+                1,
+            )
+
+    return wrapper
+
+
+def format_loss(loss: Any) -> str:
+    """A privacy loss as people write it: ``ε=0.25``, ``ε=1, δ=1e-06``, ``ρ=0.5``."""
+    if loss is None:
+        return ""
+    symbols = {"epsilon": "ε", "delta": "δ", "rho": "ρ"}
+    parts = [
+        f"{symbols[name]}={human_number(getattr(loss, name))}"
+        for name in getattr(loss, "__slots__", ())
+        if name in symbols
+    ]
+    return ", ".join(parts) if parts else friendly(str(loss))
+
+
+def check_positive_flag(flag: str, value: float | None, *, floor: float | None = None) -> None:
+    """A finite, positive number for ``flag`` (at least ``floor`` when given)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value <= 0:
+        raise CLIError(f"{flag} must be a positive number (got {human_number(value)})")
+    if floor is not None and value < floor:
+        raise CLIError(
+            f"{flag} {human_number(value)} is below dpkit's floor of {human_number(floor)}",
+            f"With {flag} that small the answer is pure noise; use at least {floor:g} "
+            "(docs/cli.md explains the floor). Nothing was charged.",
+        )
+
+
+def spinner(description: str) -> Any:
+    """A transient progress display on stderr with elapsed time; silent when not a terminal."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = err_console()
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+    progress.add_task(description, total=None)
+    return progress

@@ -1,0 +1,468 @@
+"""``dpkit query``: answer one query over a CSV or Parquet file, with differential privacy.
+
+Every query spends the budget of a dataset that already exists in the ledger (a privacy officer
+creates it with ``dpkit budget create``); a query never creates a budget. The per-person bound is
+a privacy decision the user makes (``--max-rows`` and/or ``--max-groups``) and is printed with
+every answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from dpkit.cli._common import (
+    DELTA_REFUSE,
+    DELTA_WARN,
+    EPSILON_FLOOR,
+    LEDGER_HELP,
+    CLIError,
+    check_ledger_file,
+    check_positive_flag,
+    err_console,
+    handles_errors,
+    human_number,
+    out_console,
+    resolve_ledger,
+    spinner,
+)
+
+if TYPE_CHECKING:
+    from dpkit.analytics.querytext import ParsedQuery
+    from dpkit.core.losses import PrivacyLoss
+
+__all__ = ["QUERY_HELP", "query_command"]
+
+QUERY_HELP = """Answer a query over DATA with differential privacy and print the result.
+
+\b
+Syntax (one SELECT; FROM is optional and may only name the input):
+  SELECT key, ..., aggregate [AS name], ... [FROM input] [WHERE condition] [GROUP BY key, ...]
+\b
+Aggregates (numeric ones declare the bounds values are clamped to):
+  COUNT(*)                      rows
+  COUNT(DISTINCT <unit>)        people (privacy units)
+  SUM(col, lower, upper)        AVG(col, lower, upper)       MEDIAN(col, lower, upper)
+  VARIANCE(col, lower, upper)   STDDEV(col, lower, upper)
+  QUANTILE(col, q, lower, upper)     named q90_col for q = 0.9
+  HISTOGRAM(col, e0, e1, ..., eB)    counts in declared bins
+\b
+WHERE: = != < <= > >=, AND OR NOT, IN (...), BETWEEN, IS [NOT] NULL, + - * /,
+  dates as DATE '2024-03-01' or TIMESTAMP '2024-03-01 12:00:00'.
+GROUP BY: public keys from --keys col=v1,v2; without --keys the groups are found
+  privately (needs --delta; groups with few people are suppressed).
+\b
+Columns of a CSV file are text until declared: --schema amount=float,day=date.
+\b
+Examples:
+  dpkit budget create transactions --epsilon 3 --unit user_id
+  dpkit query transactions.csv "SELECT COUNT(*), SUM(amount, 0, 500)" \\
+      --dataset transactions --epsilon 0.5 --max-rows 20 --schema amount=float
+  dpkit query transactions.csv \\
+      "SELECT category, AVG(amount, 0, 500) WHERE day >= DATE '2024-03-01' GROUP BY category" \\
+      --dataset transactions --epsilon 0.5 --max-rows 20 --schema amount=float \\
+      --keys category=food,travel,rent
+"""
+
+_KIND_ALIASES = {
+    "int": "numeric",
+    "integer": "numeric",
+    "float": "numeric",
+    "double": "numeric",
+    "decimal": "numeric",
+    "number": "numeric",
+    "numeric": "numeric",
+    "bool": "bool",
+    "boolean": "bool",
+    "text": "text",
+    "str": "text",
+    "string": "text",
+    "date": "temporal",
+    "datetime": "temporal",
+    "timestamp": "temporal",
+    "temporal": "temporal",
+}
+
+
+def _declared_schema(specs: list[str]) -> dict[str, str]:
+    declared: dict[str, str] = {}
+    for spec in specs:
+        for item in spec.split(","):
+            if not item.strip():
+                continue
+            column, sep, kind = item.partition("=")
+            kind = kind.strip().lower()
+            if not sep or kind not in _KIND_ALIASES:
+                raise CLIError(
+                    f"--schema {item.strip()!r}: expected column=kind",
+                    "Kinds: int, float, bool, text, date, timestamp; e.g. --schema amount=float.",
+                )
+            declared[column.strip()] = _KIND_ALIASES[kind]
+    return declared
+
+
+def _parse_keys(specs: list[str], schema: Mapping[str, str]) -> dict[str, list[Any]]:
+    keys: dict[str, list[Any]] = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise CLIError(f"--keys {spec!r}: expected column=value1,value2,...")
+        column, values = spec.split("=", 1)
+        items = [v for v in values.split(",") if v != ""]
+        if schema.get(column) == "numeric":
+            try:
+                parsed: list[Any] = [int(v) if v.lstrip("-").isdigit() else float(v) for v in items]
+            except ValueError:
+                raise CLIError(f"--keys {column}: {values!r} are not all numbers") from None
+        elif schema.get(column) == "bool":
+            parsed = [v.lower() in ("true", "1", "yes") for v in items]
+        else:
+            parsed = items
+        keys[column] = parsed
+    return keys
+
+
+def _query_loss(
+    epsilon: float | None, delta: float | None, rho: float | None, allow_large_delta: bool
+) -> PrivacyLoss:
+    from dpkit._exact import fraction_of
+    from dpkit.core.losses import ZCDP, ApproxDP, PureDP
+
+    if rho is not None and epsilon is not None:
+        raise CLIError(
+            "--rho and --epsilon were both given", "Give one: --epsilon E [--delta D] or --rho R."
+        )
+    if rho is not None and delta is not None:
+        raise CLIError("--rho and --delta were both given", "A zCDP query takes --rho alone.")
+    if rho is None and epsilon is None:
+        raise CLIError("give --epsilon (or --rho): how much of the budget this query may spend")
+    check_positive_flag("--epsilon", epsilon, floor=EPSILON_FLOOR)
+    check_positive_flag("--rho", rho, floor=EPSILON_FLOOR)
+    if rho is not None:
+        return ZCDP(fraction_of("rho", rho))
+    assert epsilon is not None
+    if delta is not None:
+        if not 0 <= delta < 1:
+            raise CLIError(f"--delta must be in [0, 1) (got {human_number(delta)})")
+        if delta >= DELTA_REFUSE and not allow_large_delta:
+            raise CLIError(
+                f"--delta {human_number(delta)} is refused: with δ that large the query may "
+                "publish some people's rows outright",
+                f"δ should be far below 1/n for n people (e.g. 1e-7); pass --allow-large-delta "
+                f"to use δ ≥ {DELTA_REFUSE:g} anyway.",
+            )
+        if delta > DELTA_WARN:
+            err_console().print(
+                f"warning: δ = {human_number(delta)} is large: δ is the chance the guarantee "
+                "fails outright (e.g. one person's row published), and it must be far below "
+                "1/n for a table of n people; 1e-7 or less is usual."
+            )
+        if delta > 0:
+            return ApproxDP(fraction_of("epsilon", epsilon), fraction_of("delta", delta))
+    return PureDP(fraction_of("epsilon", epsilon))
+
+
+def _check_source(parsed: ParsedQuery, data: Path, dataset: str) -> None:
+    if parsed.source is None:
+        return
+    allowed = {data.name, data.stem, dataset}
+    if parsed.source not in allowed:
+        raise CLIError(
+            f"FROM {parsed.source}: the query may only read the input {data.name!r}",
+            f"Leave FROM out, or write FROM {data.stem}.",
+        )
+
+
+def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, unit: str) -> None:
+    """Refuse unknown columns and non-numeric columns in numeric aggregates, up front."""
+    from dpkit.analytics.expr import columns_of, numeric_columns
+
+    known = ", ".join(schema)
+    for agg in parsed.aggregations:
+        column = getattr(agg, "column", None)
+        if not isinstance(column, str):
+            continue
+        if column not in schema:
+            raise CLIError(
+                f"unknown column {column!r} in {type(agg).__name__.upper()}",
+                f"The columns of {data.name} are: {known}.",
+            )
+        kind = schema[column]
+        if kind in ("numeric", "bool"):  # a declared boolean counts as 0/1
+            continue
+        shown = "text" if kind == "string" else kind
+        origin = " (a CSV file's columns are text until declared)" if shown == "text" else ""
+        raise CLIError(
+            f"column {column!r} is {shown}{origin}; {type(agg).__name__.upper()} needs numbers",
+            f"If it holds numbers, declare it: --schema {column}=float. Values that do not "
+            "parse as numbers then count as missing.",
+        )
+    if parsed.where is not None:
+        for column in sorted(columns_of(parsed.where)):
+            if column not in schema:
+                raise CLIError(
+                    f"unknown column {column!r} in WHERE",
+                    f"The columns of {data.name} are: {known}.",
+                )
+        for column in sorted(numeric_columns(parsed.where)):
+            if column in schema and schema[column] not in ("numeric",):
+                shown = "text" if schema[column] == "string" else schema[column]
+                raise CLIError(
+                    f"column {column!r} is {shown} but WHERE compares it with a number",
+                    f"Declare it: --schema {column}=float (or =int).",
+                )
+    for key in parsed.group_by:
+        if key not in schema:
+            raise CLIError(
+                f"unknown GROUP BY column {key!r}", f"The columns of {data.name} are: {known}."
+            )
+    del unit
+
+
+def _footnotes(
+    parsed: ParsedQuery,
+    max_rows: int | None,
+    max_groups: int | None,
+    max_rows_per_group: int | None,
+    private_keys: bool,
+) -> list[str]:
+    bound = []
+    if max_rows is not None:
+        bound.append(f"at most {max_rows} row(s) per person (--max-rows)")
+    if max_groups is not None:
+        bound.append(f"in at most {max_groups} group(s) (--max-groups)")
+    if max_rows_per_group is not None:
+        bound.append(f"at most {max_rows_per_group} row(s) per group (--max-rows-per-group)")
+    notes = [
+        "bound applied: "
+        + ", ".join(bound)
+        + ". Rows beyond the bound were dropped, so counts and sums undercount for people "
+        "with more rows."
+    ]
+    if private_keys:
+        notes.append(
+            "groups were found privately: groups with few people are suppressed, so a group "
+            "missing here may exist."
+        )
+    del parsed
+    return notes
+
+
+@handles_errors
+def query_command(
+    data: Annotated[Path, typer.Argument(help="CSV or Parquet file.")],
+    query: Annotated[
+        str,
+        typer.Argument(help='The query, e.g. "SELECT COUNT(*), AVG(amount, 0, 500)".'),
+    ],
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help="Required: the dataset in the ledger whose budget this query spends (it must "
+            "exist: dpkit budget create).",
+        ),
+    ] = None,
+    epsilon: Annotated[float | None, typer.Option(help="ε this query may spend.")] = None,
+    delta: Annotated[
+        float | None, typer.Option(help="δ (needed for private group keys; keep it ≤ 1e-5).")
+    ] = None,
+    rho: Annotated[float | None, typer.Option(help="ρ (zCDP) instead of ε.")] = None,
+    max_rows: Annotated[
+        int | None, typer.Option(help="Rows one person may contribute (required, or --max-groups).")
+    ] = None,
+    max_groups: Annotated[int | None, typer.Option(help="Groups one person may touch.")] = None,
+    max_rows_per_group: Annotated[
+        int | None, typer.Option(help="Rows per person and group.")
+    ] = None,
+    unit: Annotated[
+        str | None,
+        typer.Option("--unit", help="The privacy unit column (default: the dataset's)."),
+    ] = None,
+    keys: Annotated[
+        list[str] | None,
+        typer.Option("--keys", help="Public group keys: column=v1,v2,... (repeat per column)."),
+    ] = None,
+    schema: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--schema",
+            help="Column types: col=int|float|bool|text|date|timestamp,... (a CSV file's "
+            "columns are text until declared).",
+        ),
+    ] = None,
+    ledger: Annotated[str | None, typer.Option("--ledger", "-l", help=LEDGER_HELP)] = None,
+    engine: Annotated[str, typer.Option(help="duckdb, pandas or spark.")] = "duckdb",
+    alpha: Annotated[float, typer.Option(help="1 - confidence of the error bars.")] = 0.05,
+    allow_large_delta: Annotated[
+        bool, typer.Option("--allow-large-delta", help="Accept δ ≥ 0.1 (almost never right).")
+    ] = False,
+    explain: Annotated[bool, typer.Option(help="Also print how the query is answered.")] = False,
+) -> None:
+    # ---- everything public is checked before the ledger or the data is touched
+    if not dataset:
+        raise CLIError(
+            "give --dataset NAME: the dataset whose budget this query spends",
+            "A privacy officer creates it once: dpkit budget create NAME --epsilon E --unit "
+            "COLUMN; `dpkit budget status` lists the datasets.",
+        )
+    query_loss = _query_loss(epsilon, delta, rho, allow_large_delta)
+    for flag, value in (
+        ("--max-rows", max_rows),
+        ("--max-groups", max_groups),
+        ("--max-rows-per-group", max_rows_per_group),
+    ):
+        if value is not None and value < 1:
+            raise CLIError(f"{flag} must be a positive whole number (got {value})")
+    if max_rows is None and max_groups is None:
+        raise CLIError(
+            "give the per-person bound: --max-rows K (rows one person may contribute; for "
+            "GROUP BY also --max-groups G with --max-rows-per-group R)",
+            "This is a privacy decision: rows beyond the bound are dropped (totals undercount), "
+            "and a larger bound adds more noise. Pick what most people stay within.",
+        )
+    if not 0 < alpha < 1:
+        raise CLIError(f"--alpha must be in (0, 1) (got {human_number(alpha)})")
+    if not data.exists():
+        raise CLIError(f"no file {str(data)!r}", "Give a CSV or Parquet file.")
+    if data.is_dir():
+        raise CLIError(f"{str(data)!r} is a directory", "Give a CSV or Parquet file.")
+    if data.suffix.lower() not in (".csv", ".parquet", ".pq", ".tsv"):
+        raise CLIError(
+            f"{data.name!r}: dpkit query reads .csv and .parquet files", "Convert it first."
+        )
+    declared = _declared_schema(schema or [])
+
+    from dpkit.analytics.querytext import parse_query
+
+    parsed = parse_query(query, unit)
+    if max_rows is None and (not parsed.group_by or max_rows_per_group is None):
+        raise CLIError(
+            "--max-groups alone does not bound a person's rows: add --max-rows K"
+            + (" (or --max-rows-per-group R)" if parsed.group_by else ""),
+            "Rows beyond the bound are dropped (totals undercount); pick what most people "
+            "stay within.",
+        )
+    if parsed.group_by and not keys and delta in (None, 0) and rho is None:
+        raise CLIError(
+            "GROUP BY without --keys finds the groups privately, which needs δ > 0",
+            "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
+        )
+    where = resolve_ledger(ledger)
+    check_ledger_file(where, must_exist=True)
+
+    from dpkit.analytics.query import KeySet, Query
+    from dpkit.analytics.session import Session
+    from dpkit.ledger import BudgetMonitor, Ledger
+
+    alerts: list[Any] = []
+    opened = Ledger.open(where, monitor=BudgetMonitor(log=False, callbacks=[alerts.append]))
+    try:
+        budgets = {(s.dataset, s.analyst): s for s in opened.budgets()}
+        if (dataset, None) not in budgets:
+            known = sorted({d for d, _ in budgets})
+            raise CLIError(
+                f"dataset {dataset!r} does not exist in the ledger {where}",
+                "A privacy officer creates it first: dpkit budget create "
+                f"{dataset} --epsilon E --unit COLUMN. Known datasets: "
+                + (", ".join(known) or "none")
+                + ".",
+            )
+        dataset_unit = budgets[(dataset, None)].privacy_unit
+        if unit is not None and unit != dataset_unit:
+            raise CLIError(
+                f"--unit {unit} does not match the privacy unit of dataset {dataset!r} "
+                f"({dataset_unit})",
+                f"Leave --unit out (the dataset's unit is used) or pass --unit {dataset_unit}.",
+            )
+        unit = dataset_unit
+        parsed = parse_query(query, unit)  # COUNT(DISTINCT col) must name this unit
+        _check_source(parsed, data, dataset)
+
+        with spinner(f"opening {data.name}") as progress:
+            task = progress.task_ids[0]
+            session = Session(
+                str(data),
+                unit,
+                engine=engine,
+                ledger=opened,
+                dataset=dataset,
+                max_rows=max_rows,
+                max_groups=max_groups,
+                max_rows_per_group=max_rows_per_group,
+                schema=declared,
+            )
+            try:
+                table_schema = dict(session.schema)
+                _check_columns(parsed, table_schema, data, unit)
+                built = Query()
+                if parsed.where is not None:
+                    built = built.filter(parsed.where)
+                private_keys = False
+                if parsed.group_by:
+                    key_values = _parse_keys(keys or [], table_schema)
+                    key_set = None
+                    if key_values:
+                        missing = [k for k in parsed.group_by if k not in key_values]
+                        if missing:
+                            raise CLIError(
+                                f"--keys is missing {', '.join(missing)}",
+                                "Give --keys for every GROUP BY column, or none.",
+                            )
+                        key_set = KeySet.from_dict({k: key_values[k] for k in parsed.group_by})
+                    else:
+                        private_keys = True
+                    final = built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
+                else:
+                    final = built.agg(*parsed.aggregations)
+                plan_text = session.explain(final, loss=query_loss) if explain else ""
+                progress.update(
+                    task, description=f"scanning {data.name} (budget reserved)", total=None
+                )
+                try:
+                    release = session.evaluate(final, loss=query_loss, alpha=alpha)
+                except Exception as error:
+                    if "failed while reading the data" in str(error):
+                        raise CLIError(
+                            f"{data.name} could not be read as declared; the query's budget "
+                            "stays spent (the engine's message is withheld: it can quote the "
+                            "data)",
+                            "Check the file locally, without dpkit, e.g. "
+                            f"python -c \"import pandas; pandas.read_csv('{data}')\" or "
+                            f"duckdb -c \"DESCRIBE SELECT * FROM '{data}'\"; then match "
+                            "--schema to its columns.",
+                            code=1,
+                        ) from None
+                    raise
+            finally:
+                session.close()
+    finally:
+        opened.close()
+
+    console = out_console()
+    footnotes = _footnotes(parsed, max_rows, max_groups, max_rows_per_group, private_keys)
+    if explain:
+        console.print(plan_text, style="dim", markup=False)
+        console.print(
+            "explain: rows beyond the per-person bound are dropped before aggregating, so "
+            "totals undercount when people have more rows than the bound."
+        )
+    console.print(f"query: {query}", markup=False)
+    from dpkit.cli.render import print_alerts, render_release
+
+    render_release(
+        release,
+        console,
+        f"{data.name} (dataset {dataset})",
+        aggregations=parsed.aggregations,
+        footnotes=footnotes,
+        ledger=where,
+        keys=parsed.group_by,
+    )
+    print_alerts(alerts, err_console())
+
+
+query_command.__doc__ = QUERY_HELP

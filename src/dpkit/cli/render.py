@@ -1,0 +1,228 @@
+"""Printing a :class:`~dpkit.analytics.results.Release` as a report people can read.
+
+* Values are post-processed for display (:func:`~dpkit.analytics.results.post_process`): counts
+  rounded and clipped at 0, means and quantiles clipped into their declared bounds; a footnote
+  says so. The raw, unbiased values stay in the Python ``Release``.
+* One number style per column: fixed notation with thousands separators, the decimals chosen
+  once per column from the noise (a value is not printed more precisely than its error bar).
+* Each value is followed by its (1 - α) interval in brackets, clipped like the value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+from rich.console import Console
+from rich.table import Table
+
+from dpkit.analytics.query import Count, CountUnits, Histogram, Quantile
+from dpkit.analytics.results import Release, _aggregations_of, post_process
+from dpkit.cli._common import format_loss
+
+__all__ = ["column_decimals", "format_column", "print_alerts", "render_release"]
+
+
+def print_alerts(events: Iterable[Any], console: Console) -> None:
+    """One line per budget threshold crossed (print them after the answer, on stderr)."""
+    for event in events:
+        scope = f"dataset {event.dataset!r}" + (
+            f", analyst {event.analyst!r}" if event.analyst else ""
+        )
+        console.print(
+            f"alert: {scope} crossed {float(event.threshold):.0%} of its budget "
+            f"({float(event.used):.1%} used)",
+            markup=False,
+        )
+
+
+def column_decimals(values: Sequence[float], halfwidths: Sequence[float], integral: bool) -> int:
+    """Decimals for a column: none for counts; else enough to show the error bar's first digit
+    (at most 2 once the error bar is 1 or more, at most 4 ever)."""
+    if integral:
+        return 0
+    finite = [h for h in halfwidths if math.isfinite(h) and h > 0]
+    if finite:
+        scale = sorted(finite)[len(finite) // 2]
+        decimals = max(0, 1 - math.floor(math.log10(scale)))
+        return min(decimals, 4)
+    finite_values = [abs(v) for v in values if math.isfinite(v) and v != 0]
+    if not finite_values:
+        return 0
+    biggest = max(finite_values)
+    return 0 if biggest >= 100 else 2 if biggest >= 1 else 4
+
+
+def format_column(values: Sequence[float], decimals: int) -> list[str]:
+    """One style for the whole column: fixed, thousands separators; scientific only when some
+    value is too large for fixed notation (then for every value of the column)."""
+    finite = [abs(v) for v in values if isinstance(v, float | int) and math.isfinite(v)]
+    scientific = bool(finite) and max(finite) >= 1e15
+    out = []
+    for v in values:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            out.append("—")
+        elif scientific:
+            out.append(f"{v:.3e}")
+        else:
+            out.append(f"{v:,.{decimals}f}")
+    return out
+
+
+def _value_columns(frame: pd.DataFrame) -> list[str]:
+    columns = list(frame.columns)
+    bars = {f"{c}_low" for c in columns} | {f"{c}_high" for c in columns}
+    return [c for c in columns if c not in bars]
+
+
+def _is_count(column: str, aggregations: Sequence[Any], frame: pd.DataFrame) -> bool:
+    for agg in aggregations:
+        if isinstance(agg, Count | CountUnits) and agg.name == column:
+            return True
+        if isinstance(agg, Histogram) and column == "count" and "bin_low" in frame.columns:
+            return True
+    return False
+
+
+def _formatted(
+    frame: pd.DataFrame, aggregations: Sequence[Any]
+) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]], set[str]]:
+    """Per shown column: the value texts and (where the noise gives one) the interval texts."""
+    shown = _value_columns(frame)
+    values_text: dict[str, list[str]] = {}
+    bars_text: dict[str, list[str]] = {}
+    numeric_columns: set[str] = set()
+    for column in shown:
+        series = frame[column]
+        has_bar = f"{column}_low" in frame.columns and f"{column}_high" in frame.columns
+        numeric = pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+        if not numeric:
+            values_text[column] = [_plain(v) for v in series]
+            continue
+        numeric_columns.add(column)
+        if column in ("bin_low", "bin_high") and not has_bar:
+            values_text[column] = format_column([float(v) for v in series], _edge_decimals(series))
+            continue
+        values = [float(v) for v in series]
+        lows = [float(v) for v in frame[f"{column}_low"]] if has_bar else []
+        highs = [float(v) for v in frame[f"{column}_high"]] if has_bar else []
+        halves = [(h - lo) / 2 for lo, h in zip(lows, highs, strict=True)]
+        integral = _is_count(column, aggregations, frame)
+        if not has_bar:
+            halves = _quantile_spacing(column, aggregations)
+        decimals = column_decimals(values, halves, integral)
+        values_text[column] = format_column(values, decimals)
+        if has_bar:
+            low_texts = format_column(lows, decimals)
+            high_texts = format_column(highs, decimals)
+            bars_text[column] = [
+                f"[{lo}, {hi}]" for lo, hi in zip(low_texts, high_texts, strict=True)
+            ]
+    return shown, values_text, bars_text, numeric_columns
+
+
+def _render_table(
+    frame: pd.DataFrame,
+    aggregations: Sequence[Any],
+    console: Console,
+    title: str,
+    alpha: float,
+    keys: Sequence[str],
+) -> None:
+    shown, values, bars, numeric = _formatted(frame, aggregations)
+    level = f"{100 * (1 - alpha):g}%"
+    if len(frame) == 1 and not keys:
+        # one answer per aggregate: a row each (reads like a report, fits 80 columns)
+        console.print(title, style="bold", markup=False)
+        table = Table()
+        table.add_column("aggregate")
+        table.add_column("value", justify="right")
+        table.add_column(f"{level} interval of the noise", justify="right")
+        for column in shown:
+            table.add_row(column, values[column][0], bars.get(column, [""])[0])
+        console.print(table)
+        return
+    console.print(title, style="bold", markup=False)
+    table = Table()
+    for column in shown:
+        table.add_column(column, justify="right" if column in numeric else "left")
+    for i in range(len(frame)):
+        row = []
+        for column in shown:
+            text = values[column][i]
+            if column in bars:
+                text += "\n" + bars[column][i]
+            row.append(text)
+        table.add_row(*row)
+    console.print(table)
+    if bars:
+        console.print(f"under each value: its {level} interval of the noise", markup=False)
+
+
+def _edge_decimals(series: pd.Series) -> int:
+    values = [float(v) for v in series]
+    return 0 if all(v == int(v) for v in values if math.isfinite(v)) else 2
+
+
+def _quantile_spacing(column: str, aggregations: Sequence[Any]) -> list[float]:
+    """For a quantile, the spacing of its candidate grid stands in for the error bar."""
+    for agg in aggregations:
+        if isinstance(agg, Quantile) and agg.name == column:
+            return [float(agg.bounds[1] - agg.bounds[0]) / max(agg.candidates - 1, 1)]
+    return []
+
+
+def _plain(value: Any) -> str:
+    if hasattr(value, "item"):
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return str(value)
+
+
+def render_release(
+    release: Release,
+    console: Console,
+    title: str = "Result",
+    *,
+    aggregations: Any = (),
+    footnotes: Sequence[str] = (),
+    ledger: str | None = None,
+    keys: Sequence[str] = (),
+) -> None:
+    """Print a release's tables (post-processed for display), footnotes, loss and receipt.
+
+    ``aggregations``: the evaluated query, or its aggregations (they say which columns are counts
+    and which bounds were declared).
+    """
+    aggs = _aggregations_of(aggregations) if aggregations != () else ()
+    alpha = next(iter(release.accuracy.values())).alpha if release.accuracy else 0.05
+    for name, frame in release.tables.items():
+        shown = post_process(frame, aggs)
+        _render_table(shown, aggs, console, title if name == "main" else name, alpha, keys)
+    for agg, accuracy in release.accuracy.items():
+        if accuracy.kind == "rank":
+            console.print(
+                f"note: {agg}: with probability {1 - accuracy.alpha:.0%} its rank is within "
+                f"±{accuracy.halfwidth:,.0f} rows of the target rank"
+                + (" (for the first group)." if keys else "."),
+                markup=False,
+            )
+    notes = [
+        *footnotes,
+        "Post-processed for display (free under DP): counts rounded and clipped at 0, "
+        "means and quantiles clipped into their declared bounds. The raw unbiased values are "
+        "in the Python API (Release.table).",
+    ]
+    for note in notes:
+        console.print(f"note: {note}", markup=False)
+    receipt = getattr(release.receipt, "receipt", release.receipt)
+    line = (
+        f"privacy loss of this query: {format_loss(release.loss)}; "
+        f"budget left: {format_loss(release.remaining)}; receipt {receipt}"
+    )
+    console.print(line, markup=False)
+    if ledger:
+        console.print(f"ledger: {ledger}", markup=False, soft_wrap=True)

@@ -1,0 +1,502 @@
+"""Private k-means with declared bounds: DPLloyd, a private LSH-grid coreset, and the seed's
+exponential mechanism over a public candidate lattice.
+
+Guarantee (every method): ``KMeans(epsilon=ε)`` is ε-DP and ``KMeans(rho=ρ)`` is ρ-zCDP for
+datasets that differ by adding or removing one row; ``privacy_loss_`` is the exact loss. The proof
+of each method is in its function's docstring and in docs/ml.md. Bounds are declared, never read
+from the data; rows are mapped by the public row map of :mod:`dpkit.ml._common` (NaN → midpoint,
+clamp, scale to [-1, 1]^d), so a row contributes at most 1 to one count, at most d (L1) / √d (L2)
+to one vector of sums, and at most the lattice diameter² to every k-means utility.
+
+Edges: every parameter (k, bounds, method, budget, the number of features) is checked before the
+data is read, and then the fit always releases: an empty cluster keeps its previous centre, an
+empty dataset gives centres from noise alone, all points in one cell are fine.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+
+from dpkit.core.losses import PrivacyLoss, PureDP, compose
+from dpkit.errors import InvalidParameterError
+from dpkit.mechanisms.exponential import make_exponential
+from dpkit.ml._common import (
+    Box,
+    Budget,
+    charged,
+    check_box,
+    check_budget,
+    check_columns,
+    check_shape,
+    int_seed,
+    map_rows,
+    sum_by_label,
+)
+from dpkit.noise import generator
+
+__all__ = ["KMeans"]
+
+_METHODS = ("lsh", "lloyd", "grid_em")
+_CHUNK = 1 << 16
+_MAX_CLUSTERS_PER_EPSILON = 10_000
+
+
+def assign(points: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Index of the nearest centre for every row (chunked, vectorised)."""
+    n = points.shape[0]
+    labels = np.empty(n, dtype=np.int64)
+    c2 = np.einsum("ij,ij->i", centres, centres)
+    for start in range(0, n, _CHUNK):
+        block = points[start : start + _CHUNK]
+        labels[start : start + _CHUNK] = np.argmin(c2 - 2.0 * block @ centres.T, axis=1)
+    return labels
+
+
+def objective(points: np.ndarray, centres: np.ndarray) -> float:
+    """The k-means objective Σ_x min_j ||x - c_j||² (non-private; for evaluation)."""
+    total = 0.0
+    p = np.asarray(points, dtype=np.float64)
+    c = np.asarray(centres, dtype=np.float64)
+    c2 = np.einsum("ij,ij->i", c, c)
+    for start in range(0, p.shape[0], _CHUNK):
+        block = p[start : start + _CHUNK]
+        d2 = np.einsum("ij,ij->i", block, block)[:, None] + c2 - 2.0 * block @ c.T
+        total += float(np.maximum(d2.min(axis=1), 0.0).sum())
+    return total
+
+
+# ----------------------------------------------------------------------------- building blocks
+def _split(total: Fraction, parts: int) -> Fraction:
+    return total / parts
+
+
+def _count_sum_shares(share: Fraction, d: int) -> tuple[Fraction, Fraction]:
+    """Split one step's budget between counts (sensitivity 1) and sums (sensitivity d or √d).
+
+    The error of a noisy mean is about (b_sum + b_count)/n_j; with b ∝ Δ/ε the sum of the two is
+    smallest when ε_sum/ε_count = sqrt(Δ_sum/Δ_count) ≈ d^{1/2} (pure) or d^{1/4} (zCDP, whose
+    ρ shares scale with Δ²). A public, data-independent ratio, rounded to a fraction.
+    """
+    ratio = Fraction(math.sqrt(d)).limit_denominator(64)
+    count = share / (1 + ratio)
+    return count, share - count
+
+
+def _private_lloyd_step(
+    fixed: np.ndarray,
+    scaled: np.ndarray,
+    centres: np.ndarray,
+    budget: Budget,
+    share: Fraction,
+) -> np.ndarray:
+    """One DPLloyd iteration (Blum et al. 2005; Su et al. 2016): noisy counts and sums per
+    cluster of the points nearest each current centre (a partition, so one row touches one
+    cluster: parallel composition), new centre = noisy sum / noisy count. A cluster whose noisy
+    count is below its noise level keeps its previous centre (post-processing)."""
+    k, d = centres.shape
+    count_share, sum_share = _count_sum_shares(share, d)
+    labels = assign(scaled, centres)
+    counts, sums = sum_by_label(fixed, labels, k)
+    noisy_counts = budget.noisy_counts(counts, count_share)
+    noisy_sums = budget.noisy_sums(sums, sum_share, d)
+    floor = max(1.0, 2.0 * budget.count_noise_scale(count_share))
+    ok = noisy_counts >= floor
+    out = centres.copy()
+    out[ok] = np.clip(noisy_sums[ok] / noisy_counts[ok, None], -1.0, 1.0)
+    return out
+
+
+def _public_spread(k: int, d: int) -> np.ndarray:
+    """k data-independent starting centres spread over [-1/2, 1/2]^d (farthest-point traversal of
+    a public random pool): the sphere-packing style initialisation of DPLloyd; costs nothing."""
+    pool = generator(4096 * d).uniform(-0.5, 0.5, size=(4096, d))
+    chosen = [0]
+    dist = np.sum((pool - pool[0]) ** 2, axis=1)
+    for _ in range(1, k):
+        nxt = int(np.argmax(dist))
+        chosen.append(nxt)
+        dist = np.minimum(dist, np.sum((pool - pool[nxt]) ** 2, axis=1))
+    return pool[chosen]
+
+
+def _grid_geometry(d: int, grid_size: int | None) -> tuple[int, int]:
+    """(projected dimension p, cells per dimension G) of the coreset grid."""
+    p = min(d, 3)
+    default = {1: 256, 2: 16, 3: 16}[p]
+    return p, grid_size if grid_size is not None else default
+
+
+def _coreset_release(
+    fixed: np.ndarray,
+    scaled: np.ndarray,
+    budget: Budget,
+    share: Fraction,
+    grid_size: int | None,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The private part of the coreset method: a noisy histogram of LSH-grid cells.
+
+    1. A public, data-independent hash: a random orthonormal projection to p = min(d, 3)
+       dimensions (identity when d <= 3) and a randomly shifted grid of G^p cells (an LSH
+       family; its randomness comes from dpkit.noise and does not look at the data).
+    2. One private histogram: every cell's count and sum of (mapped) rows, with noise. The
+       cells partition the rows, so the whole histogram costs ``share`` once (parallel
+       composition over cells, sequential between counts and sums).
+
+    Returns (noisy counts, noisy sums, the count noise level).
+    """
+    n_rows, d = scaled.shape
+    p, g = _grid_geometry(d, grid_size)
+    rng = generator(d * p + p)
+    if p == d:
+        projection = np.eye(d)
+        radius = 1.0
+    else:
+        projection, _ = np.linalg.qr(rng.standard_normal((d, p)))
+        radius = min(math.sqrt(d), 2.0)
+    shift = rng.uniform(0.0, 1.0, size=p)
+    z = scaled @ projection
+    cell = np.floor((np.clip(z, -radius, radius) + radius) / (2 * radius) * (g - 1) + shift)
+    idx = np.clip(cell, 0, g - 1).astype(np.int64)
+    labels = np.ravel_multi_index(tuple(idx.T), (g,) * p) if n_rows else np.zeros(0, np.int64)
+    count_share, sum_share = _count_sum_shares(share, d)
+    counts, sums = sum_by_label(fixed, np.asarray(labels, dtype=np.int64), g**p)
+    noisy_counts = budget.noisy_counts(counts, count_share)
+    noisy_sums = budget.noisy_sums(sums, sum_share, d)
+    return noisy_counts, noisy_sums, budget.count_noise_scale(count_share)
+
+
+def _coreset_centres(
+    fixed: np.ndarray,
+    scaled: np.ndarray,
+    k: int,
+    budget: Budget,
+    share: Fraction,
+    grid_size: int | None,
+) -> np.ndarray:
+    """Private weighted coreset in the spirit of Chang, Ghazi, Kumar & Manurangsi 2021:
+    :func:`_coreset_release`, then post-processing: cells whose noisy count clears the noise
+    level (noise scale · ln(#cells)) become weighted coreset points (noisy mean, noisy count),
+    and weighted k-means++ with Lloyd (scikit-learn) on the coreset gives k centres."""
+    noisy_counts, noisy_sums, level = _coreset_release(fixed, scaled, budget, share, grid_size)
+    cells = noisy_counts.size
+    keep = np.flatnonzero(noisy_counts > level * math.log(cells))
+    if keep.size < k:
+        keep = np.argsort(-noisy_counts, kind="stable")[:k]
+    weights = np.maximum(noisy_counts[keep], 1.0)
+    points = np.clip(noisy_sums[keep] / weights[:, None], -1.0, 1.0)
+    return _weighted_kmeans(points, weights, k)
+
+
+def _weighted_kmeans(points: np.ndarray, weights: np.ndarray, k: int) -> np.ndarray:
+    """Non-private weighted k-means++ and Lloyd on released points (post-processing)."""
+    from sklearn.cluster import KMeans as SkKMeans
+
+    if k == 1:  # the weighted mean is the optimum
+        total = max(float(weights.sum()), 1e-300)
+        return np.asarray((weights[:, None] * points).sum(axis=0, keepdims=True) / total)
+    unique = np.unique(points, axis=0)
+    if unique.shape[0] <= k:
+        out = np.zeros((k, points.shape[1]))
+        out[: unique.shape[0]] = unique
+        out[unique.shape[0] :] = unique[0]
+        return out
+    model = SkKMeans(n_clusters=k, n_init=5, random_state=int_seed())
+    model.fit(points, sample_weight=weights)
+    return np.asarray(model.cluster_centers_, dtype=np.float64)
+
+
+def _lattice(d: int, n_candidates: int) -> int:
+    """Points per dimension of the public candidate lattice (largest G with G^d <= budget)."""
+    g = math.floor(n_candidates ** (1.0 / d) + 1e-9)
+    while g**d > n_candidates:
+        g -= 1
+    while (g + 1) ** d <= n_candidates:
+        g += 1
+    return g
+
+
+def _em_cap(d: int, g: int, radius: float) -> int:
+    """The utility cap R² in squared lattice units: ⌈(radius · lattice diameter)²⌉ >= 1."""
+    return max(1, math.ceil((radius**2) * d * (g - 1) ** 2))
+
+
+def _grid_em(
+    fixed: np.ndarray, k: int, d: int, g: int, step_epsilon: Fraction, radius: float = 1.0
+) -> tuple[np.ndarray, int]:
+    """The seed's exponential mechanism, made private (returns centres in [-1, 1]^d).
+
+    Candidates: the public lattice of G^d cell centres of [-1, 1]^d (data-independent). Each row
+    is represented by its nearest lattice point; h is the exact histogram of the rows over the
+    lattice. Centres are chosen greedily, k times, each by the exponential mechanism with
+    utility u_j(c) = -Σ_g h_g · min(D_g, ||g - c||²), D_g the squared distance from g to the
+    centres chosen so far, in lattice units (integers, computed exactly).
+
+    Sensitivity: adding or removing one row changes h by one at one lattice point g, so every
+    u_j(c) changes by min(D_g, ||g - c||²) <= (diameter of the lattice)² = d·(G-1)², whatever
+    the chosen prefix (which is itself a released output). The utility is *monotone* (adding a
+    row lowers every score, removing one raises every score), so the exponential mechanism with
+    coefficient ε/Δu is ε-DP (McSherry & Talwar 2007; Dwork & Roth 2014, Thm. 3.10 and the
+    monotone remark). k selections compose to k·ε_step.
+    """
+    fixed_g = np.clip(np.floor((fixed / 2.0**20 + 1.0) / 2.0 * g), 0, g - 1).astype(np.int64)
+    cells = g**d
+    if fixed_g.shape[0]:
+        flat = np.ravel_multi_index(tuple(fixed_g.T), (g,) * d)
+        h = np.bincount(flat, minlength=cells).astype(np.int64)
+    else:
+        h = np.zeros(cells, dtype=np.int64)
+    coords = np.stack(np.unravel_index(np.arange(cells), (g,) * d), axis=1).astype(np.int64)
+    occupied = np.flatnonzero(h)
+    weights = h[occupied]
+    occ_coords = coords[occupied]
+    # squared lattice distances from every occupied cell to every candidate, exact int64
+    sq = np.zeros((occupied.size, cells), dtype=np.int64)
+    for j in range(d):
+        diff = occ_coords[:, j : j + 1] - coords[None, :, j]
+        sq += diff * diff
+    sensitivity = _em_cap(d, g, radius)
+    mech = make_exponential(step_epsilon, sensitivity, monotonic=True)
+    best = np.full(occupied.size, sensitivity, dtype=np.int64)
+    chosen: list[int] = []
+    for _ in range(k):
+        cost = (weights[:, None] * np.minimum(best[:, None], sq)).sum(axis=0)
+        gaps = cost - cost.min()  # the mechanism depends only on differences: same output law
+        pick = int(mech(-gaps.astype(np.float64)))
+        chosen.append(pick)
+        best = np.minimum(best, sq[:, pick])
+    centres = (2.0 * coords[chosen] + 1.0) / g - 1.0
+    return centres, cells
+
+
+# ----------------------------------------------------------------------------- estimator
+class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[misc]
+    """Differentially private k-means with declared bounds.
+
+    Args:
+        n_clusters: k >= 1 (public).
+        epsilon: total ε (pure DP), or give ``rho`` (zCDP) instead.
+        rho: total ρ (zCDP), with Gaussian noise for the sums and counts.
+        bounds: (lower, upper), scalars or one value per feature; public, never read from data.
+        method: "lsh" (default; private LSH-grid coreset, then private Lloyd refinement),
+            "lloyd" (DPLloyd from a data-independent start) or "grid_em" (the exponential
+            mechanism over a public lattice of candidate centres; the seed's idea made private).
+        max_iter: private Lloyd iterations ("lloyd": default 5; "lsh": refinement steps after
+            the coreset, default 1). Public; the budget is split evenly across them.
+        coreset_share: fraction of the budget spent on the coreset histogram ("lsh"; default
+            0.4, the rest goes to the Lloyd refinement).
+        grid_size: cells per projected dimension for "lsh" (default 256 in 1-d, 16 otherwise).
+        n_candidates: the most lattice points "grid_em" may use (default 2048).
+        em_radius: "grid_em" truncates each row's k-means cost at (em_radius · diameter of
+            the box)², which is the utility's sensitivity (default 0.1; 1 = no truncation).
+
+    Attributes (after ``fit``):
+        cluster_centers_: (k, d) private centres, in the original units.
+        privacy_loss_: the exact privacy loss of the fit (a dpkit loss).
+        n_features_in_: d.
+
+    Guarantee: ε-DP (or ρ-zCDP) under adding/removing one row; see the module docstring and
+    docs/ml.md. ``fit`` has no ``labels_``: labelling the training rows would release one value
+    per row. Use ``predict`` on the data you choose to label.
+    """
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        *,
+        epsilon: Any = None,
+        rho: Any = None,
+        bounds: Any = None,
+        method: str = "lsh",
+        max_iter: int | None = None,
+        coreset_share: float = 0.4,
+        grid_size: int | None = None,
+        n_candidates: int = 2048,
+        em_radius: float = 0.1,
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.epsilon = epsilon
+        self.rho = rho
+        self.bounds = bounds
+        self.method = method
+        self.max_iter = max_iter
+        self.coreset_share = coreset_share
+        self.grid_size = grid_size
+        self.n_candidates = n_candidates
+        self.em_radius = em_radius
+
+    # -- validation (public information only) ----------------------------------------------
+    def _validate(self) -> tuple[Budget, Box, int, int]:
+        k = self.n_clusters
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise InvalidParameterError("n_clusters", k, "an integer >= 1")
+        k = int(k)
+        if self.method not in _METHODS:
+            raise InvalidParameterError("method", self.method, "one of " + ", ".join(_METHODS))
+        budget = check_budget(self.epsilon, self.rho)
+        box = check_box(self.bounds)
+        iters = self.max_iter
+        default_iters = {"lloyd": 5, "lsh": 1, "grid_em": 0}[self.method]
+        if iters is None:
+            iters = default_iters
+        if isinstance(iters, bool) or not isinstance(iters, int | np.integer) or iters < 0:
+            raise InvalidParameterError("max_iter", self.max_iter, "an integer >= 0 or None")
+        if self.method == "lloyd" and iters < 1:
+            raise InvalidParameterError("max_iter", self.max_iter, ">= 1 for method='lloyd'")
+        if iters > 100:
+            raise InvalidParameterError(
+                "max_iter", iters, "at most 100", "Each iteration gets 1/max_iter of the budget."
+            )
+        share = self.coreset_share
+        if isinstance(share, bool) or not isinstance(share, float | int) or not 0 < share <= 1:
+            raise InvalidParameterError("coreset_share", share, "a number in (0, 1]")
+        if self.method == "lsh" and share == 1 and iters > 0:
+            raise InvalidParameterError(
+                "coreset_share", share, "< 1 when max_iter > 0 (the refinement needs budget)"
+            )
+        eps_equiv = (
+            float(budget.total) if budget.kind == "pure" else math.sqrt(2 * float(budget.total))
+        )
+        if k > max(1, int(eps_equiv * _MAX_CLUSTERS_PER_EPSILON)):
+            raise InvalidParameterError(
+                "n_clusters",
+                k,
+                f"at most {_MAX_CLUSTERS_PER_EPSILON} per unit of ε for this budget",
+                "k is too large for the budget: each cluster's noisy mean would be noise "
+                "for any realistic dataset. Use fewer clusters or more budget.",
+            )
+        return budget, box, k, int(iters)
+
+    def _check_method_geometry(self, d: int, k: int) -> None:
+        if self.method == "lsh":
+            if self.grid_size is not None and (
+                isinstance(self.grid_size, bool)
+                or not isinstance(self.grid_size, int | np.integer)
+                or not 2 <= self.grid_size <= 4096
+            ):
+                raise InvalidParameterError("grid_size", self.grid_size, "an integer in [2, 4096]")
+            p, g = _grid_geometry(d, self.grid_size)
+            if g**p > 1 << 22:
+                raise InvalidParameterError("grid_size", self.grid_size, f"with {g}^{p} <= 2^22")
+            if k > g**p:
+                raise InvalidParameterError(
+                    "n_clusters", k, f"at most the number of coreset cells ({g**p})"
+                )
+        if self.method == "grid_em":
+            m = self.n_candidates
+            if isinstance(m, bool) or not isinstance(m, int | np.integer) or not 2 <= m <= 8192:
+                raise InvalidParameterError("n_candidates", m, "an integer in [2, 8192]")
+            g = _lattice(d, int(m))
+            if g < 2:
+                raise InvalidParameterError(
+                    "method",
+                    "grid_em",
+                    f"used with at most log2(n_candidates) = {int(math.log2(m))} features",
+                    "A lattice with 2 points per feature would need 2^d candidates; use "
+                    "method='lsh' in high dimension.",
+                )
+            if k > g**d:
+                raise InvalidParameterError("n_clusters", k, f"at most {g**d} (the candidates)")
+            r = self.em_radius
+            if isinstance(r, bool) or not isinstance(r, float | int) or not 0 < r <= 1:
+                raise InvalidParameterError("em_radius", r, "a number in (0, 1]")
+
+    def _loss_and_steps(self, budget: Budget, k: int) -> tuple[PrivacyLoss, Fraction]:
+        """grid_em: per-selection ε and the exact total loss (k pure selections)."""
+        if budget.kind == "pure":
+            step = budget.total / k
+            return budget.loss(), step
+        # ρ-zCDP: each ε-DP selection is ε²/2-zCDP; pick a rational ε_step <= sqrt(2ρ/k)
+        step = Fraction(math.sqrt(2 * float(budget.total) / k)).limit_denominator(10**12)
+        while step * step * k / 2 > budget.total:
+            step *= Fraction(999_999, 1_000_000)
+        return compose(*([PureDP(step).to_zcdp()] * k)), step
+
+    # -- sklearn API ---------------------------------------------------------------------------
+    def fit(
+        self,
+        X: Any,
+        y: Any = None,
+        *,
+        ledger: Any = None,
+        dataset: str | None = None,
+        analyst: str | None = None,
+        accountant: Any = None,
+    ) -> KMeans:
+        """Fit privately. With ``ledger`` and ``dataset`` (or ``accountant``) the loss is reserved
+        in the ledger before any data is read (the budget must exist)."""
+        budget, box, k, iters = self._validate()
+        # the schema (number of columns) is public; rows are not
+        array_shape = np.shape(X)  # the schema (number of columns) is public; rows are not
+        scalar_bounds = all(np.ndim(b) == 0 for b in self.bounds)
+        if scalar_bounds and len(array_shape) == 2:  # one pair for every feature
+            box = check_box(self.bounds, d=int(array_shape[1]))
+        d = box.d
+        check_columns(array_shape, d)
+        self._check_method_geometry(d, k)
+        if self.method == "grid_em":
+            loss, step = self._loss_and_steps(budget, k)
+        else:
+            loss, step = budget.loss(), Fraction(0)
+        with charged(loss, ledger, dataset, analyst, accountant, f"KMeans({self.method})"):
+            fixed, scaled = map_rows(check_shape(X, d), box)
+            if self.method == "grid_em":
+                g = _lattice(d, int(self.n_candidates))
+                centres, _ = _grid_em(fixed, k, d, g, step, float(self.em_radius))
+            elif self.method == "lloyd":
+                centres = _public_spread(k, d)
+                for _ in range(iters):
+                    centres = _private_lloyd_step(
+                        fixed, scaled, centres, budget, budget.total / iters
+                    )
+            else:
+                core = Fraction(self.coreset_share).limit_denominator(1000)
+                if iters == 0:
+                    core = Fraction(1)
+                core_budget = budget.total * core
+                centres = _coreset_centres(fixed, scaled, k, budget, core_budget, self.grid_size)
+                for _ in range(iters):
+                    centres = _private_lloyd_step(
+                        fixed, scaled, centres, budget, (budget.total - core_budget) / iters
+                    )
+        self.cluster_centers_ = box.unscale(centres)
+        self.privacy_loss_ = loss
+        self.n_features_in_ = d
+        self.n_iter_ = iters
+        return self
+
+    def _centres(self) -> np.ndarray:
+        if not hasattr(self, "cluster_centers_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError("KMeans is not fitted yet: call fit first.")
+        return np.asarray(self.cluster_centers_)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Nearest private centre for each row (post-processing of the released centres)."""
+        c = self._centres()
+        array = np.asarray(check_shape(X, c.shape[1]), dtype=np.float64)
+        return assign(array, c)
+
+    def fit_predict(self, X: Any, y: Any = None, **fit_params: Any) -> np.ndarray:
+        return self.fit(X, **fit_params).predict(X)
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Euclidean distance from each row to each private centre."""
+        c = self._centres()
+        array = np.asarray(check_shape(X, c.shape[1]), dtype=np.float64)
+        d2 = (
+            np.einsum("ij,ij->i", array, array)[:, None]
+            + np.einsum("ij,ij->i", c, c)[None, :]
+            - 2.0 * array @ c.T
+        )
+        return np.asarray(np.sqrt(np.maximum(d2, 0.0)))
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Minus the k-means objective on X (NOT private: evaluate on public or held-out data)."""
+        c = self._centres()
+        return -objective(np.asarray(check_shape(X, c.shape[1]), dtype=np.float64), c)

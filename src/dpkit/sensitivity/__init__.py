@@ -1,0 +1,38 @@
+"""dpkit.sensitivity: data-dependent sensitivity.
+
+* :mod:`~dpkit.sensitivity.local` – local sensitivity LS_f(x), distance-k sensitivity A^(k)(x)
+  and β-smooth sensitivity S* (NRS 2007), exact where stated, O(n log n) for order statistics;
+* :mod:`~dpkit.sensitivity.smooth` – releases calibrated to smooth sensitivity with admissible
+  noise (Cauchy-type: pure ε; Laplace: (ε, δ)) sampled exactly on a grid;
+* :mod:`~dpkit.sensitivity.ptr` – propose-test-release (Dwork & Lei 2009);
+* :mod:`~dpkit.sensitivity.inverse` – the inverse sensitivity mechanism (Asi & Duchi 2020);
+* :mod:`~dpkit.sensitivity.sample_aggregate` – sample-and-aggregate over privacy units;
+* :mod:`~dpkit.sensitivity.convexity` – a public-probability mixture of mechanisms;
+* :mod:`~dpkit.sensitivity.teaching` – the (non-private!) local-sensitivity Laplace mechanism.
+
+See docs/sensitivity.md for which method to use when, and the proofs.
+"""
+
+from dpkit.sensitivity.convexity import make_convex_combination
+from dpkit.sensitivity.inverse import make_inverse_sensitivity
+from dpkit.sensitivity.local import (
+    distance_k_sensitivity,
+    local_sensitivity,
+    smooth_sensitivity,
+)
+from dpkit.sensitivity.ptr import PTRResult, make_propose_test_release
+from dpkit.sensitivity.sample_aggregate import choose_m, make_sample_and_aggregate
+from dpkit.sensitivity.smooth import make_smooth_sensitivity
+
+__all__ = [
+    "PTRResult",
+    "choose_m",
+    "distance_k_sensitivity",
+    "local_sensitivity",
+    "make_convex_combination",
+    "make_inverse_sensitivity",
+    "make_propose_test_release",
+    "make_sample_and_aggregate",
+    "make_smooth_sensitivity",
+    "smooth_sensitivity",
+]

@@ -1,0 +1,279 @@
+"""Local sensitivity LS_f(x), distance-k sensitivity A^(k)(x) and β-smooth sensitivity S*.
+
+Neighbours differ in one privacy unit's value (substitution, ``ChangeOneDistance``); the number
+of units n is public; values are clamped into the declared bounds [L, U] (NaN → L). With the
+sorted clamped values padded as x_(0) = L and x_(i) = U for i > n (and L for i < 0):
+
+=================  =============================================  ==========================
+statistic          A^(k)(x) (k substitutions away)                 S* (β-smooth) cost
+=================  =============================================  ==========================
+count (0/1 rows)   1                                               O(n)
+sum / mean         trimmed mean with t = 0 (below), ×n for sum     O(n log n)
+quantile rank r    max_{0≤s≤k+1} x_(r+s) − x_(r+s−k−1)   [NRS07]   O(n log n) (exact)
+max / min          quantile with r = n / r = 1                     O(n log n) (exact)
+trimmed mean (t)   max_{−1≤s≤k} (x_(h+s) − x_(l+s−k))/(n−2t)        O(n log n) (upper bound)
+range              max(U−x_(n−k), x_(n)−x_(n−1−k),
+                       x_(1+k)−L, x_(2+k)−x_(1))                   O(n)  (upper bound)
+variance (1/n)     LS exact; (U−L)²/n for k ≥ 1                    O(n)  (upper bound)
+distinct values    1 (n ≥ 2)                                       O(1)
+=================  =============================================  ==========================
+
+(h = n−t+1, l = t+1.) Rows marked *upper bound* return B^(k)(x) >= A^(k)(x) satisfying
+B^(k)(y) <= B^(k+1)(x) for neighbours y of x, so S = max_k e^{-kβ} B^(k) is a β-smooth upper
+bound on LS (Nissim, Raskhodnikova & Smith 2007, Lemma 3.2); the others are exact. The
+order-statistic bounds all come from one lemma (docs/sensitivity.md §2): if y is k substitutions
+from x and i < j then y_(j) − y_(i) <= max_{0≤s≤k} x_(j+s) − x_(i−k+s).
+
+The O(n log n) algorithm for the order-statistic family (NRS07 §3.1) writes
+S* = max over a rectangle of index pairs (a, b) of (x_(b) − x_(a))·e^{−β(b−a−c)}; for a fixed a the
+best b is non-decreasing in a, so divide and conquer over a finds every row's best b with O(n) work
+per level. dpkit runs each level as one vectorised numpy pass.
+
+These functions compute in float64. :func:`smooth_sensitivity` returns a value inflated by
+the relative factor ``1 + 2^-30`` (covering the float error of the logs, exps and comparisons,
+which is below 2^-40); the mechanisms charge the matching increase of β (ln(1 + 2^-30) < 2^-29).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dpkit._exact import Number
+from dpkit.errors import InvalidParameterError
+from dpkit.sensitivity._data import Bounds, Statistic, check_beta, make_statistic, prepare
+
+__all__ = [
+    "SMOOTH_SLACK",
+    "distance_k_sensitivity",
+    "local_sensitivity",
+    "smooth_sensitivity",
+    "smooth_sensitivity_sorted",
+]
+
+SMOOTH_SLACK = 2.0**-30
+"""Relative inflation applied to every computed smooth sensitivity (covers float error)."""
+
+
+def _at(xp: np.ndarray, index: np.ndarray | int) -> np.ndarray:
+    n = xp.size - 2
+    return np.asarray(xp[np.clip(index, 0, n + 1)])
+
+
+def _gap_bound(xp: np.ndarray, i: int, j: int, k: int) -> float:
+    """max_{0≤s≤k} x_(j+s) − x_(i−k+s): the largest y_(j) − y_(i) over y k changes away."""
+    s = np.arange(k + 1)
+    return float(np.max(_at(xp, j + s) - _at(xp, i - k + s)))
+
+
+def _a_k_sorted(xp: np.ndarray, stat: Statistic, k: int, bounds: Bounds) -> float:
+    n = xp.size - 2
+    lo, hi = bounds.lower, bounds.upper
+    name = stat.name
+    if name == "count":
+        return 1.0
+    if name == "distinct":
+        return 1.0 if n >= 2 else 0.0
+    if name == "quantile":
+        r = stat.rank(n)
+        s = np.arange(k + 2)
+        return float(np.max(_at(xp, r + s) - _at(xp, r + s - k - 1)))
+    if name in ("sum", "mean", "trimmed_mean"):
+        t = stat.trimmed(n)
+        d = n - 2 * t
+        h, low = n - t + 1, t + 1
+        s = np.arange(-1, k + 1)
+        value = float(np.max(_at(xp, h + s) - _at(xp, low + s - k)))
+        return value if name == "sum" else value / d
+    if name == "range":
+        if n == 1:
+            return 0.0
+        return float(
+            max(
+                hi - _at(xp, n - k),
+                xp[n] - _at(xp, n - 1 - k),
+                _at(xp, 1 + k) - lo,
+                _at(xp, 2 + k) - xp[1],
+            )
+        )
+    if name == "variance":
+        return _variance_ls(xp, bounds) if k == 0 else (hi - lo) ** 2 / n
+    raise InvalidParameterError("statistic", name, "a supported statistic")  # pragma: no cover
+
+
+def _variance_ls(xp: np.ndarray, bounds: Bounds) -> float:
+    """Exact LS of the population variance: replacing x_i by v changes n·Var by a quadratic in v,
+    so the largest change is at v = L, v = U (increase) or v = mean of the others (decrease)."""
+    x = xp[1:-1]
+    n = x.size
+    if n == 1:
+        return 0.0
+    # centre for numerical stability (variance is shift-invariant)
+    centre = float(np.mean(x))
+    y = x - centre
+    lo, hi = bounds.lower - centre, bounds.upper - centre
+    s, q = float(np.sum(y)), float(np.sum(y * y))
+    var = q / n - (s / n) ** 2
+    s_rest, q_rest = s - y, q - y * y
+    best = 0.0
+    for v in (np.full(n, lo), np.full(n, hi), s_rest / (n - 1)):
+        new = (q_rest + v * v) / n - ((s_rest + v) / n) ** 2
+        best = max(best, float(np.max(np.abs(new - var))))
+    return min(best, (bounds.upper - bounds.lower) ** 2 / n)
+
+
+def _resolve(statistic: str | Statistic, q: Number | None, trim: Number | None) -> Statistic:
+    if isinstance(statistic, Statistic):
+        return statistic
+    return make_statistic(statistic, q=q, trim=trim)
+
+
+def local_sensitivity(
+    data: Any,
+    statistic: str | Statistic,
+    *,
+    lower: Number,
+    upper: Number,
+    q: Number | None = None,
+    trim: Number | None = None,
+) -> float:
+    """LS_f(x) = max over neighbours y (one unit's value substituted) of |f(x) − f(y)|.
+
+    A teaching and analysis tool: **noise calibrated to LS_f(x) is not private**, because LS
+    itself changes between neighbours and so reveals the data (see docs/sensitivity.md §1).
+
+    Example:
+        >>> from dpkit.sensitivity import local_sensitivity
+        >>> local_sensitivity([1, 2, 3, 4, 100], "median", lower=0, upper=1000)
+        1.0
+    """
+    return distance_k_sensitivity(data, statistic, 0, lower=lower, upper=upper, q=q, trim=trim)
+
+
+def distance_k_sensitivity(
+    data: Any,
+    statistic: str | Statistic,
+    k: int,
+    *,
+    lower: Number,
+    upper: Number,
+    q: Number | None = None,
+    trim: Number | None = None,
+) -> float:
+    """A^(k)(x) = max of LS_f(y) over y at most k substitutions from x (table in module doc)."""
+    stat = _resolve(statistic, q, trim)
+    bounds = Bounds.of(lower, upper)
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
+        raise InvalidParameterError("k", k, "an integer >= 0")
+    xp = prepare(data, bounds)
+    return _a_k_sorted(xp, stat, int(k), bounds)
+
+
+# ----------------------------------------------------------------------------- smooth
+def _rect_max(
+    xp: np.ndarray, a_lo: int, a_hi: int, b_lo: int, b_hi: int, beta: float, offset: int
+) -> float:
+    """log of max over a ∈ [a_lo, a_hi], b ∈ [b_lo, b_hi] of (x_b − x_a)·e^{−β(b − a − offset)}.
+
+    Requires b_lo >= a_hi (so x_b >= x_a on the rectangle). For a < a', if b* is a best b for a
+    then some best b for a' is >= b*, and some best b for rows below a is <= b* (the ratio
+    (x_b − c)/(x_b' − c) is monotone in c; NRS07 §3.1), so divide and conquer over a is exact.
+    Each level is one vectorised pass over at most n + (#rows) pairs.
+    """
+    if a_lo > a_hi or b_lo > b_hi:
+        return -math.inf
+    best = -math.inf
+    rows_lo, rows_hi = np.array([a_lo]), np.array([a_hi])
+    cols_lo, cols_hi = np.array([b_lo]), np.array([b_hi])
+    while rows_lo.size:
+        mid = (rows_lo + rows_hi) // 2
+        lengths = cols_hi - cols_lo + 1
+        starts = np.zeros(lengths.size, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        total = int(lengths.sum())
+        seg = np.repeat(np.arange(lengths.size), lengths)
+        b = np.arange(total, dtype=np.int64) - starts[seg] + cols_lo[seg]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = np.log(xp[b] - xp[mid[seg]]) - beta * b
+        values[np.isnan(values)] = -np.inf
+        seg_max = np.maximum.reduceat(values, starts)
+        hit = np.where(values == seg_max[seg], np.arange(total), total)
+        first = np.minimum.reduceat(hit, starts)
+        b_star = b[first]
+        finite = np.isfinite(seg_max)
+        if finite.any():
+            level = float(np.max(seg_max[finite] + beta * (mid[finite] + offset)))
+            best = max(best, level)
+        left = mid - 1 >= rows_lo
+        right = mid + 1 <= rows_hi
+        rows_lo = np.concatenate([rows_lo[left], mid[right] + 1])
+        rows_hi = np.concatenate([mid[left] - 1, rows_hi[right]])
+        cols_lo = np.concatenate([cols_lo[left], b_star[right]])
+        cols_hi = np.concatenate([b_star[left], cols_hi[right]])
+    return best
+
+
+def smooth_sensitivity_sorted(
+    xp: np.ndarray, stat: Statistic, beta: float, bounds: Bounds
+) -> float:
+    """S* (or the stated smooth upper bound) from padded sorted clamped data, *not* inflated."""
+    n = xp.size - 2
+    name = stat.name
+    if name in ("count", "distinct"):
+        return _a_k_sorted(xp, stat, 0, bounds)
+    if name == "variance":
+        return max(_variance_ls(xp, bounds), math.exp(-beta) * bounds.width**2 / n)
+    if name == "quantile":
+        r = stat.rank(n)
+        return math.exp(_rect_max(xp, 0, r, r, n + 1, beta, 1))
+    if name in ("sum", "mean", "trimmed_mean"):
+        t = stat.trimmed(n)
+        d = n - 2 * t
+        h, low = n - t + 1, t + 1
+        # pairs (a ≤ l−1, b ≥ h−1) and (a = l, b ≥ h), with k = b − a − d
+        first = _rect_max(xp, 0, low - 1, h - 1, n + 1, beta, d)
+        second = _rect_max(xp, low, low, h, n + 1, beta, d)
+        value = math.exp(max(first, second))
+        return value if name == "sum" else value / d
+    if name == "range":
+        if n == 1:
+            return 0.0
+        k = np.arange(n + 1)
+        a_k = np.maximum.reduce(
+            [
+                bounds.upper - _at(xp, n - k),
+                xp[n] - _at(xp, n - 1 - k),
+                _at(xp, 1 + k) - bounds.lower,
+                _at(xp, 2 + k) - xp[1],
+            ]
+        )
+        return float(np.max(a_k * np.exp(-beta * k)))
+    raise InvalidParameterError("statistic", name, "a supported statistic")  # pragma: no cover
+
+
+def smooth_sensitivity(
+    data: Any,
+    statistic: str | Statistic,
+    beta: Number,
+    *,
+    lower: Number,
+    upper: Number,
+    q: Number | None = None,
+    trim: Number | None = None,
+) -> float:
+    """β-smooth sensitivity S*_{f,β}(x) = max_k e^{−kβ}·A^(k)(x) (or the smooth upper bound of
+    the module table), inflated by ``1 + 2^-30`` to cover float error. O(n log n) at most.
+
+    Example:
+        >>> from dpkit.sensitivity import smooth_sensitivity
+        >>> s = smooth_sensitivity([1, 2, 3, 4, 5], "median", 1.0, lower=0, upper=10)
+        >>> round(s, 6)
+        1.0
+    """
+    stat = _resolve(statistic, q, trim)
+    bounds = Bounds.of(lower, upper)
+    b = check_beta(beta)
+    xp = prepare(data, bounds)
+    return smooth_sensitivity_sorted(xp, stat, b, bounds) * (1.0 + SMOOTH_SLACK)

@@ -1,0 +1,90 @@
+"""dpkit.workloads: the matrix mechanism at scale (docs/workloads.md).
+
+* workloads as implicit operators: :class:`Identity`, :class:`Total`, :class:`Prefix`,
+  :class:`AllRange`, :class:`WidthRange`, :class:`Explicit`, :class:`Kron`, :class:`VStack`,
+  :class:`Marginals`;
+* strategies: :func:`identity`, :func:`hierarchical`, :func:`wavelet`, HDMM's OPT_0
+  (:func:`optimize_p_identity`) and OPT_⊗ (:func:`optimize_kron`); :func:`expected_error`,
+  :func:`svd_bound`, :func:`choose_strategy` (with ``explain()``);
+* ResidualPlanner for marginals: :func:`plan_residuals`;
+* measurement with exact noise and reconstruction: :func:`make_strategy_measurement`,
+  :func:`reconstruct`, :func:`nonnegative`, :func:`verify_exact`;
+* the data vector from one engine GROUP BY: :func:`histogram_from_duckdb`,
+  :func:`marginal_tables`.
+"""
+
+from dpkit.workloads._measure import (
+    QuantisedStrategy,
+    WorkloadRelease,
+    make_strategy_measurement,
+    nonnegative,
+    quantise,
+    query_variances,
+    reconstruct,
+)
+from dpkit.workloads._ops import (
+    AllRange,
+    Explicit,
+    Identity,
+    Kron,
+    Marginals,
+    Prefix,
+    Total,
+    VStack,
+    WidthRange,
+    Workload,
+)
+from dpkit.workloads._residual import MarginalRelease, ResidualPlan, plan_residuals
+from dpkit.workloads._select import Choice, choose_strategy
+from dpkit.workloads._strategies import (
+    KronStrategy,
+    Strategy,
+    expected_error,
+    hierarchical,
+    identity,
+    optimize_kron,
+    optimize_p_identity,
+    p_identity,
+    svd_bound,
+    wavelet,
+)
+from dpkit.workloads._table import histogram_from_duckdb, marginal_tables
+from dpkit.workloads._verify import verify_exact
+
+__all__ = [
+    "AllRange",
+    "Choice",
+    "Explicit",
+    "Identity",
+    "Kron",
+    "KronStrategy",
+    "MarginalRelease",
+    "Marginals",
+    "Prefix",
+    "QuantisedStrategy",
+    "ResidualPlan",
+    "Strategy",
+    "Total",
+    "VStack",
+    "WidthRange",
+    "Workload",
+    "WorkloadRelease",
+    "choose_strategy",
+    "expected_error",
+    "hierarchical",
+    "histogram_from_duckdb",
+    "identity",
+    "make_strategy_measurement",
+    "marginal_tables",
+    "nonnegative",
+    "optimize_kron",
+    "optimize_p_identity",
+    "p_identity",
+    "plan_residuals",
+    "quantise",
+    "query_variances",
+    "reconstruct",
+    "svd_bound",
+    "verify_exact",
+    "wavelet",
+]

@@ -1,0 +1,105 @@
+"""Regression (edges review, issue 8 §1): Session queries fail alike on neighbouring tables, on
+every engine, with extreme values, nanosecond times, NaN and off-grid floats."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import dpkit as dp
+from dpkit.analytics import Session, count, mean, quantile
+from dpkit.analytics import sum as dp_sum
+from dpkit.testing import add_one_unit, check_failure_behaviour, check_session_failures
+
+BASE = pd.Timestamp("2024-01-01 00:00:00")
+
+
+def ns_times(n: int) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"u": range(n), "t": pd.Series([BASE] * n, dtype="datetime64[ns]"), "x": 1.0}
+    )
+
+
+def engine_session_pairs(
+    pairs: list[tuple[Any, Any]], build: Any, engine: str, **evaluate: Any
+) -> Any:
+    return check_session_failures(
+        pairs,
+        build,
+        privacy_unit="u",
+        budget=dp.ApproxDP(100, 0.5),
+        session_options={"max_rows": 1, "engine": engine},
+        **evaluate,
+    )
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "pandas", "spark"])
+def test_private_group_by_on_nanosecond_keys(engine: str, request: pytest.FixtureRequest) -> None:
+    """A unit whose only row was 1 ns from an existing key made DuckDB return two groups that
+    the release saw as one: PrivacyCheckError on one table, a release on its neighbour."""
+    if engine == "spark":
+        request.getfixturevalue("spark")
+    base = ns_times(300)
+    pair = add_one_unit(base, "u", [{"t": BASE + pd.Timedelta(1, "ns"), "x": 1.0}])
+    result = engine_session_pairs(
+        [pair], lambda s: s.query().group_by("t").agg(count()), engine, epsilon=1, delta=1e-3
+    )
+    result.raise_if_failed()
+    assert result.released_pairs == 1
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "pandas"])
+@pytest.mark.parametrize(
+    "arrow_type", [pa.timestamp("ns"), pa.timestamp("ns", tz="Europe/Paris"), pa.time64("ns")]
+)
+def test_arrow_nanosecond_keys(engine: str, arrow_type: Any) -> None:
+    n = 300
+    small = pa.table({"u": pa.array(range(n)), "t": pa.array([0] * n, arrow_type)})
+    big = pa.table({"u": pa.array(range(n + 1)), "t": pa.array([0] * n + [1], arrow_type)})
+    result = engine_session_pairs(
+        [(small, big)],
+        lambda s: s.query().group_by("t").agg(count()),
+        engine,
+        epsilon=1,
+        delta=1e-3,
+    )
+    result.raise_if_failed()
+    assert result.released_pairs == 1
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "pandas", "spark"])
+def test_numeric_aggregates_with_one_extreme_unit(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    if engine == "spark":
+        request.getfixturevalue("spark")
+    base = pd.DataFrame({"u": range(40), "x": np.linspace(0, 10, 40)})
+    extremes = [math.nan, math.inf, -math.inf, 1e308, -1e308, 2.0**62, 3.3, -0.0]
+    pairs = [add_one_unit(base, "u", [{"x": value}]) for value in extremes]
+    queries = [
+        lambda s: s.query().agg(count(), dp_sum("x", (0, 10)), mean("x", (0, 10))),
+        lambda s: s.query().agg(quantile("x", 0.5, (0, 10))),
+    ]
+    for build in queries:
+        result = engine_session_pairs(pairs, build, engine, epsilon=1)
+        result.raise_if_failed()
+        assert result.released_pairs == len(pairs)
+
+
+def test_the_session_check_flags_a_data_dependent_failure() -> None:
+    """The check can fail: a wrapper that refuses tables with a value above 100 is flagged."""
+    base = pd.DataFrame({"u": range(10), "x": 1.0})
+    pair = add_one_unit(base, "u", [{"x": 1e6}])
+
+    def fragile(frame: pd.DataFrame) -> Any:
+        if (frame["x"] > 100).any():
+            raise dp.DPError("a value is too large")
+        session = Session(frame, "u", dp.PureDP(1), max_rows=1)
+        return session.evaluate(session.query().agg(count()), epsilon=1)
+
+    assert not check_failure_behaviour(fragile, [pair]).passed
