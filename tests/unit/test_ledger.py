@@ -25,13 +25,16 @@ from dpkit.ledger import (
 QUIET = BudgetMonitor(log=False)
 
 
-@pytest.fixture(params=["sqlite-file", "sqlite-memory", "dict"])
+@pytest.fixture(params=["sqlite-file", "sqlite-memory", "dict", "postgres"])
 def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Ledger:
-    target = {
-        "sqlite-file": f"sqlite:///{tmp_path}/ledger.db",
-        "sqlite-memory": ":memory:",
-        "dict": "memory://",
-    }[request.param]
+    if request.param == "postgres":
+        target = request.getfixturevalue("postgres_url")
+    else:
+        target = {
+            "sqlite-file": f"sqlite:///{tmp_path}/ledger.db",
+            "sqlite-memory": ":memory:",
+            "dict": "memory://",
+        }[request.param]
     opened = Ledger.open(target, monitor=BudgetMonitor(log=False))
     request.addfinalizer(opened.close)
     return opened
@@ -408,7 +411,7 @@ def test_open_urls(tmp_path: Path) -> None:
     assert isinstance(Ledger.open("memory://").store, MemoryStore)
     assert isinstance(Ledger.open("sqlite:///:memory:").store, SQLiteStore)
     with pytest.raises(InvalidParameterError, match="not available"):
-        Ledger.open("postgresql://localhost/db")
+        Ledger.open("mysql://localhost/db")
     with pytest.raises(InvalidParameterError):
         Ledger.open("")
 

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "ladder": "dpkit.cli.ladder:ladder_app",
     "demo": "dpkit.cli.demo:demo_command",
     "version": "dpkit.cli.demo:version_command",
+    "serve": "dpkit.service.cli:serve_command",
 }
 
 _VERSION = "0.1.0"  # kept equal to dpkit.__version__ by tests/unit/test_cli_startup.py

@@ -58,7 +58,8 @@ def open_store(
     target: str | os.PathLike[str], *, timeout: float = 60.0, group_commit: bool = True
 ) -> LedgerStore:
     """A store for ``target``: ``"sqlite:///relative.db"``, ``"sqlite:////abs/path.db"``, a
-    plain path, ``":memory:"`` (SQLite in memory) or ``"memory://"`` (the dict store)."""
+    plain path, ``":memory:"`` (SQLite in memory), ``"memory://"`` (the dict store) or
+    ``"postgresql://user:pass@host/db[?schema=name]"`` (PostgreSQL, needs ``dpkit[postgres]``)."""
     if isinstance(target, os.PathLike):
         return SQLiteStore(os.fspath(target), timeout=timeout, group_commit=group_commit)
     if not isinstance(target, str) or not target:
@@ -77,12 +78,16 @@ def open_store(
         if path in ("", ":memory:"):
             path = ":memory:"
         return SQLiteStore(path, timeout=timeout, group_commit=group_commit)
+    if target.startswith(("postgresql://", "postgres://")):
+        from dpkit.ledger._postgres import PostgresStore
+
+        return PostgresStore(target, timeout=timeout, group_commit=group_commit)
     if "://" in target:
         scheme = target.split("://", 1)[0]
         raise InvalidParameterError(
             "path_or_url",
             target,
-            "a SQLite path or URL ('sqlite:///ledger.db') or 'memory://'",
+            "a SQLite path or URL ('sqlite:///ledger.db'), 'postgresql://...' or 'memory://'",
             f"The {scheme!r} store is not available in this version of dpkit.",
         )
     return SQLiteStore(target, timeout=timeout, group_commit=group_commit)

@@ -1,0 +1,367 @@
+"""The service's own records, next to the ledger in the same database: datasets, principals,
+hashed tokens and the append-only audit log.
+
+The ledger stays the single source of truth for budgets and charges; this registry only says
+what a dataset name points to (the source path, which analysts never see), who may call the API,
+and what was asked (every query, refusal and budget change, in ``svc_audit``, which triggers make
+append-only in the database itself).
+
+Tokens: the service hands a token out once (``secrets.token_urlsafe(32)``, 256 random bits) and
+stores only its SHA-256. A hash of a 256-bit random secret needs no salt or slow KDF: nobody can
+search that space, and a stolen table gives no token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dpkit.ledger._postgres import LedgerUnavailableError, split_url
+
+__all__ = ["AuditRecord", "DatasetRecord", "Principal", "Registry", "hash_token"]
+
+Role = Literal["officer", "analyst"]
+
+_SQLITE_DDL = (
+    """CREATE TABLE IF NOT EXISTS svc_datasets (
+        name TEXT PRIMARY KEY, source TEXT NOT NULL, privacy_unit TEXT NOT NULL,
+        schema_json TEXT NOT NULL, bounds_json TEXT NOT NULL, description TEXT NOT NULL,
+        created_at REAL NOT NULL, created_by TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS svc_principals (
+        name TEXT PRIMARY KEY, role TEXT NOT NULL CHECK (role IN ('officer','analyst')),
+        created_at REAL NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS svc_tokens (
+        token_id TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, principal TEXT NOT NULL,
+        created_at REAL NOT NULL, revoked_at REAL)""",
+    """CREATE TABLE IF NOT EXISTS svc_audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, actor TEXT NOT NULL,
+        role TEXT NOT NULL, action TEXT NOT NULL, dataset TEXT NOT NULL, outcome TEXT NOT NULL,
+        detail TEXT NOT NULL)""",
+    """CREATE TRIGGER IF NOT EXISTS svc_audit_no_update BEFORE UPDATE ON svc_audit
+       BEGIN SELECT RAISE(ABORT, 'the dpkit audit log is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS svc_audit_no_delete BEFORE DELETE ON svc_audit
+       BEGIN SELECT RAISE(ABORT, 'the dpkit audit log is append-only'); END""",
+)
+
+_PG_DDL = (
+    """CREATE TABLE IF NOT EXISTS {s}.svc_datasets (
+        name TEXT PRIMARY KEY, source TEXT NOT NULL, privacy_unit TEXT NOT NULL,
+        schema_json TEXT NOT NULL, bounds_json TEXT NOT NULL, description TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL, created_by TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS {s}.svc_principals (
+        name TEXT PRIMARY KEY, role TEXT NOT NULL CHECK (role IN ('officer','analyst')),
+        created_at DOUBLE PRECISION NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS {s}.svc_tokens (
+        token_id TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, principal TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION)""",
+    """CREATE TABLE IF NOT EXISTS {s}.svc_audit (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
+        actor TEXT NOT NULL, role TEXT NOT NULL, action TEXT NOT NULL, dataset TEXT NOT NULL,
+        outcome TEXT NOT NULL, detail TEXT NOT NULL)""",
+    """DROP TRIGGER IF EXISTS svc_audit_append_only ON {s}.svc_audit""",
+    """CREATE TRIGGER svc_audit_append_only BEFORE UPDATE OR DELETE ON {s}.svc_audit
+       FOR EACH ROW EXECUTE FUNCTION {s}.dpkit_append_only()""",
+    """DROP TRIGGER IF EXISTS svc_audit_no_truncate ON {s}.svc_audit""",
+    """CREATE TRIGGER svc_audit_no_truncate BEFORE TRUNCATE ON {s}.svc_audit
+       FOR EACH STATEMENT EXECUTE FUNCTION {s}.dpkit_append_only()""",
+)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    name: str
+    role: Role
+    token_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRecord:
+    name: str
+    source: str  # relative to the data root; never shown to analysts
+    privacy_unit: str
+    schema: dict[str, str]
+    bounds: dict[str, Any]
+    description: str
+    created_at: float
+    created_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    id: int
+    timestamp: float
+    actor: str
+    role: str
+    action: str
+    dataset: str
+    outcome: str
+    detail: dict[str, Any]
+
+
+class Registry:
+    """Datasets, principals, tokens and the audit log in SQLite or PostgreSQL."""
+
+    def __init__(self, database: str, *, sqlite_path: str | None = None) -> None:
+        self._lock = threading.Lock()
+        self._pg = database.startswith(("postgresql://", "postgres://"))
+        self._conn: Any = None
+        if self._pg:
+            self._url, schema = split_url(database)
+            self._p = f"{schema}."
+            self._ddl = [d.replace("{s}", schema) for d in _PG_DDL]
+        else:
+            assert sqlite_path is not None
+            self._sqlite_path = sqlite_path
+            self._p = ""
+            self._ddl = list(_SQLITE_DDL)
+        with self._cursor() as conn:
+            for statement in self._ddl:
+                conn.execute(statement)
+
+    # -- connection handling --
+
+    def _connect(self) -> Any:
+        if self._pg:
+            import psycopg
+
+            try:
+                return psycopg.connect(self._url, autocommit=True, connect_timeout=10)
+            except psycopg.OperationalError as exc:
+                raise LedgerUnavailableError(
+                    f"the service database is unavailable ({exc})"
+                ) from exc
+        conn = sqlite3.connect(
+            self._sqlite_path, timeout=60, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA busy_timeout = 60000")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
+
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        with self._lock:
+            if self._conn is None:
+                self._conn = self._connect()
+            try:
+                yield _Adapter(self._conn, self._pg)
+            except Exception as exc:
+                if self._pg:
+                    import psycopg
+
+                    if isinstance(exc, psycopg.OperationalError):
+                        with contextlib.suppress(Exception):
+                            self._conn.close()
+                        self._conn = None
+                        raise LedgerUnavailableError(
+                            f"the service database is unavailable ({exc})"
+                        ) from exc
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+                self._conn = None
+
+    # -- principals and tokens --
+
+    def add_principal(self, name: str, role: Role) -> bool:
+        """Create a principal; False if it already existed (with this role)."""
+        with self._cursor() as c:
+            row = c.one(f"SELECT role FROM {self._p}svc_principals WHERE name = ?", (name,))
+            if row is not None:
+                if row[0] != role:
+                    raise ValueError(f"principal {name!r} exists with role {row[0]!r}")
+                return False
+            c.execute(
+                f"INSERT INTO {self._p}svc_principals VALUES (?, ?, ?)", (name, role, time.time())
+            )
+            return True
+
+    def principal_role(self, name: str) -> Role | None:
+        with self._cursor() as c:
+            row = c.one(f"SELECT role FROM {self._p}svc_principals WHERE name = ?", (name,))
+        return None if row is None else row[0]
+
+    def principals(self) -> list[tuple[str, str]]:
+        with self._cursor() as c:
+            return [
+                (str(r[0]), str(r[1]))
+                for r in c.all(f"SELECT name, role FROM {self._p}svc_principals ORDER BY name")
+            ]
+
+    def issue_token(self, principal: str, token: str | None = None) -> tuple[str, str]:
+        """A new token for ``principal``: (token_id, token). Only the hash is stored."""
+        token = token or secrets.token_urlsafe(32)
+        digest = hash_token(token)
+        token_id = "tok_" + digest[:12]
+        with self._cursor() as c:
+            c.execute(
+                f"INSERT INTO {self._p}svc_tokens VALUES (?, ?, ?, ?, NULL)",
+                (token_id, digest, principal, time.time()),
+            )
+        return token_id, token
+
+    def revoke_token(self, token_id: str) -> bool:
+        with self._cursor() as c:
+            row = c.one(
+                f"SELECT revoked_at FROM {self._p}svc_tokens WHERE token_id = ?", (token_id,)
+            )
+            if row is None:
+                return False
+            if row[0] is None:
+                c.execute(
+                    f"UPDATE {self._p}svc_tokens SET revoked_at = ? WHERE token_id = ?",
+                    (time.time(), token_id),
+                )
+            return True
+
+    def tokens(self) -> list[dict[str, Any]]:
+        with self._cursor() as c:
+            rows = c.all(
+                f"SELECT token_id, principal, created_at, revoked_at FROM {self._p}svc_tokens "
+                "ORDER BY created_at"
+            )
+        return [
+            {"token_id": r[0], "principal": r[1], "created_at": r[2], "revoked_at": r[3]}
+            for r in rows
+        ]
+
+    def authenticate(self, token: str) -> Principal | None:
+        digest = hash_token(token)
+        with self._cursor() as c:
+            row = c.one(
+                f"SELECT t.token_id, p.name, p.role FROM {self._p}svc_tokens t JOIN "
+                f"{self._p}svc_principals p ON p.name = t.principal "
+                "WHERE t.token_hash = ? AND t.revoked_at IS NULL",
+                (digest,),
+            )
+        if row is None or not secrets.compare_digest(digest, hash_token(token)):
+            return None
+        return Principal(str(row[1]), row[2], str(row[0]))
+
+    # -- datasets --
+
+    def add_dataset(self, record: DatasetRecord) -> None:
+        with self._cursor() as c:
+            c.execute(
+                f"INSERT INTO {self._p}svc_datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.name,
+                    record.source,
+                    record.privacy_unit,
+                    json.dumps(record.schema, sort_keys=True),
+                    json.dumps(record.bounds, sort_keys=True),
+                    record.description,
+                    record.created_at,
+                    record.created_by,
+                ),
+            )
+
+    def dataset(self, name: str) -> DatasetRecord | None:
+        with self._cursor() as c:
+            row = c.one(f"SELECT * FROM {self._p}svc_datasets WHERE name = ?", (name,))
+        return None if row is None else _dataset(row)
+
+    def datasets(self) -> list[DatasetRecord]:
+        with self._cursor() as c:
+            return [
+                _dataset(r) for r in c.all(f"SELECT * FROM {self._p}svc_datasets ORDER BY name")
+            ]
+
+    # -- audit --
+
+    def audit(
+        self,
+        actor: str,
+        role: str,
+        action: str,
+        dataset: str,
+        outcome: str,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        with self._cursor() as c:
+            c.execute(
+                f"INSERT INTO {self._p}svc_audit (ts, actor, role, action, dataset, outcome, "
+                "detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    time.time(),
+                    actor,
+                    role,
+                    action,
+                    dataset,
+                    outcome,
+                    json.dumps(detail or {}, sort_keys=True, default=str),
+                ),
+            )
+
+    def audit_log(
+        self, limit: int = 200, actor: str | None = None, action: str | None = None
+    ) -> list[AuditRecord]:
+        sql = (
+            f"SELECT id, ts, actor, role, action, dataset, outcome, detail FROM "
+            f"{self._p}svc_audit WHERE 1 = 1"
+        )
+        args: list[Any] = []
+        if actor is not None:
+            sql += " AND actor = ?"
+            args.append(actor)
+        if action is not None:
+            sql += " AND action = ?"
+            args.append(action)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(int(limit))
+        with self._cursor() as c:
+            rows = c.all(sql, args)
+        return [
+            AuditRecord(int(r[0]), float(r[1]), r[2], r[3], r[4], r[5], r[6], json.loads(str(r[7])))
+            for r in rows
+        ]
+
+
+def _dataset(row: Sequence[Any]) -> DatasetRecord:
+    return DatasetRecord(
+        name=str(row[0]),
+        source=str(row[1]),
+        privacy_unit=str(row[2]),
+        schema=json.loads(str(row[3])),
+        bounds=json.loads(str(row[4])),
+        description=str(row[5]),
+        created_at=float(row[6]),
+        created_by=str(row[7]),
+    )
+
+
+class _Adapter:
+    """``?`` placeholders on both SQLite and psycopg (which wants ``%s``)."""
+
+    __slots__ = ("_conn", "_pg")
+
+    def __init__(self, conn: Any, pg: bool) -> None:
+        self._conn = conn
+        self._pg = pg
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        if self._pg:
+            sql = sql.replace("?", "%s")
+        return self._conn.execute(sql, tuple(args))
+
+    def one(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        return self.execute(sql, args).fetchone()
+
+    def all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        return list(self.execute(sql, args).fetchall())

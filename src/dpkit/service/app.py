@@ -1,0 +1,456 @@
+"""The FastAPI application of ``dpkit serve``: thin routers over :class:`Service`.
+
+Authentication: ``Authorization: Bearer <token>`` (or the dashboard's ``dpkit_token`` cookie).
+Errors are JSON ``{"error": kind, "detail": message}`` with a 4xx status (503 when the database
+is unreachable); dpkit's error messages never quote data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from dpkit.errors import BudgetExceededError, DPError
+from dpkit.ledger import BudgetStatus, LedgerEntry, LedgerError, UnknownBudgetError
+from dpkit.ledger._postgres import LedgerUnavailableError
+from dpkit.service import schemas as w
+from dpkit.service._core import (
+    NotFoundError,
+    PermissionDeniedError,
+    Service,
+    ServiceConfig,
+    loss_from_parts,
+    loss_json,
+)
+from dpkit.service._registry import Principal
+
+__all__ = ["create_app"]
+
+COOKIE = "dpkit_token"
+
+
+def get_service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def _token(request: Request, authorization: str | None) -> str | None:
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+        return None
+    return request.cookies.get(COOKIE)
+
+
+class AuthError(Exception):
+    pass
+
+
+def current_principal(
+    request: Request,
+    service: Annotated[Service, Depends(get_service)],
+    authorization: Annotated[str | None, Header()] = None,
+) -> Principal:
+    principal = service.authenticate(_token(request, authorization))
+    if principal is None:
+        raise AuthError("a valid, unrevoked token is required (Authorization: Bearer <token>)")
+    return principal
+
+
+def officer(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+    if principal.role != "officer":
+        raise PermissionDeniedError("this needs the officer role")
+    return principal
+
+
+def analyst(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+    if principal.role != "analyst":
+        raise PermissionDeniedError("this needs the analyst role")
+    return principal
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
+Anyone = Annotated[Principal, Depends(current_principal)]
+Officer = Annotated[Principal, Depends(officer)]
+Analyst = Annotated[Principal, Depends(analyst)]
+
+
+def budget_out(status: BudgetStatus) -> w.BudgetOut:
+    return w.BudgetOut(
+        dataset=status.dataset,
+        analyst=status.analyst,
+        total=loss_json(status.total),
+        spent=loss_json(status.spent),
+        remaining=loss_json(status.remaining),
+        used=float(status.used),
+        charges=status.charges,
+    )
+
+
+def receipt_out(entry: LedgerEntry) -> w.ReceiptOut:
+    return w.ReceiptOut(
+        receipt=entry.receipt,
+        reservation_id=entry.ref or 0,
+        dataset=entry.dataset,
+        analyst=entry.analyst,
+        loss=loss_json(entry.loss),
+        timestamp=entry.timestamp,
+    )
+
+
+def _clean(value: Any) -> Any:
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    return str(value)
+
+
+def _error(status: int, kind: str, detail: str) -> JSONResponse:
+    return JSONResponse({"error": kind, "detail": detail}, status_code=status)
+
+
+router = APIRouter(prefix="/api/v1")
+
+
+@router.get("/me", response_model=w.MeOut, tags=["everyone"])
+def me(principal: Anyone, service: ServiceDep) -> w.MeOut:
+    """Who you are, and the budgets you may see (analysts: their own allowances)."""
+    budgets = [budget_out(b) for b in service.budgets_for(principal)]
+    return w.MeOut(name=principal.name, role=principal.role, budgets=budgets)
+
+
+@router.get("/datasets", response_model=list[w.DatasetOut], tags=["everyone"])
+def list_datasets(principal: Anyone, service: ServiceDep) -> list[w.DatasetOut]:
+    """Registered datasets (analysts: those they hold an allowance on, without the source)."""
+    out = []
+    budgets = {(b.dataset, b.analyst): b for b in service.ledger.budgets()}
+    for record in service.visible_datasets(principal):
+        scope = (record.name, None if principal.role == "officer" else principal.name)
+        status = budgets.get(scope)
+        out.append(
+            w.DatasetOut(
+                name=record.name,
+                privacy_unit=record.privacy_unit,
+                schema=record.schema,
+                bounds=record.bounds,
+                description=record.description,
+                budget=None if status is None else budget_out(status),
+                source=record.source if principal.role == "officer" else None,
+            )
+        )
+    return out
+
+
+@router.post("/datasets", response_model=w.DatasetOut, status_code=201, tags=["officer"])
+def register_dataset(body: w.DatasetIn, principal: Officer, service: ServiceDep) -> w.DatasetOut:
+    """Register a dataset: a source under the data root, its unit, schema, bounds and budget."""
+    total = loss_from_parts(body.budget.epsilon, body.budget.delta, body.budget.rho, "budget")
+    bounds = body.bounds.model_dump()
+    bounds["columns"] = {k: list(v) for k, v in body.bounds.columns.items()}
+    try:
+        record = service.register_dataset(
+            principal,
+            body.name,
+            body.source,
+            body.privacy_unit,
+            dict(body.schema_),
+            bounds,
+            total,
+            body.description,
+        )
+    except Exception as exc:
+        service.registry.audit(
+            principal.name,
+            "officer",
+            "register_dataset",
+            body.name,
+            "refused",
+            {"reason": _public_reason(exc)},
+        )
+        raise
+    return w.DatasetOut(
+        name=record.name,
+        privacy_unit=record.privacy_unit,
+        schema=record.schema,
+        bounds=record.bounds,
+        description=record.description,
+        budget=budget_out(service.ledger.budget(record.name)),
+        source=record.source,
+    )
+
+
+@router.put("/datasets/{dataset}/budget", response_model=w.BudgetOut, tags=["officer"])
+def adjust_budget(
+    dataset: str, body: w.AllowanceIn, principal: Officer, service: ServiceDep
+) -> w.BudgetOut:
+    """Raise or lower a dataset's total budget (never below what was spent)."""
+    total = loss_from_parts(body.total.epsilon, body.total.delta, body.total.rho, "total")
+    return budget_out(service.adjust_dataset_budget(principal, dataset, total, body.reason))
+
+
+@router.put("/datasets/{dataset}/allowances/{name}", response_model=w.BudgetOut, tags=["officer"])
+def set_allowance(
+    dataset: str, name: str, body: w.AllowanceIn, principal: Officer, service: ServiceDep
+) -> w.BudgetOut:
+    """Create or adjust an analyst's allowance (never below its spend; no refunds)."""
+    total = loss_from_parts(body.total.epsilon, body.total.delta, body.total.rho, "total")
+    return budget_out(service.set_allowance(principal, dataset, name, total, body.reason))
+
+
+@router.post("/principals", response_model=w.TokenOut, status_code=201, tags=["officer"])
+def create_principal(body: w.PrincipalIn, principal: Officer, service: ServiceDep) -> w.TokenOut:
+    """Create an analyst (or officer) and issue their first token (shown once)."""
+    token_id, token = service.create_principal(principal, body.name, body.role)
+    return w.TokenOut(token_id=token_id, principal=body.name, token=token)
+
+
+@router.post(
+    "/principals/{name}/tokens", response_model=w.TokenOut, status_code=201, tags=["officer"]
+)
+def issue_token(name: str, principal: Officer, service: ServiceDep) -> w.TokenOut:
+    """Issue another token for a principal (shown once)."""
+    token_id, token = service.issue_token(principal, name)
+    return w.TokenOut(token_id=token_id, principal=name, token=token)
+
+
+@router.delete("/tokens/{token_id}", status_code=204, tags=["officer"])
+def revoke_token(token_id: str, principal: Officer, service: ServiceDep) -> None:
+    """Revoke a token: every later request with it is refused."""
+    service.revoke_token(principal, token_id)
+
+
+@router.get("/tokens", tags=["officer"])
+def list_tokens(principal: Officer, service: ServiceDep) -> list[dict[str, Any]]:
+    """Token ids, owners and revocation times (never the tokens)."""
+    return service.registry.tokens()
+
+
+@router.post("/query", response_model=w.QueryOut, tags=["analyst"])
+def run_query(body: w.QueryIn, principal: Analyst, service: ServiceDep) -> w.QueryOut:
+    """Answer a query (SQL text or the JSON model) with differential privacy.
+
+    Everything that can refuse the query is checked before the budget is reserved; a refused
+    query is not charged. The answer carries error bars and the ledger receipt.
+    """
+    asked = {"sql": body.sql, "query": body.query, "loss": body.loss.model_dump()}
+    try:
+        loss = loss_from_parts(body.loss.epsilon, body.loss.delta, body.loss.rho, "loss")
+        release, status = service.query(
+            principal,
+            body.dataset,
+            loss,
+            sql=body.sql,
+            model=body.query,
+            keys=body.keys,
+            alpha=body.alpha,
+        )
+    except Exception as exc:
+        service.registry.audit(
+            principal.name,
+            "analyst",
+            "query",
+            body.dataset,
+            "refused",
+            {**asked, "reason": _public_reason(exc)},
+        )
+        raise
+    receipt = release.receipt
+    service.registry.audit(
+        principal.name,
+        "analyst",
+        "query",
+        body.dataset,
+        "answered",
+        {**asked, "receipt": str(receipt), "charged": str(release.loss)},
+    )
+    tables = {
+        name: [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+        for name, frame in release.tables.items()
+    }
+    accuracy = {
+        name: {
+            "kind": a.kind,
+            "halfwidth": _clean(float(a.halfwidth)),
+            "alpha": a.alpha,
+            "mechanism": a.mechanism,
+            "expected_abs": None if a.expected_abs is None else _clean(float(a.expected_abs)),
+            "loss": loss_json(a.loss),
+            "note": a.note,
+        }
+        for name, a in release.accuracy.items()
+    }
+    return w.QueryOut(
+        tables=tables,
+        accuracy=accuracy,
+        loss=loss_json(release.loss),
+        receipt=w.ReceiptOut(
+            receipt=receipt.id,
+            reservation_id=receipt.reservation_id,
+            dataset=receipt.dataset,
+            analyst=receipt.analyst,
+            loss=loss_json(receipt.loss),
+            timestamp=receipt.committed_at,
+        ),
+        remaining=loss_json(status.remaining),
+    )
+
+
+@router.get("/receipts", response_model=list[w.ReceiptOut], tags=["everyone"])
+def receipts(
+    principal: Anyone,
+    service: ServiceDep,
+    analyst: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+) -> list[w.ReceiptOut]:
+    """Receipts, newest first (analysts: only their own)."""
+    return [receipt_out(e) for e in service.receipts(principal, analyst, limit)]
+
+
+@router.get("/audit", response_model=list[w.AuditOut], tags=["officer"])
+def audit(
+    principal: Officer,
+    service: ServiceDep,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
+    actor: Annotated[str | None, Query(max_length=64)] = None,
+    action: Annotated[str | None, Query(max_length=64)] = None,
+) -> list[w.AuditOut]:
+    """The append-only audit log, newest first: every query, refusal and budget change."""
+    return [
+        w.AuditOut(
+            id=r.id,
+            timestamp=r.timestamp,
+            actor=r.actor,
+            role=r.role,
+            action=r.action,
+            dataset=r.dataset,
+            outcome=r.outcome,
+            detail=r.detail,
+        )
+        for r in service.registry.audit_log(limit, actor, action)
+    ]
+
+
+@router.get("/alerts", tags=["officer"])
+def alerts(principal: Officer, service: ServiceDep) -> list[dict[str, Any]]:
+    """Threshold alerts recorded in the ledger, newest first."""
+    return [
+        {
+            "entry_id": e.id,
+            "timestamp": e.timestamp,
+            "dataset": e.dataset,
+            "analyst": e.analyst,
+            "detail": e.detail,
+        }
+        for e in service.alert_entries()
+    ]
+
+
+@router.get("/health", tags=["everyone"])
+def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+def _public_reason(exc: BaseException) -> str:
+    if isinstance(exc, DPError | NotFoundError | PermissionDeniedError | AuthError):
+        return str(exc)[:1000]
+    return type(exc).__name__
+
+
+def _install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AuthError)
+    def _auth(request: Request, exc: AuthError) -> JSONResponse:
+        return _error(401, "unauthenticated", str(exc))
+
+    @app.exception_handler(PermissionDeniedError)
+    def _denied(request: Request, exc: PermissionDeniedError) -> JSONResponse:
+        return _error(403, "forbidden", str(exc))
+
+    @app.exception_handler(NotFoundError)
+    def _missing(request: Request, exc: NotFoundError) -> JSONResponse:
+        return _error(404, "not_found", str(exc))
+
+    @app.exception_handler(LedgerUnavailableError)
+    def _unavailable(request: Request, exc: LedgerUnavailableError) -> JSONResponse:
+        return _error(
+            503,
+            "unavailable",
+            "the ledger database is unavailable; nothing was "
+            "charged or recorded by this request. Retry shortly.",
+        )
+
+    @app.exception_handler(BudgetExceededError)
+    def _budget(request: Request, exc: BudgetExceededError) -> JSONResponse:
+        return _error(409, "budget_exceeded", str(exc))
+
+    @app.exception_handler(UnknownBudgetError)
+    def _unknown(request: Request, exc: UnknownBudgetError) -> JSONResponse:
+        return _error(404, "not_found", str(exc))
+
+    @app.exception_handler(LedgerError)
+    def _ledger(request: Request, exc: LedgerError) -> JSONResponse:
+        return _error(409, "ledger_refused", str(exc))
+
+    @app.exception_handler(DPError)
+    def _dp(request: Request, exc: DPError) -> JSONResponse:
+        return _error(400, "invalid_request", str(exc))
+
+    @app.exception_handler(ValueError)
+    def _value(request: Request, exc: ValueError) -> JSONResponse:
+        return _error(400, "invalid_request", "the request has an invalid value")
+
+    @app.exception_handler(TypeError)
+    def _type(request: Request, exc: TypeError) -> JSONResponse:
+        return _error(400, "invalid_request", "the request has a value of the wrong type")
+
+    @app.exception_handler(RequestValidationError)
+    def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": list(map(str, e.get("loc", ()))), "msg": str(e.get("msg", ""))}
+            for e in exc.errors()
+        ]
+        return JSONResponse(
+            {
+                "error": "invalid_request",
+                "detail": "the request does not match the schema",
+                "errors": errors,
+            },
+            status_code=422,
+        )
+
+
+def create_app(config: ServiceConfig | None = None, service: Service | None = None) -> FastAPI:
+    """The app for ``config`` (or around an existing ``service``)."""
+    from contextlib import asynccontextmanager
+
+    from dpkit.service import _dashboard
+
+    owned = service is None
+    svc = service if service is not None else Service(config or ServiceConfig())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owned:
+            svc.close()
+
+    app = FastAPI(
+        title="dpkit privacy-budget service",
+        version="1",
+        description="Differentially private queries with per-analyst budgets, receipts and an "
+        "append-only audit log.",
+        lifespan=lifespan,
+    )
+    app.state.service = svc
+    app.include_router(router)
+    app.include_router(_dashboard.router)
+    _install_handlers(app)
+    return app

@@ -1,0 +1,160 @@
+"""The service's wire schemas (pydantic), kept apart from dpkit's domain types.
+
+Numbers of a privacy loss may be sent as JSON numbers or as decimal strings ("0.01"); both are
+read exactly (a float is read as the decimal it prints as).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AllowanceIn",
+    "AuditOut",
+    "BudgetOut",
+    "DatasetIn",
+    "DatasetOut",
+    "ErrorOut",
+    "LossIn",
+    "MeOut",
+    "PrincipalIn",
+    "QueryIn",
+    "QueryOut",
+    "ReceiptOut",
+    "TokenOut",
+]
+
+Num = float | str
+Name = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")
+Column = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LossIn(_Strict):
+    """ε (with optional δ), or ρ (zCDP)."""
+
+    epsilon: Num | None = None
+    delta: Num | None = None
+    rho: Num | None = None
+
+
+class Bounds(_Strict):
+    max_rows: int | None = Field(default=1, ge=1, le=1_000_000)
+    max_groups: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_rows_per_group: int | None = Field(default=None, ge=1, le=1_000_000)
+    columns: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="Declared value bounds per numeric column."
+    )
+
+
+class DatasetIn(_Strict):
+    name: str = Name
+    source: str = Field(
+        min_length=1, max_length=1024, description="A .csv/.parquet path under the data root."
+    )
+    privacy_unit: str = Column
+    schema_: dict[str, Literal["numeric", "text", "bool", "temporal"]] = Field(
+        default_factory=dict, alias="schema"
+    )
+    bounds: Bounds = Field(default_factory=Bounds)
+    budget: LossIn
+    description: str = Field(default="", max_length=500)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class BudgetOut(BaseModel):
+    dataset: str
+    analyst: str | None
+    total: dict[str, Any]
+    spent: dict[str, Any]
+    remaining: dict[str, Any]
+    used: float
+    charges: int
+
+
+class DatasetOut(BaseModel):
+    name: str
+    privacy_unit: str
+    schema_: dict[str, str] = Field(alias="schema")
+    bounds: dict[str, Any]
+    description: str
+    budget: BudgetOut | None = None
+    source: str | None = Field(default=None, description="Officers only.")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class PrincipalIn(_Strict):
+    name: str = Name
+    role: Literal["officer", "analyst"] = "analyst"
+
+
+class TokenOut(BaseModel):
+    token_id: str
+    principal: str
+    token: str = Field(description="Shown once; only its SHA-256 is stored.")
+
+
+class AllowanceIn(_Strict):
+    total: LossIn
+    reason: str = Field(default="", max_length=500)
+
+
+class QueryIn(_Strict):
+    dataset: str = Name
+    sql: str | None = Field(default=None, max_length=10_000)
+    query: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "The query model: {aggregations: [{op, column?, lower?, upper?, q?, edges?, name?}],"
+            " where?: text, group_by?: [columns]}"
+        ),
+    )
+    keys: dict[str, list[str | float | int | bool]] | None = None
+    loss: LossIn
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+
+
+class ReceiptOut(BaseModel):
+    receipt: str
+    reservation_id: int
+    dataset: str
+    analyst: str | None
+    loss: dict[str, Any]
+    timestamp: float
+
+
+class QueryOut(BaseModel):
+    tables: dict[str, list[dict[str, Any]]]
+    accuracy: dict[str, dict[str, Any]]
+    loss: dict[str, Any]
+    receipt: ReceiptOut
+    remaining: dict[str, Any]
+
+
+class MeOut(BaseModel):
+    name: str
+    role: str
+    budgets: list[BudgetOut]
+
+
+class AuditOut(BaseModel):
+    id: int
+    timestamp: float
+    actor: str
+    role: str
+    action: str
+    dataset: str
+    outcome: str
+    detail: dict[str, Any]
+
+
+class ErrorOut(BaseModel):
+    error: str
+    detail: str

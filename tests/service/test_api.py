@@ -1,0 +1,269 @@
+"""The service API: roles, isolation, allowances, the audit log; refusals never charge."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import OFFICER, Api
+
+HOSTILE_SQL = [
+    "SELECT COUNT(*) FROM read_csv('/etc/passwd')",
+    "SELECT COUNT(*) FROM '/etc/passwd'",
+    "SELECT COUNT(*) FROM 'secret.csv'",
+    "SELECT COUNT(*) FROM other_table",
+    "SELECT COUNT(*) FROM main.people",
+    "SELECT COUNT(*); DROP TABLE svc_audit",
+    "SELECT COUNT(*) WHERE age > (SELECT MAX(age) FROM people)",
+    "SELECT COUNT(*) WHERE read_text('/etc/passwd') = 'x'",
+    "SELECT COUNT(*) WHERE getenv('HOME') = 'x'",
+    "SELECT COUNT(*) UNION SELECT COUNT(*)",
+    "SELECT age FROM people",
+    "SELECT COUNT(*) FROM people JOIN people p2 ON TRUE",
+    "COPY people TO '/tmp/x.csv'",
+    "ATTACH '/tmp/x.db'",
+    "",
+]
+
+HOSTILE_SOURCES = [
+    "../secret.csv",
+    "/etc/passwd",
+    "sub/../../secret.csv",
+    "file:///etc/passwd",
+    "~/x.csv",
+    "link.csv",  # a symlink pointing outside the data root
+    "people.txt",
+    "missing.csv",
+    "people.csv\x00.txt",
+    ".",  # the data root itself
+    "sub",  # a directory that does not hold only Parquet files
+]
+
+
+def _spent(api: Api, analyst: str | None = None) -> float:
+    me = api.get("/api/v1/me", OFFICER).json()
+    for b in me["budgets"]:
+        if b["dataset"] == "people" and b["analyst"] == analyst:
+            return float(b["spent"]["epsilon"])
+    raise AssertionError("no budget")
+
+
+def test_missing_wrong_revoked_and_wrong_role_tokens_are_refused(api: Api) -> None:
+    assert api.register().status_code == 201
+    ana = api.analyst("ana")
+    assert api.get("/api/v1/me").status_code == 401
+    assert api.get("/api/v1/me", "not-a-token").status_code == 401
+    assert api.client.get("/api/v1/me", headers={"Authorization": "Basic abc"}).status_code == 401
+    assert api.count(ana).status_code == 200
+    assert api.count(OFFICER).status_code == 403  # officers do not query
+    assert api.register("other").status_code == 201
+    assert api.post("/api/v1/principals", ana, json={"name": "mallory"}).status_code == 403
+    assert api.get("/api/v1/audit", ana).status_code == 403
+    tokens = api.get("/api/v1/tokens", OFFICER).json()
+    ana_token = next(t for t in tokens if t["principal"] == "ana")
+    assert "token" not in ana_token and "token_hash" not in ana_token
+    assert api.delete(f"/api/v1/tokens/{ana_token['token_id']}", OFFICER).status_code == 204
+    before = _spent(api, "ana")
+    assert api.count(ana).status_code == 401
+    assert _spent(api, "ana") == before
+
+
+def test_tokens_are_stored_hashed(api: Api, tmp_path: Path) -> None:
+    import sqlite3
+
+    api.register()
+    token = api.analyst("ana")
+    conn = sqlite3.connect(tmp_path / "service.db")
+    dump = "\n".join(conn.iterdump())
+    conn.close()
+    assert token not in dump and OFFICER not in dump
+
+
+def test_analysts_see_only_their_own_receipts_and_never_the_source(api: Api) -> None:
+    api.register()
+    ana, bob = api.analyst("ana", epsilon="0.5"), api.analyst("bob", epsilon="0.5")
+    r = api.count(ana)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["receipt"]["analyst"] == "ana" and body["tables"]["main"][0]["count_low"] <= 1e9
+    assert api.count(bob).status_code == 200
+    mine = api.get("/api/v1/receipts", ana).json()
+    assert [x["analyst"] for x in mine] == ["ana"]
+    assert api.get("/api/v1/receipts?analyst=bob", ana).status_code == 403
+    assert len(api.get("/api/v1/receipts", OFFICER).json()) == 2
+    datasets = api.get("/api/v1/datasets", ana).json()
+    assert [d["name"] for d in datasets] == ["people"]
+    assert all(d["source"] is None for d in datasets)
+    assert "people.csv" not in api.get("/api/v1/datasets", ana).text
+    assert api.get("/api/v1/me", ana).json()["budgets"][0]["analyst"] == "ana"
+    # a dataset without an allowance is invisible (and cannot be queried)
+    api.register("hidden")
+    assert "hidden" not in api.get("/api/v1/datasets", ana).text
+    assert api.count(ana, dataset="hidden").status_code == 404
+
+
+def test_allowances_adjust_but_never_below_spend_and_are_audited(api: Api) -> None:
+    api.register()
+    ana = api.analyst("ana", epsilon="0.1")
+    for _ in range(5):
+        assert api.count(ana, "0.02").status_code == 200
+    assert api.count(ana, "0.02").status_code == 409  # allowance spent
+    lower = api.put(
+        "/api/v1/datasets/people/allowances/ana", OFFICER, json={"total": {"epsilon": "0.05"}}
+    )
+    assert lower.status_code == 400 and "already spent" in lower.json()["detail"]
+    raise_ = api.put(
+        "/api/v1/datasets/people/allowances/ana", OFFICER, json={"total": {"epsilon": "0.2"}}
+    )
+    assert raise_.status_code == 200 and raise_.json()["spent"]["epsilon"] == pytest.approx(0.1)
+    assert api.count(ana, "0.02").status_code == 200
+    over = api.put(
+        "/api/v1/datasets/people/allowances/ana", OFFICER, json={"total": {"epsilon": "2"}}
+    )
+    assert over.status_code == 400  # beyond the dataset's budget
+    actions = [(a["action"], a["outcome"]) for a in api.get("/api/v1/audit", OFFICER).json()]
+    assert ("query", "answered") in actions and ("query", "refused") in actions
+    assert ("adjust_allowance", "ok") in actions and ("set_allowance", "refused") in actions
+    assert ("register_dataset", "ok") in actions
+
+
+def test_hostile_sql_is_refused_and_never_charges(api: Api) -> None:
+    api.register()
+    ana = api.analyst("ana")
+    for sql in HOSTILE_SQL:
+        r = api.post(
+            "/api/v1/query", ana, json={"dataset": "people", "sql": sql, "loss": {"epsilon": "0.1"}}
+        )
+        assert 400 <= r.status_code < 500, (sql, r.status_code, r.text)
+        assert "root:" not in r.text
+    assert _spent(api, "ana") == 0
+    assert _spent(api, None) == 0
+    refused = [
+        a for a in api.get("/api/v1/audit?limit=100", OFFICER).json() if a["outcome"] == "refused"
+    ]
+    assert len(refused) == len(HOSTILE_SQL)
+
+
+def test_hostile_identifiers_are_refused(api: Api) -> None:
+    api.register()
+    ana = api.analyst("ana")
+    for name in ("x'; DROP TABLE svc_audit; --", "../people", "a b", "é", "x" * 65):
+        r = api.post(
+            "/api/v1/query",
+            ana,
+            json={"dataset": name, "sql": "SELECT COUNT(*)", "loss": {"epsilon": "0.1"}},
+        )
+        assert 400 <= r.status_code < 500
+        r = api.post("/api/v1/principals", OFFICER, json={"name": name})
+        assert r.status_code == 422
+    for column in ("age; DROP", '"age"', "age)"):
+        model = {"aggregations": [{"op": "sum", "column": column, "lower": 0, "upper": 1}]}
+        r = api.post(
+            "/api/v1/query",
+            ana,
+            json={"dataset": "people", "query": model, "loss": {"epsilon": "0.1"}},
+        )
+        assert r.status_code == 400, r.text
+    r = api.register("bad name")
+    assert r.status_code == 422
+    assert _spent(api, "ana") == 0
+
+
+def test_paths_escaping_the_data_root_are_refused(api: Api, data_root: Path) -> None:
+    (data_root / "sub").mkdir()
+    (data_root / "sub" / "notes.txt").write_text("x")
+    os.symlink(data_root.parent / "secret.csv", data_root / "link.csv")
+    (data_root / "people.txt").write_text("x")
+    for i, source in enumerate(HOSTILE_SOURCES):
+        r = api.post(
+            "/api/v1/datasets",
+            OFFICER,
+            json={
+                "name": f"d{i}",
+                "source": source,
+                "privacy_unit": "person",
+                "budget": {"epsilon": 1},
+            },
+        )
+        assert 400 <= r.status_code < 500, (source, r.text)
+        assert "salary" not in r.text
+    assert api.get("/api/v1/datasets", OFFICER).json() == []
+
+
+def test_json_query_model_with_declared_bounds_and_group_keys(api: Api) -> None:
+    api.register()
+    ana = api.analyst("ana")
+    model = {
+        "aggregations": [{"op": "count"}, {"op": "mean", "column": "age", "name": "avg_age"}],
+        "where": "age >= 10",
+        "group_by": ["dept"],
+    }
+    r = api.post(
+        "/api/v1/query",
+        ana,
+        json={
+            "dataset": "people",
+            "query": model,
+            "keys": {"dept": ["a", "b"]},
+            "loss": {"epsilon": "0.5"},
+        },
+    )
+    assert r.status_code == 200, r.text
+    rows = r.json()["tables"]["main"]
+    assert sorted(row["dept"] for row in rows) == ["a", "b"]
+    assert {"count", "count_low", "count_high", "avg_age"} <= set(rows[0])
+    assert r.json()["remaining"]["epsilon"] == pytest.approx(0.5)
+
+
+def test_unknown_columns_and_bad_losses_are_refused_before_charging(api: Api) -> None:
+    api.register()
+    ana = api.analyst("ana")
+    bad = [
+        {"dataset": "people", "sql": "SELECT SUM(salary, 0, 1)", "loss": {"epsilon": "0.1"}},
+        {"dataset": "people", "sql": "SELECT COUNT(*)", "loss": {"epsilon": "-1"}},
+        {"dataset": "people", "sql": "SELECT COUNT(*)", "loss": {"epsilon": "nan"}},
+        {"dataset": "people", "sql": "SELECT COUNT(*)", "loss": {}},
+        {"dataset": "people", "sql": "SELECT COUNT(*)", "loss": {"epsilon": "5"}},
+        {
+            "dataset": "people",
+            "sql": "SELECT dept, COUNT(*) GROUP BY dept",
+            "loss": {"epsilon": "0.1"},
+        },
+    ]
+    for body in bad:
+        r = api.post("/api/v1/query", ana, json=body)
+        assert 400 <= r.status_code < 500, (body, r.text)
+    assert _spent(api, "ana") == 0
+
+
+def test_audit_log_is_append_only_in_sqlite(api: Api, tmp_path: Path) -> None:
+    import sqlite3
+
+    api.register()
+    conn = sqlite3.connect(tmp_path / "service.db")
+    try:
+        for statement in ("UPDATE svc_audit SET outcome = 'x'", "DELETE FROM svc_audit"):
+            with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+                conn.execute(statement)
+    finally:
+        conn.close()
+
+
+def test_audit_log_is_append_only_in_postgres(postgres_url: str, data_root: Path) -> None:
+    import psycopg
+
+    from dpkit.ledger._postgres import split_url
+    from dpkit.service import Service, ServiceConfig
+
+    service = Service(ServiceConfig(database=postgres_url, data_root=data_root))
+    service.registry.audit("officer", "officer", "test", "", "ok")
+    service.close()
+    plain, schema = split_url(postgres_url)
+    with psycopg.connect(plain, autocommit=True) as conn:
+        for statement in ("UPDATE {s}.svc_audit SET outcome = 'x'", "TRUNCATE {s}.svc_audit"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
+                conn.execute(statement.replace("{s}", schema))
+        row = conn.execute(f"SELECT count(*) FROM {schema}.svc_audit").fetchone()
+        assert row == (1,)
