@@ -151,3 +151,86 @@ def test_list_inputs_with_none_and_huge_ints() -> None:
     pipeline = make_clamp((0, 100)) >> make_bounded_sum((0, 100)) >> dp.make_laplace(100, 1)
     check_failure_behaviour(pipeline, [(base, [*base, 10**400])]).raise_if_failed()
     assert not math.isnan(pipeline([*base, 1e308]))
+
+
+# ---------------------------------------------------------------------------------- finding 6
+@pytest.mark.xfail(
+    strict=True,
+    reason="review finding 6: Accountant.release writes the measurement's exception text into "
+    "the shared ledger (and re-raises it): an error after the reservation can quote data",
+)
+def test_accountant_failure_never_quotes_data() -> None:
+    import dataclasses
+
+    from dpkit.accounting import Accountant
+    from dpkit.ledger import Ledger
+
+    ledger = Ledger.open(":memory:")
+    ledger.create_budget("v", dp.PureDP(5))
+    accountant = Accountant(ledger, "v")
+
+    def leaky(x: Any) -> Any:
+        raise ValueError(f"cannot handle {x!r}")
+
+    broken = dataclasses.replace(dp.make_laplace(1, 1), function=leaky)
+    with pytest.raises(Exception) as info:
+        accountant.release(broken, 123.456)
+    assert "123.456" not in str(info.value)
+    assert all("123.456" not in entry.detail for entry in ledger.history("v"))
+    assert ledger.spent("v") == dp.PureDP(1)  # the charge stays
+
+
+# ---------------------------------------------------------------------------------- finding 7
+@pytest.mark.xfail(
+    strict=True,
+    reason="review finding 7: an Accountant made without unit_distance takes one unit's "
+    "distance from the measurement itself; a measurement declaring d_in=0 is charged ε=0",
+)
+def test_accountant_never_charges_zero_for_a_measurement_declaring_d_in_zero() -> None:
+    import dataclasses
+    from fractions import Fraction
+
+    from dpkit.accounting import Accountant
+    from dpkit.ledger import Ledger
+
+    ledger = Ledger.open(":memory:")
+    ledger.create_budget("v", dp.PureDP(5))
+    accountant = Accountant(ledger, "v")
+    shrunk = dataclasses.replace(dp.make_laplace(1, 1), d_in=Fraction(0))
+    try:
+        release = accountant.release(shrunk, 1.0)
+    except dp.InvalidParameterError:
+        return  # refusing is correct too
+    assert release.loss != dp.PureDP(0)
+    assert ledger.spent("v") != dp.PureDP(0)
+
+
+# ---------------------------------------------------------------------------------- finding 8
+@pytest.mark.xfail(
+    strict=True,
+    reason="review finding 8: subnormal bounds are not refused from the parameters: quantile "
+    "bounds (0, 5e-324) pass compile and then always fail on DuckDB after the reservation "
+    "(charged for nothing; pandas releases), and sum bounds (0, 5e-324) raise a bare "
+    "ValueError('negative shift count') instead of InvalidParameterError",
+)
+def test_subnormal_bounds_are_refused_before_reserving() -> None:
+    from dpkit.analytics import Session, quantile
+    from dpkit.analytics import sum as dp_sum
+
+    table = pd.DataFrame({"u": range(10), "x": 0.0})
+    for build in (
+        lambda s: s.query().agg(quantile("x", 0.5, (0, 5e-324))),
+        lambda s: s.query().agg(dp_sum("x", (0, 5e-324))),
+    ):
+        outcomes = set()
+        for engine in ("duckdb", "pandas"):
+            session = Session(table, "u", dp.PureDP(1), engine=engine, max_rows=1)
+            try:
+                session.evaluate(build(session), epsilon=0.5)
+                outcomes.add("released")
+            except dp.InvalidParameterError:
+                outcomes.add("refused")
+                assert session.spent == dp.PureDP(0)  # refused before reserving
+            except Exception as error:  # anything else is the finding
+                outcomes.add(type(error).__name__)
+        assert outcomes <= {"released", "refused"} and len(outcomes) == 1, outcomes
