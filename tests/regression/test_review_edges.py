@@ -234,3 +234,19 @@ def test_subnormal_bounds_are_refused_before_reserving() -> None:
             except Exception as error:  # anything else is the finding
                 outcomes.add(type(error).__name__)
         assert outcomes <= {"released", "refused"} and len(outcomes) == 1, outcomes
+
+
+# ---------------------------------------------------------------------------------- finding 9
+@pytest.mark.xfail(
+    strict=True,
+    reason="review finding 9: local oracles' batch randomize refuses the whole batch when one "
+    "client's value is out of the domain (or NaN); the batch without that client releases",
+)
+@pytest.mark.parametrize("extra", [8, -1, math.nan])
+def test_local_batch_randomize_with_one_out_of_domain_client(extra: float) -> None:
+    from dpkit.local import GeneralizedRR, OptimizedLocalHashing
+
+    values = np.array([0.0, 1.0, 2.0])
+    for oracle in (GeneralizedRR(8, 1), OptimizedLocalHashing(8, 1)):
+        pair = (values, np.append(values, extra))
+        check_failure_behaviour(oracle.randomize, [pair]).raise_if_failed()
