@@ -321,3 +321,25 @@ def test_randomized_response_out_of_domain_answers() -> None:
     check_failure_behaviour(by_index, [([0, 1, 3], [0, 1, 4])]).raise_if_failed()
     rr = make_randomized_response_epsilon(1)
     check_failure_behaviour(rr, [([True, False], [True, None])]).raise_if_failed()
+
+
+# --------------------------------------------------------------------------------- finding 12
+@pytest.mark.xfail(
+    strict=True,
+    reason="review finding 12: extreme aggregation weights (1e-300, 1e300, 2^70) compile, then "
+    "fail with OverflowError after the reservation on every table: ε is charged for nothing",
+)
+@pytest.mark.parametrize("weight", [1e-300, 1e300, 2**70])
+def test_extreme_weights_are_refused_before_reserving(weight: float) -> None:
+    from dpkit.analytics import Session
+    from dpkit.analytics import sum as dp_sum
+
+    session = Session(pd.DataFrame({"u": range(50), "x": 1.0}), "u", dp.PureDP(10), max_rows=1)
+    query = session.query().agg(count(weight=weight), dp_sum("x", (0, 1)))
+    try:
+        session.evaluate(query, epsilon=1)
+    except dp.InvalidParameterError:
+        assert session.spent == dp.PureDP(0)  # refused from the parameters, nothing charged
+        return
+    except dp.DPError as error:
+        pytest.fail(f"failed after the reservation: {error}")
