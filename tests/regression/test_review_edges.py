@@ -159,11 +159,6 @@ def test_list_inputs_with_none_and_huge_ints() -> None:
 
 
 # ---------------------------------------------------------------------------------- finding 6
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 6: Accountant.release writes the measurement's exception text into "
-    "the shared ledger (and re-raises it): an error after the reservation can quote data",
-)
 def test_accountant_failure_never_quotes_data() -> None:
     import dataclasses
 
@@ -186,11 +181,6 @@ def test_accountant_failure_never_quotes_data() -> None:
 
 
 # ---------------------------------------------------------------------------------- finding 7
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 7: an Accountant made without unit_distance takes one unit's "
-    "distance from the measurement itself; a measurement declaring d_in=0 is charged ε=0",
-)
 def test_accountant_never_charges_zero_for_a_measurement_declaring_d_in_zero() -> None:
     import dataclasses
     from fractions import Fraction
@@ -211,13 +201,6 @@ def test_accountant_never_charges_zero_for_a_measurement_declaring_d_in_zero() -
 
 
 # ---------------------------------------------------------------------------------- finding 8
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 8: subnormal bounds are not refused from the parameters: quantile "
-    "bounds (0, 5e-324) pass compile and then always fail on DuckDB after the reservation "
-    "(charged for nothing; pandas releases), and sum bounds (0, 5e-324) raise a bare "
-    "ValueError('negative shift count') instead of InvalidParameterError",
-)
 def test_subnormal_bounds_are_refused_before_reserving() -> None:
     from dpkit.analytics import Session, quantile
     from dpkit.analytics import sum as dp_sum
@@ -324,19 +307,14 @@ def test_randomized_response_out_of_domain_answers() -> None:
 
 
 # --------------------------------------------------------------------------------- finding 12
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 12: extreme aggregation weights (1e-300, 1e300, 2^70) compile, then "
-    "fail with OverflowError after the reservation on every table: ε is charged for nothing",
-)
 @pytest.mark.parametrize("weight", [1e-300, 1e300, 2**70])
 def test_extreme_weights_are_refused_before_reserving(weight: float) -> None:
     from dpkit.analytics import Session
     from dpkit.analytics import sum as dp_sum
 
     session = Session(pd.DataFrame({"u": range(50), "x": 1.0}), "u", dp.PureDP(10), max_rows=1)
-    query = session.query().agg(count(weight=weight), dp_sum("x", (0, 1)))
     try:
+        query = session.query().agg(count(weight=weight), dp_sum("x", (0, 1)))
         session.evaluate(query, epsilon=1)
     except dp.InvalidParameterError:
         assert session.spent == dp.PureDP(0)  # refused from the parameters, nothing charged

@@ -237,21 +237,6 @@ REFUSALS: list[tuple[Sequence[str], str, int]] = [
         2,
     ),
     (
-        (
-            "query",
-            "tx.csv",
-            "SELECT SUM(is_fraud, 0, 1)",
-            "-d",
-            "tx",
-            "--epsilon",
-            "1",
-            "--schema",
-            "is_fraud=bool",
-        ),
-        "WHERE is_fraud = TRUE",
-        2,
-    ),
-    (
         ("query", "tx.csv", "SELECT COUNT(*) FROM other", "-d", "tx", "--epsilon", "1"),
         "may only read the input 'tx.csv'",
         2,

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from dpkit._exact import Number, check_positive, fraction_of
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PrivacyLoss
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ledger import Ledger, Receipt, Reservation
 
 __all__ = ["Accountant", "Release"]
@@ -100,11 +100,11 @@ class Accountant:
             (d for d in (measurement.d_in, self.unit_distance) if d is not None),
             default=None,
         )
-        if floor is None:
+        if floor is None or floor <= 0:
             raise InvalidParameterError(
                 "measurement",
                 measurement.name,
-                "a measurement with a declared d_in, or an Accountant with unit_distance",
+                "a measurement with a declared d_in > 0, or an Accountant with unit_distance",
                 "The distance one privacy unit moves the input is what the charge is for.",
             )
         distance = floor
@@ -127,9 +127,16 @@ class Accountant:
             value = measurement(data)
             receipt = self.ledger.commit(reservation)
         except BaseException as exc:
+            # an error's text can quote the data: the books record only its class, and an error
+            # that is not dpkit's own is replaced (as the Session does); the charge stays
             with contextlib.suppress(Exception):
-                self.ledger.fail(reservation, f"{type(exc).__name__}: {exc}")
-            raise
+                self.ledger.fail(reservation, type(exc).__name__)
+            if isinstance(exc, DPError) or not isinstance(exc, Exception):
+                raise
+            raise DPError(
+                f"the release failed ({type(exc).__name__}); its budget stays spent. The "
+                "error's message is withheld because it can quote the data."
+            ) from None
         return Release(value, loss, receipt)
 
     def spent(self) -> PrivacyLoss:

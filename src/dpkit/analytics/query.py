@@ -84,6 +84,15 @@ def check_bounds(bounds: object, name: str = "bounds") -> tuple[Fraction, Fracti
         )
     if max(abs(low), abs(high)) > Fraction(2) ** 900:
         raise InvalidParameterError(name, bounds, "bounds of magnitude below 2^900")
+    tiny = Fraction(1, 2**900)
+    if (low != 0 and abs(low) < tiny) or (high != 0 and abs(high) < tiny) or (
+        low != high and high - low < tiny
+    ):
+        # grids and noise scales are powers of two derived from the bounds: subnormal bounds
+        # would underflow them and fail after the reservation, on every table alike
+        raise InvalidParameterError(
+            name, bounds, "bounds that are 0 or of magnitude at least 2^-900, at least 2^-900 apart"
+        )
     return low, high
 
 
@@ -97,6 +106,10 @@ def _check_weight(weight: object) -> Fraction:
     value = fraction_of("weight", weight)  # type: ignore[arg-type]
     if value <= 0:
         raise InvalidParameterError("weight", weight, "> 0 (a share of the query's budget)")
+    if not Fraction(1, 2**20) <= value <= 2**20:
+        # shares are relative: weights beyond 2^±20 only push the split into underflow or
+        # overflow (which failed after the reservation), never to a useful allocation
+        raise InvalidParameterError("weight", weight, "between 2^-20 and 2^20")
     return value
 
 
