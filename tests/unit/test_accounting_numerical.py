@@ -241,10 +241,10 @@ def test_randomized_response_needs_replace() -> None:
         .get_epsilon_for_delta(1e-6)
     )
     assert float(result.loss.epsilon) >= reference
-    # randomized response has a discrete PLD (no connect-the-dots): each composed run rounds
-    # its loss up by < h, so the documented bound is 10 runs x h (+ the finer reference's own)
+    # randomized response has a discrete PLD: its 10 runs are composed exactly and rounded
+    # once (< h); the finer reference rounds each of its 10 runs (< 10 x 1e-5)
     h = float(result.detail.rsplit(" ", 1)[1])
-    assert float(result.loss.epsilon) <= reference + 10 * h + 10 * 1e-5
+    assert float(result.loss.epsilon) <= reference + h + 10 * 1e-5
     # a Gaussian's noise multiplier is relative to the sensitivity under the relation used
     alone = numerical_epsilon(gaussian_event(2.0), 1e-6, neighbouring="replace")
     assert alone.epsilons["gdp"] == numerical_epsilon(gaussian_event(2.0), 1e-6).epsilons["gdp"]
@@ -254,3 +254,29 @@ def test_randomized_response_needs_replace() -> None:
         randomized_response_event(0.0, 4)
     with pytest.raises(InvalidParameterError):
         randomized_response_event(0.5, 1)
+
+
+@pytest.mark.parametrize(("p", "buckets", "runs"), [(0.5, 2, 10), (0.9, 3, 50), (0.5, 4, 7)])
+def test_composed_randomized_response_is_rounded_once(p: float, buckets: int, runs: int) -> None:
+    """Exact k-fold RR, rounded once: above a fine reference, within one coarse step of it,
+    and never looser than composing k coarse single-run PLDs (what dp-accounting does)."""
+    relation = NeighboringRelation.REPLACE_ONE
+    coarse = 1e-2
+    ours = float(
+        pld_epsilon(
+            self_composed(randomized_response_event(p, buckets), runs),
+            1e-6,
+            value_discretization_interval=coarse,
+            neighbouring="replace",
+        )
+    )
+
+    def composed_pld(interval: float) -> float:
+        one = pld_lib.from_randomized_response(
+            p, buckets, value_discretization_interval=interval, neighboring_relation=relation
+        )
+        return float(one.self_compose(runs).get_epsilon_for_delta(1e-6))
+
+    fine = composed_pld(1e-5)
+    assert fine <= ours <= fine + coarse + runs * 1e-5
+    assert ours <= composed_pld(coarse) * (1 + 1e-8)  # ours is rounded up by 1e-9
