@@ -12,11 +12,6 @@ from dpkit.analytics import count
 from dpkit.testing import check_session_failures
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 1 (Spark): a lone surrogate in a string cell makes the engine raise "
-    "UnicodeEncodeError after the reservation; its neighbour releases",
-)
 def test_spark_lone_surrogate_strings_fail_alike(spark: Any) -> None:
     n = 50
 

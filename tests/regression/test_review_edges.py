@@ -38,11 +38,6 @@ def object_strings(values: list[Any]) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------- finding 1
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 1: a lone surrogate in any string cell makes the engine raise "
-    "UnicodeEncodeError after the reservation; its neighbour releases",
-)
 @pytest.mark.parametrize("engine", ["duckdb", "pandas"])
 @pytest.mark.parametrize("where", ["unused", "filter", "public-keys", "private-keys", "unit"])
 def test_lone_surrogate_strings_fail_alike(engine: str, where: str) -> None:
@@ -84,11 +79,6 @@ def test_pandas_engine_uint64_keys_beyond_int64() -> None:
 
 
 # ---------------------------------------------------------------------------------- finding 3
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 3: sample_and_aggregate sorts unit ids; one unit whose id is None "
-    "or a string among integer ids makes it raise TypeError",
-)
 @pytest.mark.parametrize("odd_unit", [None, "x"])
 def test_sample_and_aggregate_unit_ids_of_mixed_types(odd_unit: Any) -> None:
     from dpkit.sensitivity import make_sample_and_aggregate
@@ -103,11 +93,6 @@ def test_sample_and_aggregate_unit_ids_of_mixed_types(odd_unit: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------- finding 4
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 4: sample_and_aggregate catches Exception only; a user function "
-    "raising SystemExit (a BaseException) on one block propagates and names the input",
-)
 def test_sample_and_aggregate_user_function_base_exceptions() -> None:
     from dpkit.sensitivity import make_sample_and_aggregate
 

@@ -106,15 +106,13 @@ def assign_blocks(units: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
 
     Each distinct unit gets a block uniformly at random in [0, m) (exact, independent).
     """
-    units = np.asarray(units)
-    order = np.argsort(units, kind="stable")
-    sorted_units = units[order]
-    new = np.ones(sorted_units.size, dtype=bool)
-    new[1:] = sorted_units[1:] != sorted_units[:-1]
-    unit_index = np.cumsum(new) - 1
-    blocks_of_units = uniform_integers(m, int(new.sum()))
-    block_of_row = np.empty(units.size, dtype=np.int64)
-    block_of_row[order] = blocks_of_units[unit_index]
+    import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+
+    # factorize, not sort: ids of mixed types (None among ints, text among numbers) cannot be
+    # ordered, and a sort that raised on one unit's id would tell the tables apart
+    codes, uniques = pd.factorize(pd.Series(np.asarray(units, dtype=object)), use_na_sentinel=False)
+    blocks_of_units = uniform_integers(m, len(uniques))
+    block_of_row = np.asarray(blocks_of_units, dtype=np.int64)[codes]
     rows = np.argsort(block_of_row, kind="stable")
     counts = np.bincount(block_of_row, minlength=m)
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -278,7 +276,9 @@ def make_sample_and_aggregate(
                 part = _take(table, rows[bounds[b] : bounds[b + 1]])
                 try:
                     out = np.asarray(fn(part), dtype=np.float64)
-                except Exception:  # any failure maps to the public default, silently
+                except KeyboardInterrupt:
+                    raise
+                except BaseException:  # any failure (SystemExit too) maps to the public default
                     continue
                 if out.shape != shape and not (out.ndim == 0 and shape == (1,)):
                     continue

@@ -307,6 +307,15 @@ def needs_conversion(dtype: Any, kind: ColumnKind) -> bool:
 
 def prepare_pandas(df: pd.DataFrame, kinds: Mapping[str, ColumnKind]) -> pd.DataFrame:
     """``df`` with each column whose dtype does not carry its kind converted (never fails)."""
+    repaired = {}
+    for name in df.columns:
+        series = df[name]
+        if series.dtype == np.dtype(object) or pd.api.types.is_string_dtype(series.dtype):
+            encodable = _encodable_text(series)
+            if encodable is not None:
+                repaired[str(name)] = encodable
+    if repaired:
+        df = df.assign(**repaired)
     converted = {
         name: convert_series(df[name], kind)
         for name, kind in kinds.items()
@@ -318,6 +327,35 @@ def prepare_pandas(df: pd.DataFrame, kinds: Mapping[str, ColumnKind]) -> pd.Data
             if floored is not None:
                 converted[name] = floored
     return df.assign(**converted) if converted else df
+
+
+def _replace_unencodable(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
+def _encodable_text(series: pd.Series) -> pd.Series | None:
+    """``series`` with text that UTF-8 cannot encode (lone surrogates) repaired, else None.
+
+    Engines move text as UTF-8 (Arrow, DuckDB, Spark); a lone surrogate in one cell made them
+    fail *after* the reservation while the neighbour without it released. Each unencodable
+    character becomes "?" (Python's "replace" error handler), a rule that looks at that value
+    alone. The common case, all text encodable, is checked in one Arrow conversion.
+    """
+    import pyarrow as pa
+
+    try:
+        pa.array(series, type=pa.string(), from_pandas=True)
+        return None
+    except (pa.ArrowException, UnicodeError, TypeError, ValueError, OverflowError):
+        pass
+    values = series.tolist()
+    if not any(isinstance(v, str) for v in values):
+        return None
+    repaired = pd.Series([_replace_unencodable(v) for v in values], dtype=series.dtype)
+    repaired.index = series.index
+    return repaired
 
 
 def _floor_pandas_temporal(series: pd.Series) -> pd.Series | None:
