@@ -244,7 +244,7 @@ CSV_FINDING = pytest.mark.xfail(
     "reservation (or at Session(), quoting the byte offset) while the file without it releases",
 )
 CSV_CASES = [
-    pytest.param(engine, line, marks=[] if (engine, line) in SOUND_CSV else [CSV_FINDING])
+    pytest.param(engine, line)
     for engine in ("duckdb", "pandas")
     for line in sorted(ODD_CSV_LINES)
 ]

@@ -35,7 +35,7 @@ from scipy.sparse.linalg import lsmr
 
 from dpkit._exact import Number, check_delta, check_epsilon, check_rho
 from dpkit.core.framework import Measurement
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
+from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, L1Distance, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import integer_input
@@ -44,7 +44,6 @@ from dpkit.workloads._ops import DEFAULT_MAX_BYTES, AllRange, Workload, check_de
 from dpkit.workloads._strategies import (
     AnyStrategy,
     KronStrategy,
-    Strategy,
     _check_norm,
     kron_matrix,
 )

@@ -185,8 +185,10 @@ def csv_header(path: str | Path) -> list[str]:
     Only the header is read: a CSV file stores no types, so every column is text unless the
     session declares otherwise, and nothing is inferred from the rows.
     """
-    with open(path, newline="", encoding="utf-8-sig") as handle:
-        header = next(csv.reader(handle), None)
+    with open(path, "rb") as raw:
+        first = raw.readline()  # only the header line is decoded: later bytes are data
+    text = first.decode("utf-8-sig", errors="replace")
+    header = next(csv.reader([text.rstrip("\r\n")]), None)
     if not header or any(not name for name in header) or len(set(header)) != len(header):
         raise InvalidDataError(
             "source",

@@ -278,8 +278,17 @@ class PandasEngine:
             df = floor_arrow_temporal(source).to_pandas(date_as_object=False)
         elif isinstance(source, str | Path):
             if self._csv:
+                # malformed lines are skipped and bad bytes replaced, never an error (the DuckDB
+                # reader's policy): one person's line must not make the query fail
                 df = pd.read_csv(
-                    source, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8-sig"
+                    source,
+                    dtype=str,
+                    keep_default_na=False,
+                    na_values=[""],
+                    encoding="utf-8-sig",
+                    encoding_errors="replace",
+                    on_bad_lines="skip",
+                    engine="python",
                 )
             else:
                 import pyarrow.parquet as pq  # type: ignore[import-untyped]  # no stubs
