@@ -332,7 +332,10 @@ def nonnegative(
     extra privacy cost), answers W·x̃. Biased: ``variances`` becomes None; ``raw_answers`` keeps
     the unbiased least-squares answers."""
     q: QuantisedStrategy = measurement.info["quantised"]
-    fit = lsq_linear(q.matrix(), release.measurements, bounds=(0.0, np.inf), lsmr_tol="auto")
+    a: Any = q.matrix()
+    if a.shape[0] * a.shape[1] <= 4_000_000:
+        a = a.toarray()  # small: the dense trust-region solver is fast and exact
+    fit = lsq_linear(a, release.measurements, bounds=(0.0, np.inf))
     x_tilde = np.clip(np.asarray(fit.x), 0.0, None)
     return WorkloadRelease(
         answers=workload.matmat(x_tilde),
