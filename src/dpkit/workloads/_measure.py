@@ -85,6 +85,10 @@ def quantise(strategy: AnyStrategy, bits: int = 16) -> QuantisedStrategy:
     if top == 0.0:
         raise InvalidParameterError("strategy", strategy.name, "a non-zero matrix")
     exponent = bits - 1 - math.floor(math.log2(top))
+    for smaller in range(min(0, exponent), exponent):  # dyadic entries (0/±1 trees, Haar):
+        if np.all(np.ldexp(a.data, smaller) == np.rint(np.ldexp(a.data, smaller))):
+            exponent = smaller  # the coarsest exact grid: same A, smaller integers
+            break
     b = sp.csr_matrix(a, copy=True)
     b.data = np.rint(np.ldexp(b.data, exponent))
     b = sp.csr_matrix(b.astype(np.int64))
