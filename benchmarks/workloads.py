@@ -21,15 +21,13 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
 
-from dpkit.workloads import (  # noqa: E402
+from dpkit.workloads import (
     AllRange,
     Kron,
     Prefix,
     expected_error,
     hierarchical,
-    identity,
     optimize_kron,
     optimize_p_identity,
     plan_residuals,
@@ -43,8 +41,10 @@ def _fmt(x: float | None) -> str:
 
 
 def one_d(sizes: list[int]) -> None:
-    print("| workload | n | norm | identity | hierarchical b=2 | wavelet | dpkit OPT_0 | SVD bound |"
-          " OPT_0 / bound | OPT_0 time (s) |")
+    print(
+        "| workload | n | norm | identity | hierarchical b=2 | wavelet | dpkit OPT_0 | SVD bound |"
+        " OPT_0 / bound | OPT_0 time (s) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         for cls in (Prefix, AllRange):
@@ -62,9 +62,11 @@ def one_d(sizes: list[int]) -> None:
                 secs = time.perf_counter() - t
                 err = expected_error(w, opt, norm, v)
                 b = v * bound
-                print(f"| {cls.__name__} | {n} | {norm} | {_fmt(ident)} | {_fmt(hier)} | "
-                      f"{_fmt(wav)} | {_fmt(err)} | {_fmt(b)} | {err / b:.3f} | {secs:.1f} |",
-                      flush=True)
+                print(
+                    f"| {cls.__name__} | {n} | {norm} | {_fmt(ident)} | {_fmt(hier)} | "
+                    f"{_fmt(wav)} | {_fmt(err)} | {_fmt(b)} | {err / b:.3f} | {secs:.1f} |",
+                    flush=True,
+                )
 
 
 def two_d() -> None:
@@ -81,15 +83,19 @@ def two_d() -> None:
         hier = expected_error(w, KronStrategy([hierarchical(256), hierarchical(256)]), "l2")
         ident = w.gram_trace()
         b = svd_bound(w)
-        print(f"| {cls.__name__}(256)⊗{cls.__name__}(256) | identity | {_fmt(ident)} | {_fmt(b)} | |")
+        print(
+            f"| {cls.__name__}(256)⊗{cls.__name__}(256) | identity | {_fmt(ident)} | {_fmt(b)} | |"
+        )
         print(f"| | hierarchical⊗hierarchical | {_fmt(hier)} | | |")
         print(f"| | OPT_⊗ | {_fmt(err)} | | {secs:.1f} |", flush=True)
 
 
 def marginals() -> None:
-    print("\n| marginal workload | residuals | ResidualPlanner error (paper, Gaussian) | "
-          "direct sum / closed form − 1 | exact dpkit release error (lattice) | time (s) | "
-          "peak RSS (MB) |")
+    print(
+        "\n| marginal workload | residuals | ResidualPlanner error (paper, Gaussian) | "
+        "direct sum / closed form − 1 | exact dpkit release error (lattice) | time (s) | "
+        "peak RSS (MB) |"
+    )
     print("|---|---|---|---|---|---|---|")
     dom15 = [2, 3, 5, 10, 100, 4, 7, 20, 50, 2, 8, 16, 30, 60, 12]
     cases = [
@@ -105,8 +111,11 @@ def marginals() -> None:
         secs = time.perf_counter() - t
         rel = paper.expected_error() / paper.closed_form_error() - 1
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"| {label} | {len(paper.sigma2):,} | {paper.expected_error():.6g} | {rel:.1e} | "
-              f"{lattice.expected_error():.6g} | {secs:.1f} | {rss:.0f} |", flush=True)
+        print(
+            f"| {label} | {len(paper.sigma2):,} | {paper.expected_error():.6g} | {rel:.1e} | "
+            f"{lattice.expected_error():.6g} | {secs:.1f} | {rss:.0f} |",
+            flush=True,
+        )
 
 
 def end_to_end(rows: int) -> None:
@@ -137,8 +146,10 @@ def end_to_end(rows: int) -> None:
     dp_secs = time.perf_counter() - t
     print(f"\n| end to end ({rows:,} rows, 6 two-way marginals) | seconds |\n|---|---|")
     print(f"| plain GROUP BY per marginal (no bounding) | {plain:.2f} |")
-    print(f"| dpkit: one GROUPING SETS query with max_rows=10 bounding + plan + release | "
-          f"{dp_secs:.2f} |")
+    print(
+        f"| dpkit: one GROUPING SETS query with max_rows=10 bounding + plan + release | "
+        f"{dp_secs:.2f} |"
+    )
 
 
 def main() -> None:

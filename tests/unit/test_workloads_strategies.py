@@ -101,7 +101,7 @@ def test_residual_planner_closed_form_is_optimal():
         v = np.array([plan.v[a] for a in keys])
         p = np.array([plan.p[a] for a in keys])
 
-        def objective(log_s2):  # error at the budget: scale σ² so Σ p/(2σ²) = ρ
+        def objective(log_s2, p=p, v=v):  # error at the budget: scale σ² so Σ p/(2σ²) = ρ
             s2 = np.exp(log_s2)
             scale = np.sum(p / (2 * s2)) / 0.5
             return float(np.sum(s2 * scale * v))
@@ -125,9 +125,7 @@ def test_residual_release_and_duckdb_vector():
     assert one == 1 and plain.sum() == 200 - 19  # 99 is outside the declared domain: dropped
     sets = [(0, 1), (1, 2)]
     closure = sorted({s for b in sets for k in range(3) for s in itertools.combinations(b, k)})
-    tables, _ = marginal_tables_from_duckdb(
-        con, "t", cols, closure, privacy_unit="u", max_rows=12
-    )
+    tables, _ = marginal_tables_from_duckdb(con, "t", cols, closure, privacy_unit="u", max_rows=12)
     reference = marginal_tables(hist, (2, 3, 4), sets)
     assert all(np.array_equal(tables[k], reference[k]) for k in closure)
     plan = plan_residuals((2, 3, 4), sets, 1.0)
@@ -156,8 +154,9 @@ def test_bad_input_before_data():
     with pytest.raises(DPError):
         plan_residuals([2, 3], [(0, 2)], 1.0)
     with pytest.raises(DPError):
-        plan_residuals([2] * 30, list(itertools.combinations(range(30), 5)), 1.0,
-                       max_residuals=1000)
+        plan_residuals(
+            [2] * 30, list(itertools.combinations(range(30), 5)), 1.0, max_residuals=1000
+        )
     with pytest.raises(DPError):
         histogram_from_duckdb(duckdb.connect(), "t", {"a": [0, 0]})
     with pytest.raises(DPError):

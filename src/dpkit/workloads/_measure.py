@@ -35,7 +35,7 @@ from scipy.sparse.linalg import lsmr
 
 from dpkit._exact import Number, check_delta, check_epsilon, check_rho
 from dpkit.core.framework import Measurement
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
+from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, L1Distance, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import integer_input
@@ -44,7 +44,6 @@ from dpkit.workloads._ops import DEFAULT_MAX_BYTES, AllRange, Workload, check_de
 from dpkit.workloads._strategies import (
     AnyStrategy,
     KronStrategy,
-    Strategy,
     _check_norm,
     kron_matrix,
 )
@@ -71,7 +70,9 @@ class QuantisedStrategy:
 
     def matrix(self) -> sp.csr_matrix:
         """A_q as float64 (exact: |B| < 2^bits)."""
-        return sp.csr_matrix(self.integer_matrix.astype(np.float64) * math.ldexp(1.0, -self.exponent))
+        return sp.csr_matrix(
+            self.integer_matrix.astype(np.float64) * math.ldexp(1.0, -self.exponent)
+        )
 
 
 def quantise(strategy: AnyStrategy, bits: int = 16) -> QuantisedStrategy:
@@ -199,10 +200,8 @@ def make_strategy_measurement(
     declared = q
     if declared_sensitivity is not None:
         value = int(declared_sensitivity)
-        declared = QuantisedStrategy(
-            q.integer_matrix, q.exponent, q.name, value, value, q.cap
-        )
-    lattice, measure, eps, dlt = _calibrate(declared, norm, contributions, epsilon, delta, rho)
+        declared = QuantisedStrategy(q.integer_matrix, q.exponent, q.name, value, value, q.cap)
+    lattice, measure, _eps, dlt = _calibrate(declared, norm, contributions, epsilon, delta, rho)
 
     def loss_at(d_in: Fraction, source: QuantisedStrategy) -> PrivacyLoss:
         if norm == "l1":

@@ -434,12 +434,7 @@ class Marginals(VStack):
         self._marginal_weights = [1.0] * len(sets) if weights is None else list(weights)
         super().__init__(
             [
-                Kron(
-                    [
-                        Identity(d) if i in s else Total(d)
-                        for i, d in enumerate(self.domain)
-                    ]
-                )
+                Kron([Identity(d) if i in s else Total(d) for i, d in enumerate(self.domain)])
                 for s in sets
             ],
             self._marginal_weights,

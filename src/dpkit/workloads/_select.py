@@ -33,7 +33,9 @@ class Choice:
     notes: list[str] = field(default_factory=list)
 
     def explain(self) -> str:
-        lines = [f"workload strategies under {self.norm} (expected total squared error, unit noise):"]
+        lines = [
+            f"workload strategies under {self.norm} (expected total squared error, unit noise):"
+        ]
         for name, err in sorted(self.errors.items(), key=lambda kv: kv[1]):
             mark = "*" if name == self.strategy.name else " "
             ratio = f"  {err / self.bound:.3f}× SVD bound" if self.bound else ""
@@ -80,9 +82,7 @@ def choose_strategy(
             candidates.append(optimize_p_identity(workload, norm, p, max_bytes=max_bytes))
     if not candidates:
         raise InvalidParameterError("optimise", optimise, "True for Kronecker workloads")
-    errors = {
-        s.name: expected_error(workload, s, norm, max_bytes=max_bytes) for s in candidates
-    }
+    errors = {s.name: expected_error(workload, s, norm, max_bytes=max_bytes) for s in candidates}
     best = min(candidates, key=lambda s: errors[s.name])
     try:
         bound: float | None = svd_bound(workload, max_bytes=max_bytes)
