@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
-import pytest
 
 import dpkit as dp
 from dpkit.analytics import count

@@ -244,9 +244,7 @@ CSV_FINDING = pytest.mark.xfail(
     "reservation (or at Session(), quoting the byte offset) while the file without it releases",
 )
 CSV_CASES = [
-    pytest.param(engine, line)
-    for engine in ("duckdb", "pandas")
-    for line in sorted(ODD_CSV_LINES)
+    pytest.param(engine, line) for engine in ("duckdb", "pandas") for line in sorted(ODD_CSV_LINES)
 ]
 
 

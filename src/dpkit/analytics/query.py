@@ -85,8 +85,10 @@ def check_bounds(bounds: object, name: str = "bounds") -> tuple[Fraction, Fracti
     if max(abs(low), abs(high)) > Fraction(2) ** 900:
         raise InvalidParameterError(name, bounds, "bounds of magnitude below 2^900")
     tiny = Fraction(1, 2**900)
-    if (low != 0 and abs(low) < tiny) or (high != 0 and abs(high) < tiny) or (
-        low != high and high - low < tiny
+    if (
+        (low != 0 and abs(low) < tiny)
+        or (high != 0 and abs(high) < tiny)
+        or (low != high and high - low < tiny)
     ):
         # grids and noise scales are powers of two derived from the bounds: subnormal bounds
         # would underflow them and fail after the reservation, on every table alike

@@ -86,6 +86,10 @@ def quantise(strategy: AnyStrategy, bits: int = 16) -> QuantisedStrategy:
     if top == 0.0:
         raise InvalidParameterError("strategy", strategy.name, "a non-zero matrix")
     exponent = bits - 1 - math.floor(math.log2(top))
+    for smaller in range(min(0, exponent), exponent):  # dyadic entries (0/±1 trees, Haar):
+        if np.all(np.ldexp(a.data, smaller) == np.rint(np.ldexp(a.data, smaller))):
+            exponent = smaller  # the coarsest exact grid: same A, smaller integers
+            break
     b = sp.csr_matrix(a, copy=True)
     b.data = np.rint(np.ldexp(b.data, exponent))
     b = sp.csr_matrix(b.astype(np.int64))
@@ -197,7 +201,7 @@ def make_strategy_measurement(
     if declared_sensitivity is not None:
         value = int(declared_sensitivity)
         declared = QuantisedStrategy(q.integer_matrix, q.exponent, q.name, value, value, q.cap)
-    lattice, measure, eps, dlt = _calibrate(declared, norm, contributions, epsilon, delta, rho)
+    lattice, measure, _eps, dlt = _calibrate(declared, norm, contributions, epsilon, delta, rho)
 
     def loss_at(d_in: Fraction, source: QuantisedStrategy) -> PrivacyLoss:
         if norm == "l1":
@@ -331,7 +335,10 @@ def nonnegative(
     extra privacy cost), answers W·x̃. Biased: ``variances`` becomes None; ``raw_answers`` keeps
     the unbiased least-squares answers."""
     q: QuantisedStrategy = measurement.info["quantised"]
-    fit = lsq_linear(q.matrix(), release.measurements, bounds=(0.0, np.inf), lsmr_tol="auto")
+    a: Any = q.matrix()
+    if a.shape[0] * a.shape[1] <= 4_000_000:
+        a = a.toarray()  # small: the dense trust-region solver is fast and exact
+    fit = lsq_linear(a, release.measurements, bounds=(0.0, np.inf))
     x_tilde = np.clip(np.asarray(fit.x), 0.0, None)
     return WorkloadRelease(
         answers=workload.matmat(x_tilde),

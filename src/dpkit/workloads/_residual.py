@@ -13,7 +13,8 @@ v_A = Π_{i∈A}(nᵢ-1) · Σ_{B⊇A} w_B Π_{i∈B∖A} 1/nᵢ. Its zCDP cost 
 p_A = Π_{i∈A}(nᵢ-1)/nᵢ for the paper's correlated Gaussian. Minimising Σ σ_A² v_A subject to a
 budget ρ (Lagrange / Cauchy–Schwarz) gives the closed form
 
-    σ_A² = T·sqrt(p_A / v_A),  T = Σ_A sqrt(p_A v_A) / (2ρ),  total error = (Σ_A sqrt(p_A v_A))²/(2ρ),
+    σ_A² = T·sqrt(p_A / v_A),  T = Σ_A sqrt(p_A v_A) / (2ρ),
+    total error = (Σ_A sqrt(p_A v_A))² / (2ρ),
 
 optimal among all Gaussian matrix mechanisms for marginal workloads (Xiao et al., Thm. 5.3 for
 the sum-of-variances loss).
@@ -234,8 +235,8 @@ def plan_residuals(
         v[a] *= cells
         p[a] = prod if cost_model == "gaussian" else 1.0
     total = math.fsum(math.sqrt(p[a] * v[a]) for a in v)
-    t = total / (2 * float(r))
-    sigma2 = {a: t * math.sqrt(p[a] / v[a]) for a in v}
+    scale_t = total / (2 * float(r))
+    sigma2 = {a: scale_t * math.sqrt(p[a] / v[a]) for a in v}
     info: dict[str, Any] = {}
     if cost_model == "lattice":
         # exact rationals, rounded up so the exact cost never exceeds ρ

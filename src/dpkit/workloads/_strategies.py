@@ -70,7 +70,7 @@ Norm = Literal["l1", "l2"]
 def _check_norm(norm: Any) -> Norm:
     if norm not in ("l1", "l2"):
         raise InvalidParameterError("norm", norm, "'l1' (Laplace, pure ε) or 'l2' (Gaussian)")
-    return norm  # type: ignore[no-any-return]
+    return norm
 
 
 @dataclass(eq=False)
@@ -189,7 +189,7 @@ def p_identity(theta: np.ndarray, norm: Norm) -> Strategy:
     norm = _check_norm(norm)
     theta = np.asarray(theta, dtype=np.float64)
     d = _column_scale(theta, norm)
-    n = theta.shape[1]
+    theta.shape[1]
     mat = sp.vstack([sp.diags(d), sp.csr_matrix(theta * d[None, :])]).tocsr()
     return Strategy(mat, f"p-identity(p={theta.shape[0]}, {norm})", {"theta": theta})
 

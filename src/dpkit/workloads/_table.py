@@ -114,7 +114,8 @@ def _run(runner: Any, sql: str) -> dict[str, np.ndarray]:
     import duckdb
 
     if isinstance(runner, duckdb.DuckDBPyRelation):
-        return dict(runner.query(_VIEW, sql).fetchnumpy())
+        result: Any = runner.query(_VIEW, sql)
+        return dict(result.fetchnumpy())
     return dict(runner.execute(sql).fetchnumpy())
 
 

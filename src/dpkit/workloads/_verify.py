@@ -88,12 +88,12 @@ def verify_exact(measurement: Measurement[Any], *, rtol: float = 1e-9) -> CheckR
     best = -math.inf
     witness_t: tuple[Any, ...] = ()
     for j, col in enumerate(columns):
-        total = np.zeros(len(alphas))
+        sums = np.zeros(len(alphas))
         for s, mult in col.items():
             if s not in divergences:
                 divergences[s] = np.asarray(_renyi(lattice, s, alphas, radius))
-            total += mult * divergences[s]
-        ratio = total / np.asarray(alphas)
+            sums += mult * divergences[s]
+        ratio = sums / np.asarray(alphas)
         k = int(np.argmax(ratio))
         if ratio[k] > best:
             best, witness_t = float(ratio[k]), (alphas[k], j)
