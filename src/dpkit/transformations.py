@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dpkit._arrays import as_float64
 from dpkit._exact import Number, fraction_of, sensitivity_of
 from dpkit.core.framework import Transformation
 from dpkit.core.spaces import AbsoluteDistance, AtomDomain, SymmetricDistance, VectorDomain
@@ -45,7 +46,7 @@ def _float_vector(data: Any, name: str = "data") -> np.ndarray:
     NULL: dropping a row is 1-stable under the symmetric distance, and refusing instead would
     make a neighbour with one NaN row fail where the other releases.
     """
-    array = np.asarray(data, dtype=np.float64)
+    array = as_float64(data)
     if array.ndim != 1:
         raise InvalidDataError(name, f"expected a 1-d array of numbers, got shape {array.shape}")
     return array[~np.isnan(array)]

@@ -39,6 +39,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.special import roots_legendre
 
+from dpkit._arrays import as_float64
 from dpkit._exact import Number, check_alpha, check_epsilon, sensitivity_of
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PrivacyLoss, PureDP
@@ -245,6 +246,8 @@ def _as_array(data: Any, what: str) -> np.ndarray:
 def _utility_matrix(data: Any) -> tuple[np.ndarray, bool]:
     """Utilities as a finite float64 (rows, k) matrix, and whether the input was one vector."""
     array = _as_array(data, "utilities")
+    if array.dtype == object:  # Python ints past 2^64, None: read by the container, not refused
+        array = as_float64(array)
     if array.dtype.kind not in "biuf":
         raise InvalidDataError(
             "utilities",

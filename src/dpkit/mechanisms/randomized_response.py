@@ -187,10 +187,9 @@ def _category_indices(
         shape, scalar = indices.shape, indices.ndim == 0
         flat = indices.reshape(-1)
         if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= k):
-            bad = flat[(flat < 0) | (flat >= k)][0]
             raise InvalidDataError(
                 "answers",
-                f"category index {int(bad)} is out of range [0, {k})",
+                f"an answer is not a category index in [0, {k})",
                 "Each answer must be the index of one of the categories.",
             )
         return flat, shape, scalar
@@ -203,7 +202,7 @@ def _category_indices(
         except (KeyError, TypeError):
             raise InvalidDataError(
                 "answers",
-                f"{value!r} is not one of the categories {list(labels)!r}",
+                f"an answer is not one of the {len(labels)} categories",
                 "Each answer must be one of the labels the mechanism was built with.",
             ) from None
     return out, array.shape, array.ndim == 0

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dpkit._arrays import as_float64
 from dpkit._exact import Number, check_epsilon, fraction_of
 from dpkit.errors import InvalidParameterError
 
@@ -133,9 +134,9 @@ def prepare(data: Any, bounds: Bounds, n: int | None = None) -> np.ndarray:
     other than the declared public ``n`` are errors about the *schema*, never about values.
     """
     array = np.asarray(data)
-    if array.dtype == object or array.dtype.kind not in "biuf":
+    if array.dtype != object and array.dtype.kind not in "biuf":
         raise InvalidParameterError("data", f"dtype {array.dtype}", "a numeric array")
-    values = array.astype(np.float64).reshape(-1)
+    values = as_float64(array).reshape(-1)  # None is NaN, huge ints saturate: never refused
     if n is not None and values.size != n:
         raise InvalidParameterError(
             "data", f"{values.size} values", f"exactly the declared public n={n}"

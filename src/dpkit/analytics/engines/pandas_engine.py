@@ -7,6 +7,7 @@ NULL semantics for expressions (pandas' nullable dtypes give Kleene logic for ``
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -439,11 +440,28 @@ def _summarise(work: pd.DataFrame, plan: BoundedPlan, groups: list[tuple[Any, ..
             bins.append(int(key[1]))
         for i, out in enumerate(plan.outputs):
             outs[i].append(str(_output(part, out)))
-    arrays: list[Any] = [pa.array(v) if v else pa.array([], pa.null()) for v in key_values]
+    arrays: list[Any] = [_key_array(v) for v in key_values]
     if plan.bins is not None:
         arrays.append(pa.array(bins, pa.int64()))
     arrays.extend(pa.array(v, pa.string()) for v in outs)
     return pa.Table.from_arrays(arrays, names=list(plan.result_columns))
+
+
+def _key_array(values: list[Any]) -> Any:
+    """Group key values as an Arrow array; integers beyond int64 (a uint64 column) become
+    uint64 or decimals instead of failing (whether that happens depends on one unit's key)."""
+    if not values:
+        return pa.array([], pa.null())
+    try:
+        return pa.array(values)
+    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+        ints = [v for v in values if v is not None]
+        if all(isinstance(v, int | np.integer) for v in ints):
+            if all(int(v) >= 0 for v in ints) and max(map(int, ints)) < 2**64:
+                return pa.array([None if v is None else int(v) for v in values], pa.uint64())
+            decimals = [None if v is None else decimal.Decimal(int(v)) for v in values]
+            return pa.array(decimals, pa.decimal128(38, 0))
+        return pa.array([None if v is None else str(v) for v in values], pa.string())
 
 
 def _output(part: pd.DataFrame, out: Output) -> int:
