@@ -112,7 +112,9 @@ def test_geometric_mechanism_noise_matches_its_declared_distribution() -> None:
 # ----------------------------------------------------------------------- grid mechanisms
 @pytest.mark.parametrize(("sensitivity", "epsilon"), [(1, 1), (3, 0.5)])
 def test_grid_laplace_follows_the_continuous_laplace(sensitivity: float, epsilon: float) -> None:
-    m = dp.make_laplace(sensitivity, epsilon)
+    # changed_coordinates=1: each coordinate is one release of the scalar mechanism (a vector
+    # without it is refused by its shape)
+    m = dp.make_laplace(sensitivity, epsilon, changed_coordinates=1)
     laplace = stats.laplace(scale=sensitivity / epsilon)
     # the declared grid cdf is within ~1e-6 of the continuous one (a millionth-of-scale grid)
     x = np.linspace(-8, 8, 1001) * sensitivity / epsilon
@@ -123,7 +125,7 @@ def test_grid_laplace_follows_the_continuous_laplace(sensitivity: float, epsilon
 
 
 def test_grid_gaussian_follows_the_continuous_gaussian() -> None:
-    m = dp.make_gaussian(1, rho=0.5)
+    m = dp.make_gaussian(1, rho=0.5, changed_coordinates=1)
     normal = stats.norm(scale=1.0)  # σ = Δ/sqrt(2ρ) = 1
     assert math.isclose(m.info["sigma"], 1.0, rel_tol=1e-12)
     x = np.linspace(-6, 6, 1001)
@@ -132,7 +134,7 @@ def test_grid_gaussian_follows_the_continuous_gaussian() -> None:
 
 
 def test_grid_laplace_releases_are_on_the_grid() -> None:
-    m = dp.make_laplace(1, 1)
+    m = dp.make_laplace(1, 1, changed_coordinates=1)
     g = 2.0 ** m.info["grid_exponent"]
     releases = np.array([m(0.3) for _ in range(200)] + list(m(np.zeros(1_000))))
     assert np.all(releases / g == np.round(releases / g))
@@ -174,5 +176,5 @@ def test_goodness_of_fit_tests_reject_a_slightly_wrong_distribution() -> None:
     assert chi_square_pvalue(laplace_samples, DiscreteLaplace(Fraction(105, 100))) < P_MIN
     gaussian_samples = DiscreteGaussian(Fraction(2)).sample(200_000)
     assert chi_square_pvalue(gaussian_samples, DiscreteGaussian(Fraction(21, 10))) < P_MIN
-    releases = np.asarray(dp.make_laplace(1, 1)(np.zeros(100_000)))
+    releases = np.asarray(dp.make_laplace(1, 1, changed_coordinates=1)(np.zeros(100_000)))
     assert stats.kstest(releases, stats.laplace(scale=1.05).cdf).pvalue < P_MIN

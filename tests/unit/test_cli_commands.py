@@ -376,7 +376,9 @@ def _check_refusals(
         assert "Traceback" not in result.stderr and not ANSI.search(result.stderr)
 
 
-def test_malformed_csv_after_charging_withholds_the_data(workdir: Path, ledger: Path) -> None:
+def test_a_malformed_csv_line_is_skipped_not_an_error(workdir: Path, ledger: Path) -> None:
+    """One person's malformed line must not decide whether the query fails after it was charged
+    (review finding 10): every engine skips it, and nothing of it is printed."""
     result = dpkit_run(
         "query",
         "broken.csv",
@@ -392,9 +394,7 @@ def test_malformed_csv_after_charging_withholds_the_data(workdir: Path, ledger: 
         cwd=workdir,
         ledger=ledger,
     )
-    assert result.returncode == 1
-    assert "could not be read as declared" in result.stderr
-    assert "duckdb" in result.stderr and "pandas" in result.stderr
+    assert result.returncode == 0, result.stderr
     assert "SECRETVALUE" not in result.stdout + result.stderr
 
 

@@ -27,6 +27,7 @@ def frame(n: int = 20_000) -> pd.DataFrame:
 @pytest.mark.parametrize("engine", ["duckdb", "pandas"])
 def test_fits_through_one_session_query(engine: str) -> None:
     ledger = Ledger.open(":memory:")
+    ledger.create_budget("t", dp.PureDP(2), privacy_unit="u")  # the privacy officer's act
     session = Session(
         frame(), "u", dp.PureDP(2), engine=engine, ledger=ledger, dataset="t", max_rows=1
     )

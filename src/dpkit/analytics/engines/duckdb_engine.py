@@ -200,11 +200,10 @@ def _read_csv_as_text(path: str, header: list[str]) -> exp.Expr:
             named("quote", exp.Literal.string('"')),
             named("escape", exp.Literal.string('"')),
             named("columns", columns),
-            # a malformed line (a wrong number of fields, a stray quote, a bad byte) is skipped
-            # or padded, never an error: one person's line must not decide whether the query
-            # fails after its reservation (pandas' reader follows the same policy)
+            # a malformed line (a wrong number of fields, a stray quote, a bad byte) is skipped,
+            # never an error: one person's line must not decide whether the query fails after
+            # its reservation (pandas' reader follows the same policy)
             named("ignore_errors", exp.true()),
-            named("null_padding", exp.true()),
             named("strict_mode", exp.false()),
         ],
     )
