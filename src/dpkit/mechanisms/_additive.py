@@ -122,6 +122,16 @@ def make_grid_measurement(
         out = out.reshape(np.shape(data))
         return out.item() if scalar else out
 
+    def release_many(data: Any, n: int) -> np.ndarray:
+        """``n`` independent releases of one scalar input, through the same rounding, noise and
+        saturation as ``function`` (for audits and simulation: each costs the full loss)."""
+        if np.ndim(data) != 0:
+            raise InvalidDataError("data", "release_many takes one scalar input")
+        index = integer_input(data) if integer_output else to_grid(data, exponent)
+        tiled = np.full(int(n), int(index), dtype=np.int64)
+        noisy = add_saturating(tiled, lattice.sample(int(n)))
+        return noisy if integer_output else from_grid(noisy, exponent)
+
     domain = VectorDomain(AtomDomain("int" if integer_output else "float"))
     return Measurement(
         input_domain=domain,
@@ -132,5 +142,9 @@ def make_grid_measurement(
         name=name,
         noise=GridNoise(lattice, exponent),
         d_in=sensitivity,
-        info={"changed_coordinates": changed_coordinates or 1, **(info or {})},
+        info={
+            "changed_coordinates": changed_coordinates or 1,
+            "release_many": release_many,
+            **(info or {}),
+        },
     )

@@ -331,8 +331,12 @@ def _releases(
                 "False for array inputs",
                 "Only a scalar input can be tiled into one call; arrays are released one by one.",
             )
+        many = measurement.info.get("release_many")
         try:
-            out = np.asarray(measurement(np.full(n, data)))
+            if many is not None:  # the mechanism's own batch of independent scalar releases
+                out = np.asarray(many(data, n))
+            else:
+                out = np.asarray(measurement(np.full(n, data)))
         except InvalidDataError:
             # e.g. grid mechanisms refuse vectors off their grid (rounding could move several
             # coordinates); a scalar is fine, so release it n times instead
