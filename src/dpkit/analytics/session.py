@@ -181,8 +181,9 @@ class Session:
             relation or a Spark DataFrame.
         privacy_unit: the column identifying one privacy unit (a person, a household...). All
             rows with the same value are protected together. Rows whose unit is NULL are dropped.
-        budget: the total budget of this dataset in the ledger (created if the ledger has none
-            yet; may be omitted when the ledger already has one).
+        budget: without ``ledger=``, the session's own budget (kept in a private in-memory
+            ledger). With a shared ledger it may be omitted; if given it must equal the budget a
+            privacy officer created for the dataset (a session never creates or changes one).
         engine: ``"duckdb"`` (default), ``"pandas"`` (the reference engine), ``"spark"``, or an
             :class:`~dpkit.analytics.engines.Engine`.
         ledger: a :class:`~dpkit.ledger.Ledger`, a path to a SQLite ledger file, or None for a
