@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import dpkit as dp
-from dpkit.analytics import Session, count, mean, quantile
+from dpkit.analytics import Session, col, count, mean, quantile
 from dpkit.analytics import sum as dp_sum
 from dpkit.testing import add_one_unit, check_failure_behaviour, check_session_failures
 
@@ -103,3 +103,57 @@ def test_the_session_check_flags_a_data_dependent_failure() -> None:
         return session.evaluate(session.query().agg(count()), epsilon=1)
 
     assert not check_failure_behaviour(fragile, [pair]).passed
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "pandas"])
+def test_parquet_nanosecond_keys_are_floored_like_every_other_source(
+    engine: str, tmp_path: Any
+) -> None:
+    """Parquet sources reach DuckDB through a view that floors nanosecond values (DuckDB's own
+    cast rounds). Neighbours 1 ns apart release alike, and a value 999 ns after a microsecond
+    belongs to that microsecond in every engine: rounding would move it to the next one."""
+    import datetime as dt
+
+    import pyarrow.parquet as pq
+
+    n = 300
+    base = pa.table({"u": pa.array(range(n)), "t": pa.array([999] * n, pa.timestamp("ns"))})
+    bigger = pa.table(
+        {"u": pa.array(range(n + 1)), "t": pa.array([999] * n + [1000], pa.timestamp("ns"))}
+    )
+    paths = []
+    for name, table in (("small", base), ("big", bigger)):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(table, path)
+        paths.append(str(path))
+    result = engine_session_pairs(
+        [(paths[0], paths[1])],
+        lambda s: s.query().group_by("t").agg(count()),
+        engine,
+        epsilon=1,
+        delta=1e-3,
+    )
+    result.raise_if_failed()
+    assert result.released_pairs == 1
+    session = Session(paths[0], "u", dp.PureDP(100), max_rows=1, engine=engine)
+    one_microsecond = dt.datetime(1970, 1, 1, 0, 0, 0, 1)
+    release = session.evaluate(
+        session.query().filter(col("t") < one_microsecond).agg(count()), epsilon=20
+    )
+    assert abs(release.table["count"][0] - n) <= 5  # floored to 0 µs, so all are < 1 µs
+
+
+def test_arrow_and_pandas_floor_nanoseconds_alike_before_1970() -> None:
+    """Arrow sources and pandas sources floor (toward −∞, not toward 0), so a pre-1970 key is
+    the same microsecond whichever source carried it."""
+    from dpkit.analytics.engines._columns import floor_arrow_temporal, prepare_pandas
+
+    ns = [-1001, -1000, -999, -1, 0, 1, 999, 1000]
+    arrow = floor_arrow_temporal(pa.table({"t": pa.array(ns, pa.timestamp("ns"))}))
+    frame = prepare_pandas(
+        pd.DataFrame({"t": pd.Series(pd.to_datetime(ns, unit="ns"), dtype="datetime64[ns]")}),
+        {"t": "temporal"},
+    )
+    expected = [-2, -1, -1, -1, 0, 0, 0, 1]  # floor(ns / 1000)
+    assert arrow["t"].cast(pa.int64()).to_pylist() == expected
+    assert frame["t"].astype("int64").tolist() == expected
