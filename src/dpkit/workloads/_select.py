@@ -52,6 +52,7 @@ def choose_strategy(
     *,
     optimise: bool = True,
     p: int | None = None,
+    max_seconds: float = 8.0,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Choice:
     """Evaluate identity, hierarchical (b = 2, 4, 16), wavelet and OPT_0 (OPT_⊗ for a Kronecker
@@ -65,7 +66,7 @@ def choose_strategy(
     candidates: list[AnyStrategy] = []
     if isinstance(workload, Kron):
         if optimise:
-            candidates.append(optimize_kron(workload, norm))
+            candidates.append(optimize_kron(workload, norm, max_seconds=max_seconds))
     else:
         n = workload.shape[1]
         if 8 * n * n * 3 > max_bytes:
@@ -79,7 +80,9 @@ def choose_strategy(
         candidates += [identity(n), wavelet(n)]
         candidates += [hierarchical(n, b) for b in (2, 4, 16) if b < max(n, 3)]
         if optimise:
-            candidates.append(optimize_p_identity(workload, norm, p, max_bytes=max_bytes))
+            candidates.append(
+                optimize_p_identity(workload, norm, p, max_seconds=max_seconds, max_bytes=max_bytes)
+            )
     if not candidates:
         raise InvalidParameterError("optimise", optimise, "True for Kronecker workloads")
     errors = {s.name: expected_error(workload, s, norm, max_bytes=max_bytes) for s in candidates}
