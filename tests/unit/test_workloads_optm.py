@@ -132,3 +132,15 @@ def test_bad_input_before_data():
     with pytest.raises(InvalidParameterError, match="marginals"):
         s.release({}, rho=1)
     assert all(len(_subsets(b)) for b in s.support)
+
+
+def test_choose_strategy_for_marginals_explains_the_choice():
+    from dpkit.workloads import choose_strategy
+
+    w = Marginals((2, 3, 4, 5), list(itertools.combinations(range(4), 2)))
+    choice = choose_strategy(w, "l2", max_seconds=2)
+    text = choice.explain()
+    assert "OPT_M" in text and "ResidualPlanner optimum" in text
+    assert choice.bound is not None
+    assert choice.bound <= min(choice.errors.values()) * (1 + 1e-9)
+    assert choice.errors[choice.chosen] == min(choice.errors.values())
