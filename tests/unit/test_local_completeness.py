@@ -230,7 +230,7 @@ def test_bad_values_are_refused_before_any_randomness_is_drawn(values: list[Any]
 def test_reports_of_another_oracle_or_parameters_are_refused_everywhere() -> None:
     clients = _all_clients()
     reports = [c.randomize([0, 1, 2, 3]) for c in clients]
-    for i, server in enumerate(clients):
+    for server in clients:
         for j, batch in enumerate(reports):
             if clients[j].signature == server.signature:
                 continue
