@@ -258,3 +258,22 @@ def test_reports_of_another_oracle_or_parameters_are_refused_everywhere() -> Non
     pem = local.PrefixExtension(1, bits=8, k=2, eta=2)
     with pytest.raises(DomainMismatchError):
         local.PrefixExtension(2, bits=8, k=2, eta=2).heavy_hitters(pem.randomize([1, 2]))
+
+
+def test_pem_reports_are_exactly_epsilon_over_every_pair() -> None:
+    """PEM's report (group, seed, y): the group is uniform and independent of the value, then
+    local hashing of the value's prefix, so P(t, a, y | v) = P_t(a, y | prefix_t(v))/G."""
+    pem = local.PrefixExtension(1, bits=4, k=2, eta=1)
+    groups = len(pem.oracles)
+
+    def pmf(v: int) -> np.ndarray:
+        parts = [
+            oracle.output_pmf(v >> (pem.bits - length)) / groups
+            for length, oracle in zip(pem.lengths, pem.oracles, strict=True)
+        ]
+        return np.concatenate(parts)
+
+    assert pmf(5).sum() == pytest.approx(1.0)
+    result = check_finite_pure_dp(pmf, pairs(16), pem.epsilon).raise_if_failed()
+    assert float(result.realised) == pytest.approx(float(pem.epsilon), rel=1e-9)
+    assert not check_finite_pure_dp(pmf, pairs(16), pem.epsilon / 2).passed
