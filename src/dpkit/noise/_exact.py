@@ -374,10 +374,10 @@ def bernoulli_logistic_bytes(
         for value in range(below, above):  # the one or two undecided byte values
             mask = equal[: b.size]
             np.equal(b, value, out=mask)
-            count = int(np.count_nonzero(mask))
-            if count:  # the k-th undecided coin (in index order) takes the k-th tail draw
-                tail = _finish_tail(count, value, theta_low, theta_high, bounds)
-                part[mask] = tail != complement
+            undecided = np.flatnonzero(mask)
+            if undecided.size:
+                tail = _finish_tail(undecided.size, value, theta_low, theta_high, bounds)
+                part[undecided] = tail != complement
     return out
 
 
