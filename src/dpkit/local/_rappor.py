@@ -188,6 +188,21 @@ class Rappor:
             bits[part] = self.instantaneous(self.permanent(self.bloom(v[part], c[part])))
         return Reports(self.signature, {"cohort": c, "bits": bits}, int(v.size))
 
+    def report(self, permanent: Any, cohorts: Any) -> Reports:
+        """Reports from memoised permanent responses: a fresh instantaneous response of each
+        client's stored ``permanent(bloom(value, cohort))`` (n × m bools). This is RAPPOR's
+        longitudinal client: all reports of one unchanged value together cost ε∞ (declare it
+        with ``Campaign(..., memoised_permanent=True)``), where :meth:`randomize`, which draws
+        a fresh permanent response each time, costs ε₁ per report."""
+        bits = np.asarray(permanent)
+        if bits.ndim != 2 or bits.shape[1] != self.m or bits.dtype != bool:
+            raise InvalidDataError("permanent", f"must be n×{self.m} bools (from permanent())")
+        c = client_values(cohorts, self.cohorts, "cohorts")
+        if c.size != bits.shape[0]:
+            raise InvalidDataError("cohorts", "needs one cohort per permanent response")
+        n = int(c.size)
+        return Reports(self.signature, {"cohort": c, "bits": self.instantaneous(bits)}, n)
+
     # -- server
     def design(self, candidates: np.ndarray) -> np.ndarray:
         """X[(c, i), k] = 1 if candidate k sets bit i in cohort c: (cohorts·m, len(candidates))."""
