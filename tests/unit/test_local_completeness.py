@@ -277,3 +277,34 @@ def test_pem_reports_are_exactly_epsilon_over_every_pair() -> None:
     result = check_finite_pure_dp(pmf, pairs(16), pem.epsilon).raise_if_failed()
     assert float(result.realised) == pytest.approx(float(pem.epsilon), rel=1e-9)
     assert not check_finite_pure_dp(pmf, pairs(16), pem.epsilon / 2).passed
+
+
+@pytest.mark.parametrize(("epsilon", "d"), [(1, 4), (2, 64), (Fraction(1, 2), 1024), (4, 300)])
+def test_variance_formulas_match_the_docs_table(epsilon: Any, d: int) -> None:
+    """The closed forms of docs/local.md's table (n·Var at f = 0) are what the recommender
+    compares: E = e^ε, h = e^{ε/2}."""
+    import math
+
+    E, h, n = math.exp(float(epsilon)), math.exp(float(epsilon) / 2), 1000
+    table = local.recommend_oracle(epsilon, d, n).table
+    closed = {
+        "grr": (E + d - 2) / (E - 1) ** 2,
+        "sue": h / (h - 1) ** 2,
+        "oue": 4 * E / (E - 1) ** 2,
+        "blh": (E + 1) ** 2 / (E - 1) ** 2,
+        "hr": (E + 1) ** 2 / (E - 1) ** 2,
+    }
+    for name, value in closed.items():
+        assert table[name][0] * n == pytest.approx(value, rel=1e-9), name
+    olh = local.OptimizedLocalHashing(d, epsilon)
+    p, q = E / (E + olh.g - 1), 1 / olh.g
+    assert table["olh"][0] * n == pytest.approx(q * (1 - q) / (p - q) ** 2, rel=1e-9)
+    cms, hcms = local.CountMeanSketch(d, epsilon), local.HadamardCountMeanSketch(d, epsilon)
+    m, s2, c = cms.m, h / (h - 1) ** 2, (E + 1) / (E - 1)
+    expected = (m / (m - 1)) ** 2 * (s2 + 1 / m - 1 / m**2)
+    assert table["cms"][0] * n == pytest.approx(expected, rel=1e-9)
+    m = hcms.m
+    assert table["hcms"][0] * n == pytest.approx((m / (m - 1)) ** 2 * (c**2 - 1 / m**2), rel=1e-9)
+    best = min(v for v, _ in table.values())
+    chosen = local.recommend_oracle(epsilon, d, n)
+    assert chosen.variance <= 1.02 * best
