@@ -308,3 +308,19 @@ def test_variance_formulas_match_the_docs_table(epsilon: Any, d: int) -> None:
     best = min(v for v, _ in table.values())
     chosen = local.recommend_oracle(epsilon, d, n)
     assert chosen.variance <= 1.02 * best
+
+
+def test_floyd_bitmap_membership_is_the_same_algorithm() -> None:
+    """Subset selection's Floyd sampler tests membership by scanning (small k) or with a
+    bitmap (large k): on the same bits both give the same subsets, and they are distinct."""
+    from dpkit.local._oracles import _floyd
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", noise.InsecureRandomnessWarning)
+        with noise.insecure_deterministic_seed(4):
+            scan = _floyd(3000, 40, 20, bitmap=False)
+        with noise.insecure_deterministic_seed(4):
+            bitmap = _floyd(3000, 40, 20, bitmap=True)
+    np.testing.assert_array_equal(scan, bitmap)
+    ordered = np.sort(bitmap, axis=1)
+    assert (ordered[:, 1:] > ordered[:, :-1]).all() and ordered.min() >= 0 and ordered.max() < 40

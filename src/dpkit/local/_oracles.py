@@ -698,7 +698,8 @@ class SubsetSelection(SupportOracle):
     ε: exactly ε: all sets containing v are equally likely, all others too, with ratio e^ε.
 
     Variance: p* above; q* = p*(k-1)/(d-1) + (1-p*)k/(d-1); support formula. Reports are k
-    values: O(n k²) client work, O(n k) server work (``np.bincount``).
+    values: O(n k) client work (Floyd with a membership bitmap for k > 16), O(n k) server
+    work (``np.bincount``).
     """
 
     name = "ss"
@@ -761,13 +762,29 @@ class SubsetSelection(SupportOracle):
         return [self.epsilon if value in s else Fraction(0) for s in self.outputs()]
 
 
-def _floyd(rows: int, population: int, size: int) -> np.ndarray:
+def _floyd(rows: int, population: int, size: int, bitmap: bool | None = None) -> np.ndarray:
     """For each of ``rows`` clients, a uniform ``size``-subset of [0, population) (Floyd 1987):
     for j = population-size .. population-1, draw t uniform in [0, j]; add t unless already
-    chosen, else add j. Vectorised over clients; ``size`` rounds."""
+    chosen, else add j. Vectorised over clients; ``size`` rounds. The membership test is a
+    scan of the chosen columns for small subsets, a per-client bitmap over the population
+    (chunks of clients, ~4M cells) for large ones: O(n·k) instead of O(n·k²)."""
     out = np.empty((rows, size), dtype=np.int64)
-    for i, j in enumerate(range(population - size, population)):
-        t = np.asarray(uniform_integers(j + 1, rows), dtype=np.int64)
-        taken = (out[:, :i] == t[:, None]).any(axis=1) if i else np.zeros(rows, dtype=bool)
-        out[:, i] = np.where(taken, j, t)
+    if bitmap is None:
+        bitmap = size > 16 and population <= 1 << 16
+    if not bitmap:
+        for i, j in enumerate(range(population - size, population)):
+            t = np.asarray(uniform_integers(j + 1, rows), dtype=np.int64)
+            taken = (out[:, :i] == t[:, None]).any(axis=1) if i else np.zeros(rows, dtype=bool)
+            out[:, i] = np.where(taken, j, t)
+        return out
+    chunk = max(1, (1 << 22) // population)
+    for start in range(0, rows, chunk):  # chunks of clients, not single clients
+        stop = min(rows, start + chunk)
+        index = np.arange(stop - start)
+        member = np.zeros((stop - start, population), dtype=bool)
+        for i, j in enumerate(range(population - size, population)):  # Floyd's rounds
+            t = np.asarray(uniform_integers(j + 1, stop - start), dtype=np.int64)
+            pick = np.where(member[index, t], j, t)
+            member[index, pick] = True
+            out[start:stop, i] = pick
     return out
