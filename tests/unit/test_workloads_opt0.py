@@ -126,3 +126,16 @@ def test_default_p():
     assert default_p(65536, "l2") == 256
     assert default_p(1024, "l1") == 64
     assert default_p(4096, "l1") == 32
+
+
+@pytest.mark.parametrize("cls", [Prefix, AllRange])
+def test_spectral_rows_are_orthogonal(cls):
+    w = cls(64)
+    theta = _spectral_start(w, 16, 2**30)
+    fast = _p_identity_value(theta, w, "l2", orthogonal_rows=True)
+    assert fast == pytest.approx(_p_identity_value(theta, w, "l2"), rel=1e-10)
+    # the shortcut is wrong for rows that are not orthogonal (the tree start)
+    tree = _tree_start(16, 64)
+    assert _p_identity_value(tree, w, "l2", orthogonal_rows=True) != pytest.approx(
+        _p_identity_value(tree, w, "l2"), rel=1e-3
+    )
