@@ -403,14 +403,16 @@ def optimize_p_identity(
     starts.append(("block", _block_start(p, n)))
     best: tuple[float, np.ndarray, str, int] | None = None
     runs: dict[str, float] = {}
+    cost = 0.0
     for label, theta0 in starts:
-        if best is not None and time.perf_counter() - start > max_seconds / 2:
-            break  # a restart only when at least half of the budget is left
+        elapsed = time.perf_counter() - start
+        if best is not None and (elapsed > max_seconds / 2 or elapsed + 3 * cost > max_seconds):
+            break  # a restart only with half of the budget left and room for its evaluations
         tick = time.perf_counter()
         f0 = _p_identity_value(theta0, workload, norm, orthogonal_rows=label == "spectral")
-        cost = time.perf_counter() - tick  # one step costs about 2.5 value evaluations
+        cost = time.perf_counter() - tick  # a gradient costs about 4 value evaluations
         state: dict[str, Any] = {"x": theta0.ravel(), "f": f0, "nit": 0}
-        if time.perf_counter() - start + 3 * cost > max_seconds:
+        if time.perf_counter() - start + 10 * cost > max_seconds:  # < 2-3 steps: not worth it
             runs[label] = f0  # no time for a step: keep the start as it is
             if best is None or f0 < best[0]:
                 best = (f0, state["x"], label, 0)
