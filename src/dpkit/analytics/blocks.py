@@ -263,8 +263,14 @@ def _spark_blocks(
 
     engine._prepare()
     select = _rows_select(
-        engine, exp.Table(this=exp.to_identifier(engine._view, quoted=True)), steps, unit,
-        columns, m, salt, "spark",
+        engine,
+        exp.Table(this=exp.to_identifier(engine._view, quoted=True)),
+        steps,
+        unit,
+        columns,
+        m,
+        salt,
+        "spark",
     )
     frame = engine._spark.sql(select.sql(dialect="spark"))
     d = call.fill.size

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
-from dpkit._exact import Number
+from dpkit._exact import Number, fraction_of
 from dpkit.analytics.blocks import BlockCall, engine_blocks
 from dpkit.analytics.query import Query, count
 from dpkit.analytics.results import Accuracy, Release
@@ -118,7 +118,9 @@ def run_sample_and_aggregate(
             )
         if not (isinstance(output_range, tuple | list) and len(output_range) == 2):
             raise InvalidParameterError("output_range", output_range, "a pair (lo, hi)")
-        width = Fraction(output_range[1]) - Fraction(output_range[0])
+        width = fraction_of("output_range", output_range[1]) - fraction_of(
+            "output_range", output_range[0]
+        )
         if width <= 0:
             raise InvalidParameterError("output_range", output_range, "lo < hi")
         chosen = choose_m(
@@ -153,7 +155,8 @@ def run_sample_and_aggregate(
     shape = (output_shape,) if isinstance(output_shape, int) else tuple(output_shape)
     d = math.prod(shape)
     labels = _output_names(names, d)
-    lo, hi = float(Fraction(output_range[0])), float(Fraction(output_range[1]))
+    lo = float(fraction_of("output_range", output_range[0]))
+    hi = float(fraction_of("output_range", output_range[1]))
     fill = np.full(d, (lo + hi) / 2 if default is None else float(default))
     call = BlockCall(fn, shape, fill)
     steps = rewrite(checked.steps, frozenset({session.privacy_unit, *wanted}))
@@ -199,8 +202,15 @@ def run_sample_and_aggregate(
         "how the block outputs spread)"
     )
     accuracy_info = {
-        name: Accuracy("approximate", math.nan, 0.05, f"sample_and_aggregate:{aggregator}",
-                       PureDP(epsilon / d), None, note)
+        name: Accuracy(
+            "approximate",
+            math.nan,
+            0.05,
+            f"sample_and_aggregate:{aggregator}",
+            PureDP(epsilon / d),
+            None,
+            note,
+        )
         for name in labels
     }
     return Release(
