@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -43,10 +44,13 @@ __all__ = [
     "GroupCounts",
     "distance_to_instability",
     "f_window",
+    "inverse_release",
     "path_length",
+    "ptr_release",
     "rank_of",
     "run_lengths",
     "smooth_bound",
+    "smooth_release",
 ]
 
 
@@ -284,3 +288,65 @@ def run_lengths(group: GroupCounts, q: Fraction) -> tuple[np.ndarray, np.ndarray
     lengths = path_length(a_obj, e_obj, b_obj, q)
     lengths = np.where(first == lo, np.minimum(lengths, n), lengths)
     return first.astype(np.int64), count.astype(np.int64), lengths.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- releases
+def inverse_release(group: GroupCounts, q: Fraction, rate: Fraction) -> int:
+    """The inverse sensitivity mechanism: a candidate index t with P(t) ∝ e^{−rate·len(x; t)}
+    (rate = ε/(2Δ)), sampled exactly: a level by the certified inverse CDF of
+    :func:`dpkit.sensitivity.inverse.sample_levels`, then a uniform candidate of that level."""
+    from dpkit.noise import uniform_integers
+    from dpkit.sensitivity.inverse import sample_levels
+
+    first, count, length = run_lengths(group, q)
+    levels, inverse = np.unique(length, return_inverse=True)
+    exact_counts = np.zeros(levels.size, dtype=np.int64)
+    np.add.at(exact_counts, inverse, count)  # exact integer totals
+    chosen = int(sample_levels(exact_counts, levels, rate, 1)[0])
+    pick = int(uniform_integers(int(exact_counts[chosen]), 1)[0])
+    runs = np.flatnonzero(inverse == chosen)
+    ends = np.cumsum(count[runs])
+    slot = int(np.searchsorted(ends, pick, side="right"))
+    before = int(ends[slot - 1]) if slot > 0 else 0
+    return int(first[runs[slot]]) + pick - before
+
+
+def ptr_release(
+    group: GroupCounts,
+    q: Fraction,
+    k: int,
+    bound_steps: Fraction,
+    epsilon_test: Fraction,
+    threshold: int,
+    cap: int,
+    release_scale: Fraction,
+) -> int | None:
+    """Propose-test-release: None (refused) unless min(d(x), cap) + Lap(1/ε_test) > threshold;
+    else f(x) + discrete Laplace(release_scale) grid steps (release_scale = ⌈b⌉/ε_release)."""
+    from dpkit.noise import discrete_laplace
+    from dpkit.sensitivity._noise import discrete_laplace_wide
+
+    d = distance_to_instability(group, q, k, bound_steps, cap)
+    noisy = d + int(discrete_laplace(1 / epsilon_test, 1)[0])
+    if noisy <= threshold:
+        return None
+    return group.statistic(q) + int(discrete_laplace_wide(release_scale, 1)[0])
+
+
+def smooth_release(group: GroupCounts, q: Fraction, k: int, plan: Any, shift: int) -> int:
+    """f(x) + (S(x)/α)·Z on the output grid (2^shift output steps per grid step), Z from the
+    Cauchy-type lattice family of ``plan`` (:func:`dpkit.sensitivity.smooth.plan_smooth`), S the
+    unit-level β-smooth bound inflated by 1 + 2^-30 (the plan charges β + 2^-29 for it), the
+    scale at least the plan's lattice minimum; clamped to a public range (post-processing)."""
+    from dpkit.sensitivity._noise import cauchy_lattice, discrete_laplace_wide
+
+    log_t = smooth_bound(group, q, float(plan.beta), k)
+    s_steps = math.exp(float(plan.beta) + log_t) * (1 + 2.0**-30)
+    scale = max(Fraction(s_steps) * 2**shift / plan.alpha, Fraction(plan.min_scale))
+    if plan.noise == "cauchy":
+        z = int(cauchy_lattice(scale, plan.gamma, 1)[0])
+    else:
+        z = int(discrete_laplace_wide(scale, 1)[0])
+    width = (group.hi - group.lo) << shift
+    low, high = (group.lo << shift) - width, (group.hi << shift) + width
+    return min(max((group.statistic(q) << shift) + z, low), high)
