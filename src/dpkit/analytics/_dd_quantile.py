@@ -320,14 +320,18 @@ def ptr_release(
     threshold: int,
     cap: int,
     release_scale: Fraction,
+    noisy_test: bool = True,
 ) -> int | None:
     """Propose-test-release: None (refused) unless min(d(x), cap) + Lap(1/ε_test) > threshold;
-    else f(x) + discrete Laplace(release_scale) grid steps (release_scale = ⌈b⌉/ε_release)."""
+    else f(x) + discrete Laplace(release_scale) grid steps (release_scale = ⌈b⌉/ε_release).
+
+    ``noisy_test=False`` is the classic mistake (a test without noise): **not private**; it
+    exists so the audit can show that it fails."""
     from dpkit.noise import discrete_laplace
     from dpkit.sensitivity._noise import discrete_laplace_wide
 
     d = distance_to_instability(group, q, k, bound_steps, cap)
-    noisy = d + int(discrete_laplace(1 / epsilon_test, 1)[0])
+    noisy = d + (int(discrete_laplace(1 / epsilon_test, 1)[0]) if noisy_test else 0)
     if noisy <= threshold:
         return None
     return group.statistic(q) + int(discrete_laplace_wide(release_scale, 1)[0])

@@ -192,7 +192,7 @@ def build(
     cap = threshold + math.ceil(Fraction(40) / eps_test) + 1
     bound_steps = ptr_bound / step
     scale = Fraction(math.ceil(bound_steps)) / eps_release
-    loss = ApproxDP(epsilon, delta)
+    ptr_loss: PrivacyLoss = ApproxDP(epsilon, delta)
     text = (
         f"propose-test-release (Dwork & Lei 2009) with proposed sensitivity {float(ptr_bound):g}: "
         f"per group, release only if the distance to instability (in units of {k} rows) + "
@@ -208,4 +208,4 @@ def build(
         "cap": cap,
         "scale": scale,
     }
-    return DataDependentQuantile(method, q, exponent, lo, hi, loss, text, params)
+    return DataDependentQuantile(method, q, exponent, lo, hi, ptr_loss, text, params)
