@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
 from dpkit._exact import log_upper
 from dpkit.analytics._dd_quantile import (
     GroupCounts,
@@ -209,3 +211,108 @@ def build(
         "scale": scale,
     }
     return DataDependentQuantile(method, q, exponent, lo, hi, ptr_loss, text, params)
+
+
+def fine_exponent(low: Fraction, high: Fraction) -> int:
+    """The fine grid's exponent: 2^-32 of the width, and no finer than 2^-44 of the magnitude
+    (so indices stay far below 2^53)."""
+    magnitude = max(abs(low), abs(high))
+    width = high - low
+    e_width = math.floor(math.log2(width)) if width > 0 else 0
+    while Fraction(2) ** (e_width + 1) <= width:
+        e_width += 1
+    while Fraction(2) ** e_width > width:
+        e_width -= 1
+    e_mag = math.ceil(math.log2(magnitude)) if magnitude > 0 else e_width
+    return max(e_width - FINE_BITS, e_mag - 44)
+
+
+def compile_data_dependent(
+    agg: Any,
+    method: str,
+    reason: str,
+    epsilon: Fraction,
+    delta: Fraction,
+    rows_l1: int,
+    rows_per_group: int,
+    groups: int,
+    add_plan: Any,
+) -> tuple[Any, list[PrivacyLoss], str]:
+    """(finisher, losses, explanation) of a data-dependent quantile aggregation.
+
+    ``add_plan(value_spec)`` registers an extra bounded plan with grid bins on ``value_spec``
+    and returns (plan index, index of its "rows" output). The finisher reads that plan's
+    per-group bin counts from the release context (``ctx.extra``) and writes the column.
+    """
+    from dpkit.analytics.engines.base import ValueSpec
+    from dpkit.analytics.engines.pandas_engine import grid_indices
+    from dpkit.analytics.results import Accuracy
+
+    low, high = agg.bounds
+    exponent = fine_exponent(low, high)
+    low_f, high_f = float(low), float(high)
+    idx, _ = grid_indices(np.array([low_f, high_f]), low_f, high_f, exponent)
+    lo, hi = int(idx[0]), int(idx[1])
+    calibrated = build(
+        method,
+        agg.q,
+        lo,
+        hi,
+        exponent,
+        epsilon,
+        delta,
+        rows_l1,
+        rows_per_group,
+        groups,
+        agg.ptr_bound,
+    )
+    plan_index, out = add_plan(ValueSpec(agg.column, low_f, high_f, exponent))
+    name = agg.name
+
+    def finish(ctx: Any) -> None:
+        per_group = ctx.extra[plan_index]
+        released = []
+        for group in ctx.groups:
+            bins = per_group.get(group, {})
+            values = np.array(list(bins.keys()), dtype=np.int64)
+            counts = np.array([outputs[out] for outputs in bins.values()], dtype=np.int64)
+            released.append(calibrated.release(calibrated.group(values, counts)))
+        ctx.columns[name] = np.array(released, dtype=np.float64)
+        if method == "inverse":
+            bound = inverse_rank_bound(hi - lo + 1, epsilon, rows_l1, Fraction(ctx.alpha))
+            ctx.accuracy[name] = Accuracy(
+                "rank",
+                bound,
+                ctx.alpha,
+                "inverse_sensitivity",
+                calibrated.loss,
+                None,
+                f"with probability >= {1 - ctx.alpha:g} the released value is at most "
+                f"{bound:.3g} rows (added or removed) away from being the group's q-quantile",
+            )
+        elif method == "smooth":
+            ctx.accuracy[name] = Accuracy(
+                "approximate",
+                math.nan,
+                ctx.alpha,
+                "smooth_sensitivity",
+                calibrated.loss,
+                None,
+                "the noise scale is the data's smooth sensitivity, which is not released",
+            )
+        else:
+            scale = float(calibrated.params["scale"]) * 2.0**exponent
+            half = scale * math.log(1 / ctx.alpha)
+            ctx.accuracy[name] = Accuracy(
+                "exact",
+                half,
+                ctx.alpha,
+                "propose_test_release",
+                calibrated.loss,
+                scale,
+                "when released (NaN means PTR refused: the data were too close to an unstable "
+                "table); the interval is the Laplace noise's",
+            )
+
+    text = f"{calibrated.text}; {reason}"
+    return finish, [calibrated.loss], text
