@@ -30,9 +30,7 @@ from dpkit.analytics import Session, median
 def _speed(rows: int, m: int, spark: bool) -> None:
     rng = np.random.default_rng(0)
     units = rows // 10
-    df = pd.DataFrame(
-        {"user": np.repeat(np.arange(units), 10), "x": rng.lognormal(0, 1, rows)}
-    )
+    df = pd.DataFrame({"user": np.repeat(np.arange(units), 10), "x": rng.lognormal(0, 1, rows)})
     print(f"sample-and-aggregate: {rows:,} rows, {units:,} units, m = {m:,} blocks")
     engines = ["duckdb", "pandas"] + (["spark"] if spark else [])
     for engine in engines:
@@ -74,18 +72,14 @@ def _medians(reps: int) -> None:
             ("smooth", {}),
             ("ptr", {"ptr_bound": 0.1}),
         ):
-            session = Session(
-                df, privacy_unit="user", budget=dp.ApproxDP(10**6, 0.5), max_rows=1
-            )
+            session = Session(df, privacy_unit="user", budget=dp.ApproxDP(10**6, 0.5), max_rows=1)
             query = session.query().agg(
                 median("x", (-1e6, 1e6), method=method, **extra)  # type: ignore[arg-type]
             )
             errors, refused = [], 0
             start = time.perf_counter()
             for _ in range(reps):
-                value = float(
-                    session.evaluate(query, epsilon=1, delta=1e-6).table["median_x"][0]
-                )
+                value = float(session.evaluate(query, epsilon=1, delta=1e-6).table["median_x"][0])
                 if math.isnan(value):
                     refused += 1
                 else:
