@@ -34,13 +34,13 @@ def _session(df: pd.DataFrame, engine: str = "duckdb", **options: Any) -> Sessio
     ("method", "extra", "mechanism"),
     [
         ("inverse", {}, "inverse sensitivity mechanism"),
-        ("smooth", {}, "smooth sensitivity"),
-        ("ptr", {"ptr_bound": 0.5}, "propose-test-release"),
+        ("smooth", {}, "smooth sensitivity mechanism"),
+        ("ptr", {"ptr_bound": 0.2}, "propose-test-release mechanism"),
     ],
 )
 @pytest.mark.parametrize("engine", ["duckdb", "pandas"])
 def test_data_dependent_medians_beat_the_coarse_grid(
-    method: str, extra: dict[str, Any], mechanism: str, engine: str
+    method: str, extra: dict[str, Any], mechanism: str, engine: str, seeded: None
 ) -> None:
     df = _table()
     session = _session(df, engine)
@@ -53,7 +53,12 @@ def test_data_dependent_medians_beat_the_coarse_grid(
     truth = df.groupby("g")["x"].median().to_numpy()
     got = release.table["median_x"].to_numpy()
     # the coarse exponential grid has a step of ~1000 over these bounds
-    assert np.all(np.abs(got - truth) < 1.5), (got, truth)
+    assert np.all(np.abs(got - truth) < 3), (got, truth)
+    names = {"inverse": "inverse_sensitivity", "smooth": "smooth_sensitivity"}
+    assert (
+        names.get(method, "propose_test_release")
+        in session.compile(query, epsilon=1, delta=1e-6).mechanisms
+    )
 
 
 def test_auto_rule_uses_public_inputs_only() -> None:
@@ -69,7 +74,7 @@ def test_auto_rule_uses_public_inputs_only() -> None:
     assert "exponential mechanism" in text and "too few rows" in text
     # the decision is the same on any table with the same schema (no rows are read)
     other = _session(_table(10, seed=3))
-    assert other.explain(many, epsilon=1) == text
+    assert other.explain(many, epsilon=1) == session.explain(many, epsilon=1)
 
 
 def test_refusals_before_any_charge() -> None:
