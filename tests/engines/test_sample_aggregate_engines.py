@@ -22,7 +22,9 @@ def _session(df: pd.DataFrame, engine_name: str, request: pytest.FixtureRequest)
 
 
 @pytest.mark.parametrize("engine_name", ENGINES)
-def test_each_unit_in_one_block(engine_name: str, request: pytest.FixtureRequest) -> None:
+def test_each_unit_in_one_block(
+    engine_name: str, request: pytest.FixtureRequest, seeded: None
+) -> None:
     df = pd.DataFrame({"user": np.repeat(np.arange(30), 2), "x": np.arange(60.0)})
 
     def units(rows: pd.DataFrame) -> np.ndarray:

@@ -151,7 +151,7 @@ def test_base_query_filters_and_derives_first(engine: str) -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_vector_output_and_accurate_mean(engine: str) -> None:
+def test_vector_output_and_accurate_mean(engine: str, seeded: None) -> None:
     rng = np.random.default_rng(3)
     units = 3000
     df = pd.DataFrame({"user": np.arange(units), "x": rng.normal(5, 1, units)})
@@ -218,7 +218,7 @@ def test_neighbours_that_break_the_function_fail_alike(engine: str) -> None:
     assert result.released_pairs == len(pairs)
 
 
-def test_failed_block_gets_the_public_default() -> None:
+def test_failed_block_gets_the_public_default(seeded: None) -> None:
     """Every block fails: the inverse median of eight defaults is the default."""
     df = _table(40)
     df.loc[:, "x"] = -1.0  # every block raises
