@@ -155,3 +155,14 @@ def test_pem_finds_heavy_hitters_in_a_32_bit_domain() -> None:
         pem.randomize([2**32])
     with pytest.raises(InvalidDataError):
         pem.randomize([-1])
+
+
+def test_recommend_oracle_skips_sketches_that_cannot_estimate_the_whole_domain() -> None:
+    from dpkit.local import CountMeanSketch
+
+    d = 10**7  # no sketch table fits: CMS/HCMS answer candidate dictionaries only
+    assert not CountMeanSketch(d, 2).table_fits
+    rec = local.recommend_oracle(2, d, 10_000)
+    assert "cms" not in rec.table and "hcms" not in rec.table
+    small = local.recommend_oracle(2, 64, 10_000)
+    assert "cms" in small.table and "hcms" in small.table
