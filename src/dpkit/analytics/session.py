@@ -494,8 +494,8 @@ class Session:
         (DuckDB in SQL, pandas with SipHash, Spark with ``applyInPandas``); ``fn`` receives one
         block's rows as a pandas DataFrame of ``columns`` and returns an array of
         ``output_shape``; the m outputs, clamped into ``output_range``, are aggregated with
-        ``aggregator`` (``"winsorized_mean"``, ``"inverse_median"``, ``"smooth_median"``; see
-        :func:`dpkit.sensitivity.make_sample_and_aggregate`).
+        ``aggregator`` (``"winsorized_mean"``, ``"inverse_median"``, ``"smooth_median"``, or
+        any other aggregator :func:`dpkit.sensitivity.make_sample_and_aggregate` offers).
 
         Guarantee: ε-DP when one privacy unit's rows are added or removed (one block changes).
         A block whose ``fn`` raises, returns another shape, or NaN/inf gets the public
