@@ -6,6 +6,7 @@ the inverse mechanism with a unit of several rows."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -173,3 +174,17 @@ def test_session_smooth_median_passes_audit_where_local_sensitivity_jumps(seeded
     a, b = _smooth_releases(a_table, 1000), _smooth_releases(b_table, 1000)
     for first, second in ((a, b), (b, a)):
         assert audit_samples(first, second, 1).passed
+
+
+def test_ptr_spends_its_weights_share_of_delta_and_needs_public_keys() -> None:
+    from dpkit.analytics import count
+
+    session = _session(_table())
+    both = session.query().agg(count(), median("x", WIDE, method="ptr", ptr_bound=1))
+    compiled = session.compile(both, epsilon=1, delta=1e-6, mechanism="laplace")
+    assert compiled.split["median_x"] == dp.ApproxDP(Fraction(1, 2), Fraction(1, 2 * 10**6))
+    assert compiled.loss <= dp.ApproxDP(1, 1e-6)
+    private = session.query().group_by("g").agg(median("x", WIDE, method="ptr", ptr_bound=1))
+    with pytest.raises(UnsupportedQueryError):
+        session.compile(private, epsilon=1, delta=1e-6)
+    assert session.spent == dp.ApproxDP(0, 0)

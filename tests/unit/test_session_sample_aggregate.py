@@ -311,3 +311,14 @@ def test_blocks_by_row_are_flagged(monkeypatch: pytest.MonkeyPatch, seeded: None
     a_table, b_table = _audit_tables()
     a, b = _releases(a_table), _releases(b_table)
     assert not (audit_samples(a, b, 1).passed and audit_samples(b, a, 1).passed)
+
+
+def test_an_engine_without_blocks_is_refused_before_the_reservation(no_reads: None) -> None:
+    session = _session(_table())
+    session.engine.name = "custom"  # type: ignore[misc]
+    with pytest.raises(InvalidParameterError) as info:
+        session.sample_and_aggregate(
+            _mean_x, columns=["x"], output_range=(0, 10), n_range=(60, 60), m=4, epsilon=1
+        )
+    assert info.value.parameter == "engine"
+    assert session.spent == dp.PureDP(0)

@@ -46,7 +46,10 @@ from dpkit.analytics.engines.base import Step
 from dpkit.analytics.expr import ColumnKind
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["BlockCall", "engine_blocks", "safe_call"]
+__all__ = ["BLOCK_ENGINES", "BlockCall", "engine_blocks", "safe_call"]
+
+BLOCK_ENGINES = ("duckdb", "pandas", "spark")
+"""The engines that compute blocks (checked before any reservation)."""
 
 
 class BlockCall:

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit._exact import Number, fraction_of
-from dpkit.analytics.blocks import BlockCall, engine_blocks
+from dpkit.analytics.blocks import BLOCK_ENGINES, BlockCall, engine_blocks
 from dpkit.analytics.query import Query, count
 from dpkit.analytics.results import Accuracy, Release
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
@@ -93,6 +93,11 @@ def run_sample_and_aggregate(
     wanted = [str(c) for c in columns]
     if len(set(wanted)) != len(wanted):
         raise InvalidParameterError("columns", columns, "distinct column names")
+    engine_name = getattr(session.engine, "name", "")
+    if engine_name not in BLOCK_ENGINES:
+        raise InvalidParameterError(
+            "engine", engine_name or type(session.engine).__name__, "'duckdb', 'pandas' or 'spark'"
+        )
     checked = validate((base or Query()).agg(count()), session.schema, session.privacy_unit)
     for name in wanted:
         if name not in checked.schema:
