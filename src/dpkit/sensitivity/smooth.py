@@ -292,7 +292,8 @@ def make_smooth_sensitivity(
             ``rho`` instead of ``epsilon``; ``"arcsinh_normal"`` is refused).
         gamma: γ for the Cauchy-type family, an integer in [2, 16].
         beta: the smoothness β (default: the largest the calibration allows).
-        grid_exponent: the output grid 2^k (default from the statistic's range).
+        grid_exponent: the output grid 2^k (default from the statistic's range: 2^-50 of its
+            magnitude, 2^-36 for the zCDP families).
         rho: the zCDP budget for the zCDP families.
         sigma: σ of the log-normal families (default: the σ minimising the noise's standard
             deviation for the budget; a float64-exact value is used as given).
@@ -330,7 +331,12 @@ def make_smooth_sensitivity(
     if isinstance(gamma, bool) or not isinstance(gamma, int) or not 2 <= gamma <= 16:
         raise InvalidParameterError("gamma", gamma, "an integer in [2, 16]")
     low, high = statistic_range(stat, bounds, size)
-    exponent = default_exponent(low, high) if grid_exponent is None else grid_exponent
+    if grid_exponent is not None:
+        exponent = grid_exponent
+    else:
+        # zCDP families: grid 2^-36 of the range's magnitude, so that noise up to about half of
+        # it is decided by the float path of _lazy (beyond, mpmath finishes the draw)
+        exponent = default_exponent(low, high) + (14 if noise in _BZ_FAMILIES else 0)
     if isinstance(exponent, bool) or not isinstance(exponent, int) or exponent < -1000:
         raise InvalidParameterError("grid_exponent", grid_exponent, "an integer >= -1000")
     if max(abs(low), abs(high), high - low) * 3 >= math.ldexp(1.0, exponent + 52):
