@@ -48,9 +48,7 @@ def test_zcdp_release_passes_audit(family: str, a: np.ndarray, b: np.ndarray) ->
 @pytest.mark.parametrize("family", FAMILIES)
 def test_local_sensitivity_calibration_is_flagged(family: str) -> None:
     good = plan_zcdp(Fraction(1, 2), family, -29)
-    broken = SmoothPlan(
-        family, 0, good.alpha, Fraction(40), good.exponent, 1, good.loss, good.zcdp
-    )
+    broken = SmoothPlan(family, 0, good.alpha, Fraction(40), good.exponent, 1, good.loss, good.zcdp)
     m = build_smooth_measurement(make_statistic("median"), Bounds.of(0, 100), 5, broken)
     result = _audit(m, X, Y)
     assert not result.passed  # type: ignore[attr-defined]

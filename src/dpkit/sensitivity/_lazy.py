@@ -293,4 +293,3 @@ def _exact_draw(
             bits += 64
     finally:
         iv.prec = saved
-

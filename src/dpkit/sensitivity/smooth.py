@@ -217,7 +217,7 @@ def _group_map(loss: PrivacyLoss, d_in: Fraction) -> PrivacyLoss:
     if isinstance(loss, ZCDP):
         return ZCDP(k * k * loss.rho)  # group privacy of zCDP (Bun & Steinke 2016, Prop. 1.9)
     if k == 1 or isinstance(loss, PureDP):
-        return loss if k == 1 else PureDP(k * loss.epsilon)  # type: ignore[union-attr]
+        return loss if k == 1 else PureDP(k * loss.epsilon)
     assert isinstance(loss, ApproxDP)
     delta = k * exp_upper((k - 1) * loss.epsilon) * loss.delta
     if delta >= 1:
