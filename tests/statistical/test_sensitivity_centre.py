@@ -18,7 +18,7 @@ from dpkit.sensitivity.centre import make_centre_of_attention
 from dpkit.sensitivity.sample_aggregate import make_sample_and_aggregate
 from dpkit.testing import audit_samples
 
-SAMPLES = 20_000
+SAMPLES = 10_000
 X = np.array([0.0, 0.0, 100.0, 100.0])
 Y = np.array([0.0, 0.0, 0.0, 100.0])
 Z = np.array([40.0, 50.0, 50.0, 60.0])
