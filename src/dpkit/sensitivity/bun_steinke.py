@@ -14,8 +14,10 @@ D_α(Z ‖ e^{t'}Z + s') <= ½ε²α and D_α(e^{t'}Z + s' ‖ Z) <= ½ε²α fo
 * *Dilation.* Z + s' against e^{t'}Z + s' is the post-processing of Z against e^{t'}Z.
   For Z = W·e^{σY} (Y standard normal, W independent) this is the post-processing of Y against
   Y + t'/σ: D_α <= α·t²/(2σ²), a ½(t/σ)²-zCDP pair.
-* *Weak triangle inequality* for zCDP pairs (Bun & Steinke 2019, Lemma 2.?; follows from
-  Hölder): ½a² and ½b² compose along P → Q → R to ½(a + b)².
+* *Combination* along P → Q → R of a ½a²- and a ½b²-zCDP pair into ½(a + b)²: the step of
+  Bun & Steinke's own LLN theorem (whose ε = t/σ + e^{3σ²/2}s has exactly this form). dpkit does
+  not re-prove this step; the *combined* claim is checked numerically for every offered family
+  (below), and for Student's t the argument is pointwise throughout and needs no such step.
 
 So ε = t/σ + L·s. The Lipschitz constants:
 
