@@ -76,6 +76,13 @@ def test_clamp_and_small_scales() -> None:
     assert set(tiny) <= {-1, 0} | set(range(-5, 6))
 
 
+def test_scales_beyond_float_range_are_exact() -> None:
+    draws = lazy.floor_scaled_noise(
+        "uniform_log_normal", Fraction(1, 2), 0, Fraction(2**1100), -9, 9, 50
+    )
+    assert set(draws) <= {-9, 9}  # |Z| > 2^-1090 almost surely: always clamped
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
         lazy.floor_scaled_noise("student_t", Fraction(1, 3), 3, SCALE, -1, 1, 1)

@@ -250,13 +250,15 @@ def floor_scaled_noise(
     cells = [(w >> np.uint64(12)).astype(np.float64) * _CELL for w in words]
     ops = _Float()
     z_lo, z_hi = expr(ops, [(c, c + _CELL) for c in cells], negative)
-    c_float = float(scale)
-    lo_v, hi_v = ops.scale((z_lo, z_hi), c_float) if c_float > 0 else (z_lo, z_hi)
-    # c_float is within 2^-53 relative of scale: the widening (2^-40) covers it
+    # c_float is within 2^-53 relative of scale: the widening (2^-40) covers it. A scale beyond
+    # float range (only with extreme public grids) sends every draw to the exact path.
+    huge = scale >= 2**900
+    c_float = 1.0 if huge else float(scale)
+    lo_v, hi_v = ops.scale((z_lo, z_hi), c_float)
     k_lo = _clamped_floor_float(lo_v, low, high)
     k_hi = _clamped_floor_float(hi_v, low, high)
     decided = (k_lo == k_hi) & ~np.isnan(k_lo) & ~np.isnan(k_hi)
-    if _FORCE_EXACT:
+    if _FORCE_EXACT or huge:
         decided[:] = False
     out = [int(v) for v in np.where(decided, k_lo, 0.0)]
     for i in np.flatnonzero(~decided):
