@@ -36,7 +36,9 @@ def _audit(m: object, a: np.ndarray, b: np.ndarray) -> object:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize(("a", "b"), [(X, Y), (Y, X)])
+@pytest.mark.parametrize(
+    ("a", "b"), [(X, Y), (Y, X), (np.zeros(5), np.array([0.0, 0.0, 0.0, 0.0, 100.0]))]
+)
 def test_zcdp_release_passes_audit(family: str, a: np.ndarray, b: np.ndarray) -> None:
     # a public grid of 2^-20: the float path decides nearly every draw (fast test)
     m = make_smooth_sensitivity(

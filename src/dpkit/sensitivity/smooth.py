@@ -384,6 +384,7 @@ def build_smooth_measurement(
             "beta": plan.beta,
             "gamma": plan.gamma,
             "grid_exponent": plan.exponent,
+            "zcdp_noise": plan.zcdp,  # family, σ, d, s, t and ε of a zCDP release (else None)
             "release_many": lambda data, k: release_smooth(
                 prepare(data, bounds, n), stat, bounds, n, plan, k
             ),
