@@ -124,7 +124,7 @@ def sa_table(sizes: list[int], reps: int) -> None:
     print(f"non-private estimate over {reps} releases (one random partition per cell; the")
     print("repetitions are the aggregator's noise draws)")
     heads = ("wins-mean", "centre", "inv-median", "global")
-    print(f"{'task':<7}{'n':>9}{'eps':>5}{'m':>7}" + "".join(f"{h:>11}" for h in heads) + "  s/rel")
+    print(f"{'task':<7}{'n':>9}{'eps':>5}{'m':>7}" + "".join(f"{h:>11}" for h in heads) + "  secs")
     for n in sizes:
         if n < 1000:
             continue
@@ -155,7 +155,7 @@ def sa_table(sizes: list[int], reps: int) -> None:
                 start = time.perf_counter()
                 column = m.info["block_values"](data)[:, 0]
                 wins = np.array([m.info["aggregate"](column) for _ in range(reps)])
-                secs = time.perf_counter() - start  # one partition + reps aggregations
+                secs = time.perf_counter() - start  # the partition + reps winsorized-mean aggregations
                 centre = make_centre_of_attention(m=m_blocks, lower=LOW, upper=HIGH, epsilon=eps)
                 coa = centre.info["release_many"](column, reps)
                 inv = make_inverse_sensitivity(
