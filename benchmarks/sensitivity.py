@@ -155,7 +155,7 @@ def sa_table(sizes: list[int], reps: int) -> None:
                 start = time.perf_counter()
                 column = m.info["block_values"](data)[:, 0]
                 wins = np.array([m.info["aggregate"](column) for _ in range(reps)])
-                secs = time.perf_counter() - start  # the partition + reps winsorized-mean aggregations
+                secs = time.perf_counter() - start  # partition + reps winsorized means
                 centre = make_centre_of_attention(m=m_blocks, lower=LOW, upper=HIGH, epsilon=eps)
                 coa = centre.info["release_many"](column, reps)
                 inv = make_inverse_sensitivity(
