@@ -37,7 +37,7 @@ from dpkit.core.framework import Measurement
 from dpkit.core.losses import PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
 from dpkit.errors import InvalidParameterError
-from dpkit.sensitivity._data import Bounds, check_n
+from dpkit.sensitivity._data import Bounds
 from dpkit.sensitivity._noise import discrete_laplace_wide
 from dpkit.sensitivity.inverse import make_inverse_sensitivity
 
@@ -67,9 +67,9 @@ def make_centre_of_attention(
         >>> -10 <= agg(np.full(100, 2.0)) <= 10
         True
     """
-    size = check_n(m)
-    if size < 2:
-        raise InvalidParameterError("m", m, "an integer >= 2")
+    if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m < 2**40:
+        raise InvalidParameterError("m", m, "an integer in [2, 2^40)")
+    size = m
     bounds = Bounds.of(lower, upper)
     eps = check_epsilon(epsilon)
     gamma = fraction_of("coverage", coverage)
