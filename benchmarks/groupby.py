@@ -40,10 +40,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SYSTEMS = ("floor", "dpkit-duckdb", "dpkit-spark", "opendp")
+SYSTEMS = ("floor", "dpkit-duckdb", "spark", "dpkit-spark", "opendp")
 LABELS = {
     "floor": "non-private DuckDB (floor)",
     "dpkit-duckdb": "dpkit on DuckDB",
+    "spark": "non-private Spark local[2]",
     "dpkit-spark": "dpkit on Spark local[2]",
     "opendp": "OpenDP Polars",
 }
@@ -162,6 +163,44 @@ def _floor(path: str, in_memory: bool) -> tuple[Callable[[], Any], Callable[[], 
     return lambda: con.sql(sql).fetchall(), con.close, note
 
 
+def _spark_frame(path: str, in_memory: bool) -> tuple[Any, Any, str]:
+    """A local[2] SparkSession and the table as a DataFrame (cached when ``in_memory``)."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.driver.memory", "8g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    frame = spark.read.parquet(path)
+    if in_memory:
+        frame = frame.cache()
+        frame.count()
+    note = "cached DataFrame" if in_memory else "reads the Parquet file"
+    return spark, frame, note
+
+
+def _spark(path: str, in_memory: bool) -> tuple[Callable[[], Any], Callable[[], None], str]:
+    """The same query on plain Spark, without privacy (the limit for dpkit on Spark)."""
+    spark, frame, note = _spark_frame(path, in_memory)
+    frame.createOrReplaceTempView("t")
+    sql = (
+        "SELECT group_key, count(*), sum(least(greatest(value, 0), 100)) FROM t "
+        "GROUP BY group_key"
+    )
+
+    def run() -> Any:
+        rows = spark.sql(sql).toArrow()
+        assert rows.num_rows == KEYS
+        return rows
+
+    return run, spark.stop, note
+
+
 def _dpkit(
     path: str, in_memory: bool, engine: str
 ) -> tuple[Callable[[], Any], Callable[[], None], str]:
@@ -170,24 +209,9 @@ def _dpkit(
     from dpkit.analytics import sum as dp_sum
 
     spark = None
+    source: Any
     if engine == "spark":
-        from pyspark.sql import SparkSession
-
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "8")
-            .config("spark.driver.memory", "8g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        frame = spark.read.parquet(path)
-        if in_memory:
-            frame = frame.cache()
-            frame.count()
-        source: Any = frame
-        note = "cached DataFrame" if in_memory else "reads the Parquet file"
+        spark, source, note = _spark_frame(path, in_memory)
     else:
         source = pq.read_table(path) if in_memory else path
         note = "Arrow table in memory" if in_memory else "reads the Parquet file"
@@ -255,6 +279,8 @@ def worker(system: str, path: str, in_memory: bool) -> None:
         run, close, note = _floor(path, in_memory)
     elif system == "opendp":
         run, close, note = _opendp(path, in_memory)
+    elif system == "spark":
+        run, close, note = _spark(path, in_memory)
     else:
         run, close, note = _dpkit(path, in_memory, system.split("-")[1])
     pa.default_memory_pool().release_unused()  # Parquet decoding's slack is not the data
@@ -262,7 +288,7 @@ def worker(system: str, path: str, in_memory: bool) -> None:
     start = time.perf_counter()
     run()
     seconds = time.perf_counter() - start
-    if system == "dpkit-spark" and seconds < 120:  # the first query pays for JVM warm-up
+    if system in ("spark", "dpkit-spark") and seconds < 120:  # the first query pays for JVM warm-up
         again = time.perf_counter()
         run()
         note += f"; a second run: {time.perf_counter() - again:.2f} s"
