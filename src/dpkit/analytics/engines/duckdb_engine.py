@@ -240,7 +240,7 @@ class DuckDBEngine:
         if not pa.types.is_integer(probe.to_arrow_table().schema.field(0).type):
             return None
         bounds = exp.select(exp.Min(this=ref.copy()), exp.Max(this=ref.copy())).from_(source.copy())
-        low, high = self._con.sql(bounds.sql("duckdb")).fetchone() or (None, None)
+        low, high = self._con.sql(bounds.sql("duckdb")).fetchall()[0]
         if low is None or high is None:
             return heavy_candidates([], 0, 0, threshold)
         if int(high) - int(low) + 1 > MAX_RANGE or int(high) >= 1 << 63:
