@@ -189,8 +189,7 @@ def _spark(path: str, in_memory: bool) -> tuple[Callable[[], Any], Callable[[], 
     spark, frame, note = _spark_frame(path, in_memory)
     frame.createOrReplaceTempView("t")
     sql = (
-        "SELECT group_key, count(*), sum(least(greatest(value, 0), 100)) FROM t "
-        "GROUP BY group_key"
+        "SELECT group_key, count(*), sum(least(greatest(value, 0), 100)) FROM t GROUP BY group_key"
     )
 
     def run() -> Any:

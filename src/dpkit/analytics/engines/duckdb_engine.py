@@ -216,6 +216,7 @@ class DuckDBEngine:
         """The units that may exceed a bound (a sorted int64 array, a superset of those that
         do: see :mod:`dpkit.analytics.engines._heavy`), or None when they cannot be found
         more cheaply than by the query's own per-unit aggregate."""
+        self._prepare_pandas()
         threshold = candidate_threshold(plan)
         unit = plan.unit
         if threshold is None or not unit_is_raw(plan) or unit in self._conversions:
