@@ -641,7 +641,10 @@ def build_query(
 
 
 def _finish(
-    plan: BoundedPlan, ctes: list[tuple[str, exp.Expr]], group: list[exp.Expr], parts: exp.Expr
+    plan: BoundedPlan,
+    ctes: list[tuple[str, exp.Expr]],
+    group: Sequence[exp.Expr],
+    parts: exp.Select | exp.Union,
 ) -> exp.Select:
     """The final SELECT: the per-group sums of ``parts`` (total, minus the heavy units' rows,
     plus those kept), with the shared relations inlined and the rest as CTEs."""
