@@ -285,6 +285,37 @@ def _wide(value: exp.Expr, dialect: Dialect) -> exp.Expr:
     return exp.cast(value, "DECIMAL(38, 0)") if dialect == "spark" else value
 
 
+_PART_BITS = 21
+
+
+def _exact_sum(value: exp.Expr, dialect: Dialect) -> exp.Expr:
+    """The exact sum of a BIGINT column. DuckDB sums BIGINT into HUGEINT natively. Spark would
+    sum ``DECIMAL(38, 0)`` row by row (BigDecimal arithmetic: 5x the whole non-private query at
+    10 M rows), so there the value is split into three 21-bit parts, ``v = hi·2^42 + mid·2^21 +
+    lo`` (``hi`` an arithmetic shift, ``mid`` and ``lo`` in [0, 2^21)), each summed as BIGINT
+    (exact below 2^42 rows per group: no overflow, hence no error) and recombined as
+    ``DECIMAL(38, 0)`` once per group."""
+    if dialect != "spark":
+        return exp.Sum(this=value)
+    mask = exp.Literal.number((1 << _PART_BITS) - 1)
+    hi = exp.BitwiseRightShift(this=value.copy(), expression=exp.Literal.number(2 * _PART_BITS))
+    mid = exp.BitwiseAnd(
+        this=exp.Paren(
+            this=exp.BitwiseRightShift(this=value.copy(), expression=exp.Literal.number(_PART_BITS))
+        ),
+        expression=mask.copy(),
+    )
+    lo = exp.BitwiseAnd(this=value.copy(), expression=mask)
+    total: exp.Expr | None = None
+    for part, shift in ((hi, 2 * _PART_BITS), (mid, _PART_BITS), (lo, 0)):
+        term: exp.Expr = exp.cast(exp.Sum(this=part), "DECIMAL(38, 0)")
+        if shift:
+            term = exp.Mul(this=term, expression=exp.cast(literal(1 << shift), "DECIMAL(38, 0)"))
+        total = term if total is None else exp.Add(this=total, expression=term)
+    assert total is not None
+    return total
+
+
 def _aggregate(spec: Output, dialect: Dialect) -> exp.Expr:
     if spec.kind == "rows":
         return exp.Count(this=exp.Star())
@@ -294,7 +325,7 @@ def _aggregate(spec: Output, dialect: Dialect) -> exp.Expr:
     if spec.kind == "nonnull":
         return exp.Count(this=value)
     if spec.kind == "sum":
-        return exp.Sum(this=_wide(value, dialect))
+        return _exact_sum(value, dialect)
     return exp.Sum(this=_wide(exp.Mul(this=value, expression=value), dialect))
 
 
