@@ -243,6 +243,7 @@ class SparkEngine:
         unit column is collected to the driver as Arrow and counted with one ``bincount``,
         instead of a per-unit aggregate over every row (a shuffle of every unit); None when
         that does not apply (no integer unit column of moderate range)."""
+        self._prepare()
         threshold = candidate_threshold(plan)
         unit = plan.unit
         if threshold is None or not unit_is_raw(plan) or unit in self._conversions:
