@@ -7,7 +7,9 @@ rendered for DuckDB and Spark.
 The contribution bounding runs in one pass over the table for most rows (see the module
 docstring of :mod:`dpkit.analytics.engines.base` for the semantics):
 
-* ``heavy``: the units that exceed a bound, from one ``GROUP BY unit`` (a hash aggregate);
+* ``heavy``: the units that exceed a bound, from one ``GROUP BY unit`` (a hash aggregate) over
+  the rows of the *candidate* units when the engine found them more cheaply
+  (:mod:`dpkit.analytics.engines._heavy`; with no candidate the heavy side is left out);
 * ``total``: every row aggregated per group directly (a scan with a small hash aggregate);
 * only the heavy units' rows are hashed and ranked with window functions; their aggregates are
   subtracted from the total (all of their rows) and added back (the rows kept);
