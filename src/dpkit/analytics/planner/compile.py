@@ -149,10 +149,24 @@ def compile_query(
         )
 
     n_keys = len(key_set) if key_set is not None else None
+    # the query's δ is unused by pure shares with public keys: aggregations may spend it (PTR)
+    spare_delta = (
+        budget.delta
+        if isinstance(budget, ApproxDP) and agg_share.family == "pure" and not private_keys
+        else Fraction(0)
+    )
     for agg in aggregate.aggregations:
         share = agg_share.scaled(agg.weight / total_weight)
         family = FamilyContext(
-            share, contrib, main, extra_plans, make_plan, n_keys, private_keys, mechanism
+            share,
+            contrib,
+            main,
+            extra_plans,
+            make_plan,
+            n_keys,
+            private_keys,
+            mechanism,
+            spare_delta * agg.weight / total_weight,
         )
         finisher, losses, text = compiler_for(agg)(agg, family)
         finishers.append(finisher)
@@ -201,14 +215,15 @@ def compile_query(
 
 
 _MECHANISM_RE = re.compile(
-    r"\b(geometric|discrete_gaussian|staircase|ladder) noise\b|\b(exponential) mechanism\b"
+    r"\b(geometric|discrete_gaussian|staircase|ladder) noise\b|"
+    r"\b(exponential|inverse sensitivity|smooth sensitivity|propose-test-release) mechanism\b"
 )
 
 
 def _mechanism_names(text: str) -> set[str]:
     """The mechanisms an explanation line says it uses ('<name> noise', 'exponential mechanism');
     alternatives it only mentions (e.g. 'vs staircase 3,522') do not count."""
-    return {a or b for a, b in _MECHANISM_RE.findall(text)}
+    return {(a or b).replace(" ", "_").replace("-", "_") for a, b in _MECHANISM_RE.findall(text)}
 
 
 def _total_loss(split: Mapping[str, PrivacyLoss], share: Share, selection: bool) -> PrivacyLoss:

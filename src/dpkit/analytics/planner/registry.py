@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, TypeAlias, TypeVar
 
 from dpkit.analytics.bounding import Contribution
@@ -47,6 +48,9 @@ class FamilyContext:
         n_keys: the number of public group keys, or None for private or no keys.
         private_keys: whether the group keys are private (partition selection runs).
         mechanism: the caller's mechanism choice ("auto", "laplace", "gaussian").
+        delta: the part of the query's δ this aggregation may spend (its weight's share of δ
+            when the budget is (ε, δ), answered with a pure share, with public or no keys;
+            0 otherwise). Used by propose-test-release quantiles.
     """
 
     share: Share
@@ -57,6 +61,7 @@ class FamilyContext:
     n_keys: int | None
     private_keys: bool
     mechanism: Mechanism = "auto"
+    delta: Fraction = Fraction(0)
 
     def add_plan(self, registry: OutputRegistry, bins: BinSpec | None = None) -> int:
         """Append an extra plan; return its index in the engine's results (main plan is 0)."""
