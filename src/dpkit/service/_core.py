@@ -8,6 +8,7 @@ the Session reserves before reading and commits the receipt before returning.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -40,7 +41,9 @@ from dpkit.analytics.session import Session
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.ledger import AlertEvent, BudgetMonitor, BudgetStatus, Ledger, LedgerEntry
+from dpkit.service._engine import WarmDuckDBEngine
 from dpkit.service._registry import DatasetRecord, Principal, Registry
+from dpkit.service._webhooks import WebhookSender
 
 __all__ = ["NotFoundError", "PermissionDeniedError", "Service", "ServiceConfig", "check_name"]
 
@@ -126,6 +129,9 @@ class ServiceConfig:
         bootstrap_token: if no officer exists yet, create ``officer`` with this token (else one
             is generated and printed once by ``dpkit serve``).
         engine: the Session engine that reads the sources (``"duckdb"`` or ``"pandas"``).
+        cache_mb: with DuckDB, a dataset whose files total at most this many MiB is kept in
+            memory per server process (see :mod:`dpkit.service._engine`); larger ones are read
+            in place on every query.
     """
 
     database: str = "sqlite:///dpkit-service.db"
@@ -134,6 +140,7 @@ class ServiceConfig:
     bootstrap_token: str | None = None
     thresholds: Sequence[float] = (0.5, 0.8, 1.0)
     engine: str = "duckdb"
+    cache_mb: float = 1024
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -145,11 +152,13 @@ class Service:
         self.data_root = Path(config.data_root).resolve()
         self.alerts: list[AlertEvent] = []
         self._alerts_lock = threading.Lock()
+        # webhooks are POSTed by a background thread, never inside the request that crossed
+        self.webhooks = WebhookSender(config.webhook_url) if config.webhook_url else None
+        callbacks: list[Any] = [self._remember_alert]
+        if self.webhooks is not None:
+            callbacks.append(self.webhooks)
         self.monitor = BudgetMonitor(
-            thresholds=tuple(config.thresholds),
-            callbacks=[self._remember_alert],
-            log=True,
-            webhook_url=config.webhook_url,
+            thresholds=tuple(config.thresholds), callbacks=callbacks, log=True
         )
         database = config.database
         sqlite_path: str | None = None
@@ -159,6 +168,7 @@ class Service:
         self.ledger = Ledger.open(database, monitor=self.monitor)
         self.registry = Registry(database, sqlite_path=sqlite_path)
         self._sessions: dict[tuple[str, str], tuple[Session, threading.Lock]] = {}
+        self._engines: dict[str, WarmDuckDBEngine] = {}
         self._sessions_lock = threading.Lock()
         self.bootstrap_token: str | None = None
         if not any(role == "officer" for _, role in self.registry.principals()):
@@ -167,11 +177,16 @@ class Service:
 
     def close(self) -> None:
         with self._sessions_lock:
-            for session, _ in self._sessions.values():
-                session.engine.close() if hasattr(session.engine, "close") else None
+            engines = {id(s.engine): s.engine for s, _ in self._sessions.values()}
+            engines.update((id(e), e) for e in self._engines.values())
+            for engine in engines.values():
+                engine.close()
             self._sessions.clear()
+            self._engines.clear()
         self.registry.close()
         self.ledger.close()
+        if self.webhooks is not None:
+            self.webhooks.close()
 
     def _remember_alert(self, event: AlertEvent) -> None:
         with self._alerts_lock:
@@ -418,12 +433,34 @@ class Service:
             return built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
         return built.agg(*parsed.aggregations)
 
+    def _engine(self, record: DatasetRecord) -> Any:
+        """The dataset's engine, shared by its analysts' sessions in this process: for DuckDB a
+        :class:`WarmDuckDBEngine` (warm data, cached SQL, a cursor per thread), else the engine's
+        name (each session opens its own)."""
+        if self.config.engine != "duckdb":
+            return self.config.engine
+        with self._sessions_lock:
+            found = self._engines.get(record.name)
+        if found is not None:
+            return found
+        engine = WarmDuckDBEngine(
+            self.data_root / record.source,
+            schema=record.schema,
+            max_bytes=int(self.config.cache_mb * 2**20),
+        )
+        with self._sessions_lock:
+            kept = self._engines.setdefault(record.name, engine)
+        if kept is not engine:
+            engine.close()
+        return kept
+
     def _session(self, record: DatasetRecord, analyst: str) -> tuple[Session, threading.Lock]:
         key = (record.name, analyst)
         with self._sessions_lock:
             found = self._sessions.get(key)
             if found is not None:
                 return found
+        engine = self._engine(record)
         session = Session(
             str(self.data_root / record.source),
             record.privacy_unit,
@@ -431,8 +468,8 @@ class Service:
             ledger=self.ledger,
             dataset=record.name,
             analyst=analyst,
-            schema=record.schema,
-            engine=self.config.engine,
+            schema=None if isinstance(engine, WarmDuckDBEngine) else record.schema,
+            engine=engine,
             **record.bounds.get("contribution", {}),
         )
         with self._sessions_lock:
@@ -453,8 +490,11 @@ class Service:
         record = self.dataset_for(analyst, dataset)
         built = self.build_query(record, sql, model, keys)
         session, lock = self._session(record, analyst.name)
-        with lock:
+        if isinstance(session.engine, WarmDuckDBEngine):  # thread-safe: no lock
             release = session.evaluate(built, loss=loss, alpha=alpha)
+        else:
+            with lock:
+                release = session.evaluate(built, loss=loss, alpha=alpha)
         return release, self.ledger.budget(dataset, analyst.name)
 
     # -- reading the books --
@@ -511,6 +551,12 @@ def _check_bounds(bounds: Mapping[str, Any]) -> dict[str, Any]:
 def _parse_sql(sql: str, record: DatasetRecord) -> ParsedQuery:
     if not isinstance(sql, str) or len(sql) > 10_000:
         raise UnsupportedQueryError("the query text must be a string of at most 10,000 characters")
+    return _parse_sql_text(sql, record.name, record.privacy_unit)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_sql_text(sql: str, dataset: str, privacy_unit: str) -> ParsedQuery:
+    """The parsed query (public text only; refusals are raised, never cached)."""
     import sqlglot
     from sqlglot import exp
 
@@ -526,13 +572,13 @@ def _parse_sql(sql: str, record: DatasetRecord) -> ParsedQuery:
                 table.args.get("db")
                 or table.args.get("catalog")
                 or not isinstance(table.this, exp.Identifier)
-                or table.name != record.name
+                or table.name != dataset
             ):
                 raise UnsupportedQueryError(
                     "FROM may only name the dataset itself (or be left out); files, paths, "
                     "functions and other tables are refused"
                 )
-    return parse_query(sql, record.privacy_unit)
+    return parse_query(sql, privacy_unit)
 
 
 _MODEL_KINDS = (
