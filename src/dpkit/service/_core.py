@@ -169,6 +169,8 @@ class Service:
         self.registry = Registry(database, sqlite_path=sqlite_path)
         self._sessions: dict[tuple[str, str], tuple[Session, threading.Lock]] = {}
         self._engines: dict[str, WarmDuckDBEngine] = {}
+        self._records: dict[str, DatasetRecord] = {}
+        self._allowances: set[tuple[str, str]] = set()
         self._sessions_lock = threading.Lock()
         self.bootstrap_token: str | None = None
         if not any(role == "officer" for _, role in self.registry.principals()):
@@ -333,15 +335,25 @@ class Service:
         return record
 
     def dataset_for(self, principal: Principal, name: str) -> DatasetRecord:
-        record = self.registry.dataset(name) if _NAME.match(name or "") else None
-        if record is None:
+        if not _NAME.match(name or ""):
             raise NotFoundError(f"no dataset named {name!r}")
+        record = self._records.get(name)
+        if record is None:
+            record = self.registry.dataset(name)
+            if record is None:
+                raise NotFoundError(f"no dataset named {name!r}")
+            self._records[name] = record  # registered datasets are never changed or removed
         if principal.role == "analyst" and not self._has_allowance(name, principal.name):
             raise NotFoundError(f"no dataset named {name!r}")  # do not confirm it exists
         return record
 
     def _has_allowance(self, dataset: str, analyst: str) -> bool:
-        return any(b.analyst == analyst for b in self.ledger.budgets(dataset))
+        if (dataset, analyst) in self._allowances:
+            return True  # an allowance, once created, is never removed (only adjusted)
+        found = any(b.analyst == analyst for b in self.ledger.budgets(dataset))
+        if found:
+            self._allowances.add((dataset, analyst))
+        return found
 
     def visible_datasets(self, principal: Principal) -> list[DatasetRecord]:
         records = self.registry.datasets()
@@ -485,7 +497,8 @@ class Service:
         model: Mapping[str, Any] | None = None,
         keys: Mapping[str, Sequence[Any]] | None = None,
         alpha: float = 0.05,
-    ) -> tuple[Release, BudgetStatus]:
+    ) -> tuple[Release, PrivacyLoss]:
+        """Answer a query; returns the release and the analyst's remaining allowance."""
         self.require(analyst, "analyst")
         record = self.dataset_for(analyst, dataset)
         built = self.build_query(record, sql, model, keys)
@@ -495,7 +508,7 @@ class Service:
         else:
             with lock:
                 release = session.evaluate(built, loss=loss, alpha=alpha)
-        return release, self.ledger.budget(dataset, analyst.name)
+        return release, release.remaining
 
     # -- reading the books --
 

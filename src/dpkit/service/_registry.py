@@ -115,6 +115,9 @@ class Registry:
 
     def __init__(self, database: str, *, sqlite_path: str | None = None) -> None:
         self._lock = threading.Lock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._epoch = 0
         self._pg = database.startswith(("postgresql://", "postgres://"))
         self._conn: Any = None
         if self._pg:
@@ -170,8 +173,38 @@ class Registry:
                         ) from exc
                 raise
 
+    @property
+    def local_reads(self) -> bool:
+        """Whether reads are local and quick (SQLite), fine to run on an event loop."""
+        return not self._pg
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[Any]:
+        """A cursor for reads: on SQLite a connection of this thread's own (WAL readers do not
+        block each other or the writer), on PostgreSQL the shared one."""
+        if self._pg:
+            with self._cursor() as c:
+                yield c
+            return
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None or getattr(local, "epoch", None) != self._epoch:
+            conn = sqlite3.connect(
+                self._sqlite_path, timeout=60, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA busy_timeout = 60000")
+            local.conn, local.epoch = conn, self._epoch
+            with self._lock:
+                self._readers.append(conn)
+        yield _Adapter(conn, False)
+
     def close(self) -> None:
         with self._lock:
+            self._epoch += 1
+            for reader in self._readers:
+                with contextlib.suppress(Exception):
+                    reader.close()
+            self._readers.clear()
             if self._conn is not None:
                 with contextlib.suppress(Exception):
                     self._conn.close()
@@ -193,7 +226,7 @@ class Registry:
             return True
 
     def principal_role(self, name: str) -> Role | None:
-        with self._cursor() as c:
+        with self._reader() as c:
             row = c.one(f"SELECT role FROM {self._p}svc_principals WHERE name = ?", (name,))
         return None if row is None else row[0]
 
@@ -243,7 +276,7 @@ class Registry:
 
     def authenticate(self, token: str) -> Principal | None:
         digest = hash_token(token)
-        with self._cursor() as c:
+        with self._reader() as c:
             row = c.one(
                 f"SELECT t.token_id, p.name, p.role FROM {self._p}svc_tokens t JOIN "
                 f"{self._p}svc_principals p ON p.name = t.principal "
@@ -273,7 +306,7 @@ class Registry:
             )
 
     def dataset(self, name: str) -> DatasetRecord | None:
-        with self._cursor() as c:
+        with self._reader() as c:
             row = c.one(f"SELECT * FROM {self._p}svc_datasets WHERE name = ?", (name,))
         return None if row is None else _dataset(row)
 
