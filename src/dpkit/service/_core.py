@@ -103,18 +103,23 @@ def loss_from_parts(
 
 
 def loss_json(loss: PrivacyLoss | None) -> dict[str, Any]:
+    """A privacy loss on the wire: its kind, its numbers as floats (for reading), ``exact`` (each
+    number as an exact fraction string such as ``"1/10"``) and ``text``."""
     if loss is None:
         return {}
     if isinstance(loss, PureDP):
-        return {"kind": "pure", "epsilon": float(loss.epsilon), "text": str(loss)}
-    if isinstance(loss, ApproxDP):
-        return {
-            "kind": "approx",
-            "epsilon": float(loss.epsilon),
-            "delta": float(loss.delta),
-            "text": str(loss),
-        }
-    return {"kind": "zcdp", "rho": float(loss.rho), "text": str(loss)}
+        parts = {"epsilon": loss.epsilon}
+        out: dict[str, Any] = {"kind": "pure"}
+    elif isinstance(loss, ApproxDP):
+        parts = {"epsilon": loss.epsilon, "delta": loss.delta}
+        out = {"kind": "approx"}
+    else:
+        parts = {"rho": loss.rho}
+        out = {"kind": "zcdp"}
+    out.update({k: float(v) for k, v in parts.items()})
+    out["exact"] = {k: str(v) for k, v in parts.items()}
+    out["text"] = str(loss)
+    return out
 
 
 @dataclass
@@ -497,7 +502,7 @@ class Service:
         model: Mapping[str, Any] | None = None,
         keys: Mapping[str, Sequence[Any]] | None = None,
         alpha: float = 0.05,
-    ) -> tuple[Release, PrivacyLoss]:
+    ) -> tuple[Release, PrivacyLoss | None]:
         """Answer a query; returns the release and the analyst's remaining allowance."""
         self.require(analyst, "analyst")
         record = self.dataset_for(analyst, dataset)

@@ -16,6 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from dpkit.analytics.results import Release
+from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import BudgetExceededError, DPError
 from dpkit.ledger import BudgetStatus, LedgerEntry, LedgerError, UnknownBudgetError
 from dpkit.ledger._postgres import LedgerUnavailableError
@@ -126,6 +128,43 @@ def _clean(value: Any) -> Any:
 
 def _error(status: int, kind: str, detail: str) -> JSONResponse:
     return JSONResponse({"error": kind, "detail": detail}, status_code=status)
+
+
+def query_out(release: Release, remaining: PrivacyLoss | None) -> w.QueryOut:
+    """The wire form of an answer: tables (rows, and each table's columns), error bars, the
+    charge, the receipt and the allowance left."""
+    receipt = release.receipt
+    tables = {
+        name: [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+        for name, frame in release.tables.items()
+    }
+    accuracy = {
+        name: {
+            "kind": a.kind,
+            "halfwidth": _clean(float(a.halfwidth)),
+            "alpha": a.alpha,
+            "mechanism": a.mechanism,
+            "expected_abs": None if a.expected_abs is None else _clean(float(a.expected_abs)),
+            "loss": loss_json(a.loss),
+            "note": a.note,
+        }
+        for name, a in release.accuracy.items()
+    }
+    return w.QueryOut(
+        tables=tables,
+        columns={name: [str(c) for c in frame.columns] for name, frame in release.tables.items()},
+        accuracy=accuracy,
+        loss=loss_json(release.loss),
+        receipt=w.ReceiptOut(
+            receipt=receipt.id,
+            reservation_id=receipt.reservation_id,
+            dataset=receipt.dataset,
+            analyst=receipt.analyst,
+            loss=loss_json(receipt.loss),
+            timestamp=receipt.committed_at,
+        ),
+        remaining=loss_json(remaining),
+    )
 
 
 router = APIRouter(prefix="/api/v1")
@@ -282,36 +321,7 @@ def run_query(body: w.QueryIn, principal: Analyst, service: ServiceDep) -> w.Que
         "answered",
         {**asked, "receipt": str(receipt), "charged": str(release.loss)},
     )
-    tables = {
-        name: [{k: _clean(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
-        for name, frame in release.tables.items()
-    }
-    accuracy = {
-        name: {
-            "kind": a.kind,
-            "halfwidth": _clean(float(a.halfwidth)),
-            "alpha": a.alpha,
-            "mechanism": a.mechanism,
-            "expected_abs": None if a.expected_abs is None else _clean(float(a.expected_abs)),
-            "loss": loss_json(a.loss),
-            "note": a.note,
-        }
-        for name, a in release.accuracy.items()
-    }
-    return w.QueryOut(
-        tables=tables,
-        accuracy=accuracy,
-        loss=loss_json(release.loss),
-        receipt=w.ReceiptOut(
-            receipt=receipt.id,
-            reservation_id=receipt.reservation_id,
-            dataset=receipt.dataset,
-            analyst=receipt.analyst,
-            loss=loss_json(receipt.loss),
-            timestamp=receipt.committed_at,
-        ),
-        remaining=loss_json(remaining),
-    )
+    return query_out(release, remaining)
 
 
 @router.get("/receipts", response_model=list[w.ReceiptOut], tags=["everyone"])
