@@ -1,16 +1,15 @@
-"""``dpkit query --server URL --token T`` against a real ``dpkit serve`` (uvicorn on 127.0.0.1,
-SQLite, the DuckDB engine), one server for the module: the same SQL subset, the same rendering as
-the local command, and refusals as one readable line that never charges."""
+"""``dpkit query --server URL --token T`` against a real service (uvicorn on 127.0.0.1, SQLite,
+the DuckDB engine: the session's shared server, with a dataset and analysts of this module's
+own): the same SQL subset, the same rendering as the local command, and refusals as one
+readable line that never charges. (The console-script entry point itself is run in
+subprocesses by tests/unit/test_cli_commands.py; here the same ``dpkit.cli.app`` runs
+in-process.)"""
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -20,33 +19,27 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from conftest import OFFICER, Api, Server, start_server, write_people
+from conftest import OFFICER, Api, ThreadServer, write_people
 from dpkit.cli import app
+
+DS = "clipeople"
 
 
 @dataclass
 class Remote:
-    server: Server
+    server: ThreadServer
     ana: str
     bob: str
 
 
 @pytest.fixture(scope="module")
-def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
-    root = tmp_path_factory.mktemp("remote")
-    write_people(root / "data")
-    server = start_server(
-        f"sqlite:///{root}/service.db", root / "data", root / "server.log", engine="duckdb"
-    )
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
-            api = Api(http, {})
-            assert api.register(epsilon="10").status_code == 201
-            ana = api.analyst("ana", epsilon="5")
-            bob = api.analyst("bob", epsilon="0.05")
-        yield Remote(server, ana, bob)
-    finally:
-        server.stop()
+def remote(shared_server: ThreadServer) -> Remote:
+    with httpx.Client(base_url=shared_server.url, timeout=60) as http:
+        api = Api(http, {})
+        assert api.register(DS, epsilon="10").status_code == 201
+        ana = api.analyst("cli_ana", dataset=DS, epsilon="5")
+        bob = api.analyst("cli_bob", dataset=DS, epsilon="0.05")
+    return Remote(shared_server, ana, bob)
 
 
 def cli(remote: Remote, *args: str, token: str | None = None) -> tuple[int, str]:
@@ -67,14 +60,14 @@ def _receipts(remote: Remote) -> list[str]:
         f"{remote.server.url}/api/v1/receipts?limit=10000",
         headers={"Authorization": f"Bearer {OFFICER}"},
     )
-    return [x["receipt"] for x in r.json()]
+    return [x["receipt"] for x in r.json() if x["dataset"] == DS]
 
 
 def test_count_and_mean_with_error_bars_and_receipt(remote: Remote) -> None:
-    code, out = cli(remote, "people", "SELECT COUNT(*), AVG(age, 0, 100)", "--epsilon", "0.1")
+    code, out = cli(remote, DS, "SELECT COUNT(*), AVG(age, 0, 100)", "--epsilon", "0.1")
     assert code == 0, out
     assert "query: SELECT COUNT(*), AVG(age, 0, 100)" in out
-    assert "dataset people (dpkit service http://127.0.0.1:" in out
+    assert f"dataset {DS} (dpkit service http://127.0.0.1:" in out
     assert "95% interval of the noise" in out
     assert re.search(r"count\s*│\s*[\d,]+\s*│\s*\[[\d,]+, [\d,]+\]", out), out
     assert re.search(r"mean_age\s*│\s*[\d.]+\s*│", out), out
@@ -92,8 +85,8 @@ def test_count_and_mean_with_error_bars_and_receipt(remote: Remote) -> None:
 def test_group_by_with_public_keys_and_from_the_dataset(remote: Remote) -> None:
     code, out = cli(
         remote,
-        "people",
-        "SELECT dept, COUNT(*) FROM people WHERE age >= 10 GROUP BY dept",
+        DS,
+        f"SELECT dept, COUNT(*) FROM {DS} WHERE age >= 10 GROUP BY dept",
         "--epsilon",
         "0.1",
         "--keys",
@@ -110,7 +103,7 @@ def test_token_from_the_option_and_exact_losses(remote: Remote) -> None:
             app,
             [
                 "query",
-                "people",
+                DS,
                 "SELECT COUNT(*)",
                 *loss,
                 "--server",
@@ -131,33 +124,33 @@ def test_token_from_the_option_and_exact_losses(remote: Remote) -> None:
 
 def test_refusals_are_one_line_and_never_charge(remote: Remote) -> None:
     before = len(_receipts(remote))
-    code, out = cli(remote, "people", "SELECT COUNT(*)", "--epsilon", "1", token=remote.bob)
+    code, out = cli(remote, DS, "SELECT COUNT(*)", "--epsilon", "1", token=remote.bob)
     assert code == 2 and "budget_exceeded" in out and "Nothing was charged" in out, out
-    code, out = cli(remote, "people", "SELECT COUNT(*)", "--epsilon", "0.1", token="wrong")
+    code, out = cli(remote, DS, "SELECT COUNT(*)", "--epsilon", "0.1", token="wrong")
     assert code == 2 and "refused the token" in out, out
     code, out = cli(remote, "other", "SELECT COUNT(*)", "--epsilon", "0.1")
-    assert code == 2 and "no dataset 'other'" in out and "people" in out, out
-    code, out = cli(remote, "people", "SELECT COUNT(*) FROM 'secret.csv'", "--epsilon", "0.1")
+    assert code == 2 and "no dataset 'other'" in out and DS in out, out
+    code, out = cli(remote, DS, "SELECT COUNT(*) FROM 'secret.csv'", "--epsilon", "0.1")
     assert code == 2, out
-    code, out = cli(remote, "people", "SELECT SUM(salary, 0, 1)", "--epsilon", "0.1")
+    code, out = cli(remote, DS, "SELECT SUM(salary, 0, 1)", "--epsilon", "0.1")
     assert code == 2 and "400 invalid_request" in out, out
-    code, out = cli(remote, "people", "SELECT dept, COUNT(*) GROUP BY dept", "--epsilon", "0.1")
+    code, out = cli(remote, DS, "SELECT dept, COUNT(*) GROUP BY dept", "--epsilon", "0.1")
     assert code == 2 and "needs δ > 0" in out, out
-    code, out = cli(remote, "people", "SELECT COUNT(*)", "--epsilon", "0.1", "--max-rows", "3")
+    code, out = cli(remote, DS, "SELECT COUNT(*)", "--epsilon", "0.1", "--max-rows", "3")
     assert code == 2 and "--max-rows cannot be used with --server" in out, out
-    code, out = cli(remote, "people", "SELECT COUNT(*)", "--epsilon", "1e-9")
+    code, out = cli(remote, DS, "SELECT COUNT(*)", "--epsilon", "1e-9")
     assert code == 2 and "floor" in out, out
     assert len(_receipts(remote)) == before
 
 
 def test_missing_token_and_unreachable_server(remote: Remote) -> None:
-    code, out = cli(remote, "people", "SELECT COUNT(*)", "--epsilon", "0.1", token="")
+    code, out = cli(remote, DS, "SELECT COUNT(*)", "--epsilon", "0.1", token="")
     assert code == 2 and "give --token" in out, out
     result = CliRunner().invoke(
         app,
         [
             "query",
-            "people",
+            DS,
             "SELECT COUNT(*)",
             "--epsilon",
             "0.1",
@@ -169,31 +162,6 @@ def test_missing_token_and_unreachable_server(remote: Remote) -> None:
         env={"COLUMNS": "120", "NO_COLOR": "1"},
     )
     assert result.exit_code == 1 and "could not reach the dpkit service" in result.output
-
-
-def test_the_real_entry_point(remote: Remote) -> None:
-    env = dict(os.environ, DPKIT_TOKEN=remote.ana, NO_COLOR="1", COLUMNS="120")
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dpkit.cli",
-            "query",
-            "people",
-            "SELECT COUNT(*)",
-            "--epsilon",
-            "0.1",
-            "--server",
-            remote.server.url,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "receipt" in done.stdout and "count" in done.stdout
 
 
 def test_rendering_is_the_local_renderers_on_the_same_release(tmp_path: Path) -> None:
