@@ -115,6 +115,9 @@ class Registry:
 
     def __init__(self, database: str, *, sqlite_path: str | None = None) -> None:
         self._lock = threading.Lock()
+        self._audit_turn = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._pending: list[_Pending] = []
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._epoch = 0
@@ -327,20 +330,42 @@ class Registry:
         outcome: str,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        with self._cursor() as c:
-            c.execute(
-                f"INSERT INTO {self._p}svc_audit (ts, actor, role, action, dataset, outcome, "
-                "detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    time.time(),
-                    actor,
-                    role,
-                    action,
-                    dataset,
-                    outcome,
-                    json.dumps(detail or {}, sort_keys=True, default=str),
-                ),
-            )
+        """Append one record to the audit log; it is written when this returns.
+
+        Concurrent callers share writes (group commit): records queue, and whichever caller
+        holds the writer's turn writes every queued record in one transaction; each caller
+        returns once its own record is written (or raises the write's error).
+        """
+        row = (
+            time.time(),
+            actor,
+            role,
+            action,
+            dataset,
+            outcome,
+            json.dumps(detail or {}, sort_keys=True, default=str),
+        )
+        item = _Pending(row)
+        with self._queue_lock:
+            self._pending.append(item)
+        with self._audit_turn:
+            if not item.done:
+                with self._queue_lock:
+                    batch, self._pending = self._pending, []
+                error: BaseException | None = None
+                try:
+                    with self._cursor() as c:
+                        c.many(
+                            f"INSERT INTO {self._p}svc_audit (ts, actor, role, action, dataset, "
+                            "outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [pending.row for pending in batch],
+                        )
+                except BaseException as exc:
+                    error = exc
+                for pending in batch:
+                    pending.error, pending.done = error, True
+        if item.error is not None:
+            raise item.error
 
     def audit_log(
         self, limit: int = 200, actor: str | None = None, action: str | None = None
@@ -379,6 +404,17 @@ def _dataset(row: Sequence[Any]) -> DatasetRecord:
     )
 
 
+class _Pending:
+    """An audit record waiting to be written by whichever caller holds the writer's turn."""
+
+    __slots__ = ("done", "error", "row")
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.row = row
+        self.done = False
+        self.error: BaseException | None = None
+
+
 class _Adapter:
     """``?`` placeholders on both SQLite and psycopg (which wants ``%s``)."""
 
@@ -392,6 +428,20 @@ class _Adapter:
         if self._pg:
             sql = sql.replace("?", "%s")
         return self._conn.execute(sql, tuple(args))
+
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Execute ``sql`` for every row, in one transaction."""
+        if self._pg:
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(sql, [tuple(r) for r in rows])
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
 
     def one(self, sql: str, args: Sequence[Any] = ()) -> Any:
         return self.execute(sql, args).fetchone()
