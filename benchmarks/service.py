@@ -225,6 +225,15 @@ def main() -> None:
         )
         try:
             token = _setup(server.url)
+            # steady state: each dataset's first query loads it into the worker's engine
+            with httpx.Client(base_url=server.url, timeout=120) as http:
+                for name in ("big", "tiny"):
+                    for sql in ("SELECT COUNT(*)", "SELECT SUM(age, 0, 100)"):
+                        http.post(
+                            "/api/v1/query",
+                            json={"dataset": name, "sql": sql, "loss": {"epsilon": "0.001"}},
+                            headers={"Authorization": f"Bearer {token}"},
+                        )
             qps, p50, p99, errors = _hammer(server.url, args.seconds, 16, None, token)
             print(
                 f"[{kind}] HTTP floor (health, 16 clients): {qps:,.0f} req/s, p50 {p50:.1f} ms, "
