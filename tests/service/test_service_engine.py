@@ -257,3 +257,18 @@ def test_webhooks_are_sent_in_the_background(tmp_path: Path) -> None:
     finally:
         service.close()
         hook.shutdown()
+
+
+def test_registered_datasets_are_loaded_before_the_first_query(tmp_path: Path) -> None:
+    service = _service(tmp_path)
+    try:
+        thread = service.prewarm()
+        assert thread is not None
+        thread.join(60)
+        assert service._engines["people"].warm
+    finally:
+        service.close()
+    (tmp_path / "p").mkdir()
+    other = _service(tmp_path / "p", engine="pandas")
+    assert other.prewarm() is None  # the pandas engine opens per analyst, on first query
+    other.close()

@@ -9,6 +9,7 @@ the Session reserves before reading and commits the receipt before returning.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import re
@@ -46,6 +47,8 @@ from dpkit.service._registry import DatasetRecord, Principal, Registry
 from dpkit.service._webhooks import WebhookSender
 
 __all__ = ["NotFoundError", "PermissionDeniedError", "Service", "ServiceConfig", "check_name"]
+
+logger = logging.getLogger("dpkit.service")
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -174,6 +177,7 @@ class Service:
         self.registry = Registry(database, sqlite_path=sqlite_path)
         self._sessions: dict[tuple[str, str], tuple[Session, threading.Lock]] = {}
         self._engines: dict[str, WarmDuckDBEngine] = {}
+        self._closed = False
         self._records: dict[str, DatasetRecord] = {}
         self._allowances: set[tuple[str, str]] = set()
         self._sessions_lock = threading.Lock()
@@ -183,6 +187,7 @@ class Service:
             _, self.bootstrap_token = self.registry.issue_token("officer", config.bootstrap_token)
 
     def close(self) -> None:
+        self._closed = True
         with self._sessions_lock:
             engines = {id(s.engine): s.engine for s, _ in self._sessions.values()}
             engines.update((id(e), e) for e in self._engines.values())
@@ -334,6 +339,7 @@ class Service:
         )
         self.ledger.create_budget(name, budget, privacy_unit=privacy_unit, actor=officer.name)
         self.registry.add_dataset(record)
+        self.prewarm([record])
         self.registry.audit(
             officer.name, "officer", "register_dataset", name, "ok", {"budget": str(budget)}
         )
@@ -467,9 +473,29 @@ class Service:
         )
         with self._sessions_lock:
             kept = self._engines.setdefault(record.name, engine)
-        if kept is not engine:
+        if kept is not engine or self._closed:
             engine.close()
         return kept
+
+    def prewarm(self, records: Sequence[DatasetRecord] | None = None) -> threading.Thread | None:
+        """Load datasets into this process's engines on a background thread, so that no
+        analyst's query waits for it (DuckDB only; a failure is logged and left to the first
+        query, which reports it as usual)."""
+        if self.config.engine != "duckdb":
+            return None
+
+        def work() -> None:
+            for record in self.registry.datasets() if records is None else records:
+                if self._closed:
+                    return
+                try:
+                    self._engine(record)
+                except Exception:
+                    logger.exception("could not preload dataset %s", record.name)
+
+        thread = threading.Thread(target=work, name="dpkit-prewarm", daemon=True)
+        thread.start()
+        return thread
 
     def _session(self, record: DatasetRecord, analyst: str) -> tuple[Session, threading.Lock]:
         key = (record.name, analyst)

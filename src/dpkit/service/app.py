@@ -458,6 +458,7 @@ def create_app(config: ServiceConfig | None = None, service: Service | None = No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        svc.prewarm()  # registered datasets load on a background thread
         yield
         if owned:
             svc.close()
