@@ -258,7 +258,9 @@ def _footnotes(
 
 @handles_errors
 def query_command(
-    data: Annotated[Path, typer.Argument(help="CSV or Parquet file.")],
+    data: Annotated[
+        Path, typer.Argument(help="CSV or Parquet file (with --server: the dataset's name).")
+    ],
     query: Annotated[
         str,
         typer.Argument(help='The query, e.g. "SELECT COUNT(*), AVG(amount, 0, 500)".'),
