@@ -33,7 +33,6 @@ from dpkit.analytics.results import Accuracy
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.mechanisms import make_geometric
 from dpkit.noise.grid import choose_exponent
-from dpkit.workloads._session import optimised_workload
 
 
 def _compile_workload(
@@ -99,6 +98,8 @@ def _compile_workload(
     use_direct = direct_var < data_var
     # strategy "optimised": the matrix mechanism with dpkit.workloads' best strategy A (OPT_0,
     # hierarchical, wavelet, identity), noise on B·x (B = A quantised), answers C·(B·x + Z)
+    from dpkit.workloads._session import optimised_workload  # scipy.sparse: imported on use
+
     optimised = optimised_workload(
         np.array([[float(v) for v in row] for row in matrix]),
         "l1" if share.family == "pure" else "l2",
