@@ -16,6 +16,7 @@ Run: ``.venv/bin/python benchmarks/ledger.py`` (``--quick`` for a smaller run).
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import os
 import statistics
@@ -39,8 +40,11 @@ from dpkit.ledger import BudgetMonitor, Ledger, SQLiteStore
 QUIET = BudgetMonitor(log=False)
 
 
+_RUNS = itertools.count()
+
+
 def _fresh_ledger(directory: Path, name: str) -> Path:
-    path = directory / f"{name}.db"
+    path = directory / f"{name}-{next(_RUNS)}.db"
     with Ledger.open(path, monitor=QUIET) as ledger:
         ledger.create_budget("bench", PureDP(10**9))
     return path
@@ -197,7 +201,10 @@ def process_table(
     from fsync import fsync_rate, sqlite_rate
 
     configs: list[tuple[str, Any]] = [
-        ("write + fsync, 1 process (the disk's limit)", lambda: fsync_rate(directory / "f", 2.0)),
+        (
+            "write + fsync, 1 process (the disk's limit)",
+            lambda: fsync_rate(directory / "f", 2.0, os.fsync),
+        ),
         (
             "SQLite WAL synchronous=FULL 1-row transactions",
             lambda: sqlite_rate(directory / "s.db", 2.0),

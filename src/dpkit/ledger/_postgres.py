@@ -273,11 +273,17 @@ class _PgTxn(_Txn):
 class PostgresStore(GroupCommitStore):
     """A ledger in a PostgreSQL schema.
 
+    Every write waits for its WAL flush, even a finalisation (``sync=False``): PostgreSQL's
+    asynchronous commit keeps the commit record in the server's memory, so it would not survive
+    a crash of the server's processes.
+
     Args:
         url: a libpq URL (``postgresql://user:pass@host/db``), optionally ``?schema=name``.
         timeout: seconds to wait for a connection and for the writer lock before giving up.
         group_commit: share one transaction between threads writing at the same time.
     """
+
+    honours_unsynced = False
 
     def __init__(self, url: str, *, timeout: float = 60.0, group_commit: bool = True) -> None:
         try:

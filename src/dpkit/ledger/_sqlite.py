@@ -249,6 +249,11 @@ class _Txn:
         )
 
 
+# fdatasync flushes the data and the metadata needed to read it back (the file's size), as
+# SQLite's own sync does on Linux; fsync elsewhere.
+_datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
 class _SharedFsync:
     """Group fsync of a ledger's write-ahead log across every process that writes it.
 
@@ -336,7 +341,7 @@ class _SharedFsync:
         except FileNotFoundError:  # no WAL: everything was checkpointed (and synced) already
             fd = os.open(self._db, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            _datasync(fd)
             st = os.fstat(fd)
         finally:
             os.close(fd)
@@ -554,14 +559,24 @@ class SQLiteStore(GroupCommitStore):
                 r.error = refused
             return False
         try:
-            for r in batch:
-                conn.execute("SAVEPOINT dpkit_request")
+            if len(batch) == 1:  # alone: no savepoint needed, a refusal rolls back everything
+                only = batch[0]
                 try:
-                    r.result = r.work(txn)
+                    only.result = only.work(txn)
                 except BaseException as exc:
-                    conn.execute("ROLLBACK TO dpkit_request")
-                    r.error = self._translate(exc) if isinstance(exc, sqlite3.Error) else exc
-                conn.execute("RELEASE dpkit_request")
+                    only.result = None
+                    only.error = self._translate(exc) if isinstance(exc, sqlite3.Error) else exc
+                    conn.execute("ROLLBACK")
+                    return False
+            else:
+                for r in batch:
+                    conn.execute("SAVEPOINT dpkit_request")
+                    try:
+                        r.result = r.work(txn)
+                    except BaseException as exc:
+                        conn.execute("ROLLBACK TO dpkit_request")
+                        r.error = self._translate(exc) if isinstance(exc, sqlite3.Error) else exc
+                    conn.execute("RELEASE dpkit_request")
             conn.execute("COMMIT")
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):

@@ -97,7 +97,17 @@ class LedgerStore(Protocol):
         """A stable identifier of this ledger (so a reservation cannot be used on another)."""
         ...
 
-    def write(self, work: Callable[[StoreTransaction], T]) -> T: ...
+    def write(self, work: Callable[[StoreTransaction], T], *, sync: bool = True) -> T:
+        """Run ``work`` in one atomic transaction; return once it is on stable storage.
+
+        ``sync=False`` allows returning once the transaction is committed and survives the
+        death of any process (the operating system holds it) but before it is on stable
+        storage; it must still be ordered before every later write, so a later synced write
+        makes it durable too. The ledger uses it only for finalising a reservation, whose
+        charge was already durable (see ``Ledger(durable_receipts=...)``). A store may always
+        treat it as ``sync=True``.
+        """
+        ...
 
     def read(self, work: Callable[[StoreTransaction], T]) -> T: ...
 
@@ -107,10 +117,11 @@ class LedgerStore(Protocol):
 class _Request:
     """One caller's ``work`` waiting in the group-commit queue."""
 
-    __slots__ = ("done", "error", "event", "result", "work")
+    __slots__ = ("done", "error", "event", "result", "sync", "work")
 
-    def __init__(self, work: Callable[[StoreTransaction], Any]) -> None:
+    def __init__(self, work: Callable[[StoreTransaction], Any], sync: bool = True) -> None:
         self.work = work
+        self.sync = sync
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -137,6 +148,8 @@ class GroupCommitStore:
     """
 
     group_commit: bool
+    honours_unsynced = True  # False: every write waits for stable storage
+    pipeline = bool(int(__import__("os").environ.get("DPKIT_PIPE", "0")))
 
     def _init_group_commit(self, group_commit: bool) -> None:
         self.group_commit = group_commit
@@ -145,6 +158,7 @@ class GroupCommitStore:
         self._leader = False
         self._in_flight = 0  # batches committed but not yet answered (waiting to be durable)
         self._closed = False
+        self.transactions = 0  # write transactions run by this store (tests, benchmarks)
 
     def _check_usable(self) -> None:  # pragma: no cover - every store overrides it
         raise NotImplementedError
@@ -159,10 +173,14 @@ class GroupCommitStore:
         """The error given to callers whose COMMIT happened but could not be confirmed durable."""
         return exc
 
-    def write(self, work: Callable[[StoreTransaction], T]) -> T:
-        """Run ``work`` in a durable transaction, sharing it with concurrent writers."""
+    def write(self, work: Callable[[StoreTransaction], T], *, sync: bool = True) -> T:
+        """Run ``work`` in a durable transaction, sharing it with concurrent writers.
+
+        With ``sync=False`` (stores whose ``honours_unsynced`` is true) the call returns once
+        its COMMIT returned - written to the operating system, so it survives the death of any
+        process, but on stable storage only with the next synced write or checkpoint."""
         self._check_usable()
-        request = _Request(work)
+        request = _Request(work, sync or not self.honours_unsynced)
         with self._cv:
             self._pending.append(request)
             lead = not self._leader
@@ -178,12 +196,22 @@ class GroupCommitStore:
                 self._pending.remove(request)
                 batch = [request]
             self._in_flight += 1
+            self.transactions += 1
         token: object | None = None
+        answered: list[_Request] = []
+        handed = False
         try:
             try:
                 token = self._run_batch(batch)
             finally:
-                self._hand_over()
+                if self.pipeline or token is None:
+                    handed = True
+                    self._hand_over()
+            if token is not None:
+                answered = [r for r in batch if not r.sync and r is not request]
+                self._wake(answered)  # committed: what needs no fsync is answered now
+                if all(not r.sync for r in batch if r.error is None):
+                    token = None
             if token is not None:
                 try:
                     self._await_durable(token)
@@ -194,15 +222,23 @@ class GroupCommitStore:
                             r.result = None
                             r.error = error
         finally:
+            if not handed:
+                self._hand_over()
+            self._wake([r for r in batch if r is not request and r not in answered])
             with self._cv:
-                for r in batch:
-                    r.done = True
+                request.done = True
                 self._in_flight -= 1
                 self._cv.notify_all()  # only close() waits on this
-            for r in batch:
-                if r is not request:
-                    r.event.set()
         return self._answer(request)
+
+    def _wake(self, requests: list[_Request]) -> None:
+        if not requests:
+            return
+        with self._cv:
+            for r in requests:
+                r.done = True
+        for r in requests:
+            r.event.set()
 
     def _hand_over(self) -> None:
         """Give the leader's role to the oldest queued writer (or leave it free)."""
