@@ -284,6 +284,7 @@ class PostgresStore(GroupCommitStore):
     """
 
     honours_unsynced = False
+    pipeline = True  # the flush runs on its own connection: the next batch need not wait for it
 
     def __init__(self, url: str, *, timeout: float = 60.0, group_commit: bool = True) -> None:
         try:
@@ -451,7 +452,11 @@ class PostgresStore(GroupCommitStore):
         psycopg = self._psycopg
         try:
             conn = self._writer()
-            conn.execute("BEGIN; SET LOCAL synchronous_commit TO off")
+            # one round trip opens the transaction (and the first request's savepoint)
+            conn.execute(
+                "BEGIN; SET LOCAL synchronous_commit TO off"
+                + ("; SAVEPOINT dpkit_request" if len(batch) > 1 else "")
+            )
         except (psycopg.Error, LedgerError) as exc:
             refused = exc if isinstance(exc, LedgerError) else self._translate(exc, self._wconn)
             if self._wconn is not None:
@@ -475,15 +480,15 @@ class PostgresStore(GroupCommitStore):
                     return None
                 conn.execute("COMMIT")
                 return self._ticket()
-            for r in batch:
-                conn.execute("SAVEPOINT dpkit_request")
+            for i, r in enumerate(batch):
+                if i:  # the previous request is kept; this one gets a savepoint of its own
+                    conn.execute("RELEASE SAVEPOINT dpkit_request; SAVEPOINT dpkit_request")
                 try:
                     r.result = r.work(txn)
                 except BaseException as exc:
                     conn.execute("ROLLBACK TO SAVEPOINT dpkit_request")
                     r.error = self._translate(exc, conn) if isinstance(exc, psycopg.Error) else exc
-                conn.execute("RELEASE SAVEPOINT dpkit_request")
-            conn.execute("COMMIT")
+            conn.execute("COMMIT")  # commits the last savepoint's work too
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")

@@ -11,9 +11,8 @@ When ``write`` returns, the transaction is on stable storage (an acknowledged ch
 crash or power loss).
 
 :class:`GroupCommitStore` is the write path the SQLite and PostgreSQL stores share: concurrent
-writers of one process share a transaction, and a batch's wait for stable storage (an fsync, a
-WAL flush) happens after the next batch was allowed to start, so those waits overlap and are
-shared too (see docs/ledger.md, "Group commit").
+writers of one process share a transaction and its wait for stable storage (an fsync, a WAL
+flush), which the stores share across processes too (see docs/ledger.md).
 """
 
 from __future__ import annotations
@@ -133,12 +132,13 @@ class GroupCommitStore:
 
     The first writer becomes the leader; writers arriving while it works queue up. The leader
     runs the whole queue in one transaction (``_run_batch``: each request in its own SAVEPOINT,
-    so a refused request is rolled back alone) and, as soon as that transaction COMMITted,
-    hands the leader's role to the oldest queued writer, which starts the next transaction.
-    Only then does the old leader wait until its COMMIT is on stable storage
-    (``_await_durable``), and only after that are the callers of its batch answered. So a batch's
-    fsync overlaps the next batch's work, an answer is never given before its transaction is
-    durable, and each thread is woken exactly once.
+    so a refused request is rolled back alone), waits until its COMMIT is on stable storage
+    (``_await_durable``; requests written with ``sync=False`` are answered before that wait),
+    answers the callers of its batch, and hands the leader's role to the oldest queued writer,
+    which takes every queued request into the next transaction. With ``pipeline = True`` the
+    role is handed over right after the COMMIT instead, so a batch's wait overlaps the next
+    batch's work. Either way an answer is never given before its transaction is durable, and
+    each thread is woken exactly once.
 
     Subclasses implement ``_check_usable``, ``_run_batch`` (run every request of the batch in
     one transaction, set each request's ``result`` or ``error``, and return a token for
@@ -149,7 +149,11 @@ class GroupCommitStore:
 
     group_commit: bool
     honours_unsynced = True  # False: every write waits for stable storage
-    pipeline = bool(int(__import__("os").environ.get("DPKIT_PIPE", "0")))
+    # True: hand the leader's role over as soon as the batch COMMITted, so the next batch runs
+    # while this one waits for stable storage (more, smaller transactions); False: hand it over
+    # after the wait, so the next batch gathers everyone who arrived meanwhile (fewer, larger
+    # transactions: better when the CPU, not the disk, is the bottleneck).
+    pipeline = False
 
     def _init_group_commit(self, group_commit: bool) -> None:
         self.group_commit = group_commit
