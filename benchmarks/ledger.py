@@ -1,16 +1,18 @@
 """Ledger and accounting benchmark (issue 4).
 
-1. Durable charges per second on SQLite (WAL, synchronous=FULL) from 1, 8 and 64 concurrent
-   clients. A charge is ``reserve`` + ``commit`` - two durable transactions; each call returns
-   only after SQLite's COMMIT (and its fsync) returned. Clients are threads sharing one Ledger
-   (their writes are group-committed: several share one transaction and one fsync, each is
-   answered only after that COMMIT) and, for comparison, processes each with its own Ledger on
-   the same file (queued on a kernel file lock, then SQLite's write lock; no cross-process
-   batching, so they are bounded by the disk's fsync rate).
+1. Release cycles (``reserve`` + ``commit``) per second from 8 processes on one SQLite ledger
+   (``--processes`` prints only this table; ``--postgres auto`` adds PostgreSQL rows), beside
+   the disk's fsync rate measured in the same run: with an fsync inside each COMMIT (SQLite's
+   ``synchronous=FULL``, the earlier design: processes cannot share fsyncs), with fsyncs shared
+   across processes (the default; docs/ledger.md), and with no fsync at all (NOT durable: the
+   CPU ceiling of the same work). ``reserve`` returns once its charge is on stable storage,
+   ``commit`` once it survives kill -9 (it adds no charge; the next fsync makes it durable).
+   Then the same from 1, 8 and 64 threads sharing one Ledger (group commit in one process).
 2. Time to compute ε for 1,000 composed Gaussian mechanisms at δ = 1e-6 by zCDP (exact), RDP and
    PLD (through dp-accounting, rounded up), next to dp-accounting called directly in the same run.
 
-Run: ``.venv/bin/python benchmarks/ledger.py`` (``--quick`` for a smaller run).
+Run: ``.venv/bin/python benchmarks/ledger.py`` (``--quick`` for a smaller run;
+``--processes --repeat 3 --postgres auto`` for issue 15's table, medians of 3).
 """
 
 from __future__ import annotations
@@ -306,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             directory = Path(tmp)
             print(f"8 processes on one ledger: reserve+commit cycles/s, median of {args.repeat}")
-            print("  (every call returns only after its transaction is on stable storage)")
+            print("  (reserve returns once its charge is on stable storage; commit once it")
+            print("   survives kill -9, synced with the next charge: docs/ledger.md)")
             rows = process_table(directory, charges, pg_url, args.repeat)
             for label, rate in rows:
                 print(f"  {label:<58} {rate:>8.0f}/s")
