@@ -285,9 +285,10 @@ class _SharedFsync:
     """
 
     def __init__(self, db_path: str) -> None:
+        db_path = os.path.abspath(db_path)  # SQLite resolves it once too: immune to chdir
         self._wal = f"{db_path}-wal"
         self._db = db_path
-        self._dir = os.path.dirname(os.path.abspath(db_path))
+        self._dir = os.path.dirname(db_path)
         self._state_fd = os.open(f"{db_path}-fsync", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             self._sync_fd = os.open(f"{db_path}-fsync.lock", os.O_RDWR | os.O_CREAT, 0o644)
