@@ -308,3 +308,22 @@ def test_processes_sharing_fsyncs_and_fsyncing_alone_grant_exactly_100(
         assert len(ledger.history("d", kinds=["commit"])) == 100
         report = ledger.replay()
         assert report.ok, report.mismatches
+
+
+def test_the_fsynced_file_is_the_wal_sqlite_writes_even_through_a_symlink_and_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(tmp_path)
+    store = SQLiteStore("link/l.db")
+    ledger = Ledger(store, monitor=QUIET)
+    ledger.create_budget("d", PureDP(1))
+    assert store._fsync is not None
+    assert store._fsync._wal == str(real / "l.db-wal")
+    monkeypatch.chdir(real)  # relative names would now point elsewhere
+    ledger.reserve("d", PureDP(0.5))
+    assert store._fsync.fsyncs >= 2
+    assert os.path.exists(store._fsync._wal)
+    ledger.close()

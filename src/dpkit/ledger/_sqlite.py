@@ -285,9 +285,10 @@ class _SharedFsync:
     """
 
     def __init__(self, db_path: str) -> None:
-        db_path = os.path.abspath(db_path)  # SQLite resolves it once too: immune to chdir
+        # the name SQLite gives the WAL: of the resolved path (symbolic links followed), fixed
+        # at open, so a later chdir cannot point us at another file
+        db_path = os.path.realpath(db_path)
         self._wal = f"{db_path}-wal"
-        self._db = db_path
         self._dir = os.path.dirname(db_path)
         self._state_fd = os.open(f"{db_path}-fsync", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -337,10 +338,9 @@ class _SharedFsync:
                 fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
 
     def _fsync_wal(self) -> None:
-        try:
-            fd = os.open(self._wal, os.O_RDONLY)
-        except FileNotFoundError:  # no WAL: everything was checkpointed (and synced) already
-            fd = os.open(self._db, os.O_RDONLY)
+        # (the WAL exists while any connection is open, and the writer waiting for this fsync
+        # holds one: if it is missing, something is wrong, and the error reaches the caller)
+        fd = os.open(self._wal, os.O_RDONLY)
         try:
             _datasync(fd)
             st = os.fstat(fd)
