@@ -312,11 +312,11 @@ def main(argv: list[str] | None = None) -> int:
             print("   survives kill -9, synced with the next charge: docs/ledger.md)")
             rows = process_table(directory, charges, pg_url, args.repeat)
             for label, rate in rows:
-                print(f"  {label:<58} {rate:>8.0f}/s")
+                print(f"  {label:<66} {rate:>6.0f}/s")
             fsyncs = rows[0][1]
             print(
-                f"  {'bound, 8 single-thread clients (each cycle waits >= 1 fsync)':<58} "
-                f"{8 * fsyncs:>8.0f}/s"
+                f"  {'bound, 8 single-thread clients (each cycle waits >= 1 fsync)':<66} "
+                f"{8 * fsyncs:>6.0f}/s"
             )
             print()
             if args.processes:
