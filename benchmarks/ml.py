@@ -198,6 +198,8 @@ def main() -> None:
         "--large-runs", type=int, default=None, help="fits per n = 10^6 cell (default runs/4, >= 3)"
     )
     parser.add_argument("--target-only", action="store_true", help="only the target cell")
+    parser.add_argument("--fit-time-only", action="store_true", help="only the 10^6-point fit time")
+    parser.add_argument("--skip-fit-time", action="store_true", help="no 10^6-point fit time")
     parser.add_argument("--quick", action="store_true", help="skip d = 50 and real data")
     parser.add_argument("--dims", type=int, nargs="+", help="mixture dimensions (default 2 10 50)")
     parser.add_argument("--real-only", action="store_true", help="only the real data sets")
@@ -209,6 +211,9 @@ def main() -> None:
     if dpl is None:
         print("diffprivlib not installed: dpkit only (pip install dpkit[bench])")
     rng = np.random.default_rng(2024)
+    if args.fit_time_only:
+        fit_time(rng, dpl)
+        return
     sizes = [10_000] + ([1_000_000] if args.large else [])
     if args.large_only:
         sizes = [1_000_000]
@@ -226,7 +231,8 @@ def main() -> None:
                 print(rows[-1], flush=True)
     if args.large_only:
         table("k-means objective / non-private k-means++ (median)", rows)
-        fit_time(rng, dpl)
+        if not args.skip_fit_time:
+            fit_time(rng, dpl)
         return
     if args.mixtures_only:
         table("k-means objective / non-private k-means++ (median)", rows)
