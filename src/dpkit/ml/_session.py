@@ -399,7 +399,8 @@ def fit_kmeans(
         steps = [budget.total / iters] * iters
     elif method == "lsh":
         core = Fraction(coreset_share).limit_denominator(1000) if iters else Fraction(1)
-        steps = [budget.total * core] + [budget.total * (1 - core) / iters] * iters
+        steps = [budget.total * core]
+        steps += [budget.total * (1 - core) / iters] * iters if iters else []
     start = _public_spread(k, d)
 
     def compile_step(query: Any, share: Fraction) -> Any:
