@@ -38,27 +38,41 @@ def table() -> pd.DataFrame:
     return df
 
 
-@pytest.mark.parametrize(
-    ("method", "options"),
-    [
-        ("lloyd", {"max_iter": 2}),
-        ("lsh", {"max_iter": 1, "grid_size": 8}),
-        ("grid_em", {"n_candidates": 64, "em_radius": 1.0}),
-    ],
-)
-def test_kmeans_on_every_engine(
-    make: Callable[..., Engine], method: str, options: dict[str, Any]
-) -> None:
+METHODS = {
+    "lloyd": {"max_iter": 1},
+    "lsh": {"max_iter": 1, "grid_size": 8},
+    "grid_em": {"n_candidates": 64},
+}
+
+
+def fit_on(engine: Engine, method: str) -> None:
     df = table()
-    session = Session(df, "u", dp.PureDP(20), engine=make(df), max_rows=2)
-    model = fit_kmeans(session, ["a", "b"], 2, bounds=(-5, 5), epsilon=10, method=method, **options)
+    session = Session(df, "u", dp.PureDP(20), engine=engine, max_rows=2)
+    model = fit_kmeans(
+        session, ["a", "b"], 2, bounds=(-5, 5), epsilon=10, method=method, **METHODS[method]
+    )
     found = np.sort(model.cluster_centers_[:, 0])
-    tolerance = 1.0 if method == "grid_em" else 0.5
+    tolerance = 0.7 if method == "grid_em" else 0.5  # the lattice's spacing is 1.25
     assert np.allclose(found, [-3, 3], atol=tolerance), model.cluster_centers_
     assert model.privacy_loss_ == dp.PureDP(10)
     assert session.remaining == dp.PureDP(10)
     kinds = [e.kind for e in session.ledger.history(session.dataset) if e.kind != "alert"]
     assert kinds == ["create", "reserve", "commit"]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_kmeans_on_every_engine(make: Callable[..., Engine], engine_name: str, method: str) -> None:
+    if engine_name == "spark" and method != "lloyd":
+        pytest.skip("Spark runs these in test_kmeans_every_method_on_spark (slow)")
+    fit_on(make(table()), method)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["lsh", "grid_em"])
+def test_kmeans_every_method_on_spark(spark: Any, method: str) -> None:
+    from dpkit.analytics.engines.spark_engine import SparkEngine
+
+    fit_on(SparkEngine(table(), spark=spark), method)
 
 
 def test_engines_agree_on_the_exact_lloyd_aggregates(make: Callable[..., Engine]) -> None:
@@ -99,5 +113,7 @@ def test_linear_regression_on_every_engine(make: Callable[..., Engine]) -> None:
         session, ["a", "b"], "y", bounds_X=(-5, 5), bounds_y=(-5, 5), epsilon=20
     )
     assert len(plans) == 1  # the sufficient statistics: one engine pass
-    assert np.allclose(model.coef_, [0.5, -0.25], atol=0.1)
+    # a ≈ b in this table (two clusters on the diagonal): check predictions, not coefficients
+    x = np.clip(df[["a", "b"]].to_numpy(), -5, 5)
+    assert np.sqrt(np.mean((model.predict(x) - df["y"].to_numpy()) ** 2)) < 0.3
     assert model.privacy_loss_ == dp.PureDP(20)
