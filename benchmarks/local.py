@@ -6,7 +6,9 @@
    LHServer hashes every report against every value in Python, so it is timed on ``--peer-n``
    reports and extrapolated linearly; its FastLHServer, which also draws hashes from a bounded
    family, runs at full n). MSE of the frequency estimates against the truth for each.
-2. Client randomisation rates (reports per second) for k-RR, OUE, OLH, HR and HCMS.
+2. Client randomisation rates (reports per second) for k-RR, OLH, HR, HCMS, SUE, CMS and
+   OUE over a sweep of d (the unary encodings draw one exact coin of about one random byte per
+   bit: dpkit.noise.bernoulli_logistic_bytes).
 3. Heavy hitters: PEM over a 2^32 domain, n users.
 
 The figures printed are quoted in docs/local.md. Data are generated with numpy's RNG: they are
@@ -75,6 +77,14 @@ def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
+def cpu_timed(fn: Any, *args: Any) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process): on a machine shared with other jobs the CPU
+    time is what the call itself cost (numpy here runs on one thread)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn(*args)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def aggregation(console: Console, n: int, peer_n: int, rng: np.random.Generator) -> list[Any]:
     d, eps = 1024, 2.0
     values = zipf_population(n, d, rng)
@@ -126,36 +136,61 @@ def aggregation(console: Console, n: int, peer_n: int, rng: np.random.Generator)
     return rows
 
 
-def client_rates(n: int, rng: np.random.Generator) -> list[Any]:
+OUE_SWEEP = (16, 64, 128, 256, 512, 768, 1024)
+
+
+def _peer_client(kind: str, d: int) -> Any:
+    if kind == "grr":
+        return DEClient(2.0, d, index_mapper=lambda x: x)
+    if kind == "olh":
+        return LHClient(2.0, d, use_olh=True, index_mapper=lambda x: x)
+    return UEClient(2.0, d, use_oue=True, index_mapper=lambda x: x)
+
+
+def client_rates(n: int, rng: np.random.Generator, peer_n: int) -> list[Any]:
+    """Reports per second of each client, dpkit at n reports, pure-ldp on ``peer_n`` (its
+    clients are per-report Python loops: the rate does not depend on n)."""
     rows = []
-    cases = [
-        ("k-RR (GRR)", local.GeneralizedRR(1024, 2), 1024),
-        ("OUE", local.OptimizedUnaryEncoding(16, 2), 16),
-        ("OUE", local.OptimizedUnaryEncoding(32, 2), 32),
-        ("OLH", local.OptimizedLocalHashing(1024, 2), 1024),
-        ("Hadamard response", local.HadamardResponse(1024, 2), 1024),
-        ("HCMS", local.HadamardCountMeanSketch(1024, 2), 1024),
+    cases: list[tuple[str, Any, int, str]] = [
+        ("k-RR (GRR)", local.GeneralizedRR(1024, 2), 1024, "grr"),
+        ("OLH", local.OptimizedLocalHashing(1024, 2), 1024, "olh"),
+        ("Hadamard response", local.HadamardResponse(1024, 2), 1024, ""),
+        ("HCMS", local.HadamardCountMeanSketch(1024, 2), 1024, ""),
+        ("SUE, packed", local.SymmetricUnaryEncoding(1024, 2, packed=True), 1024, ""),
+        ("CMS (m = 199)", local.CountMeanSketch(1024, 2), 1024, ""),
+        ("OUE, bools", local.OptimizedUnaryEncoding(1024, 2), 1024, "oue"),
     ]
-    peers: dict[str, Any] = {}
-    if HAVE_PEER:
-        peers = {
-            "k-RR (GRR)": DEClient(2.0, 1024, index_mapper=lambda x: x),
-            "OUE16": UEClient(2.0, 16, use_oue=True, index_mapper=lambda x: x),
-            "OUE32": UEClient(2.0, 32, use_oue=True, index_mapper=lambda x: x),
-            "OLH": LHClient(2.0, 1024, use_olh=True, index_mapper=lambda x: x),
-        }
-    for label, oracle, d in cases:
+    cases += [
+        ("OUE, packed", local.OptimizedUnaryEncoding(d, 2, packed=True), d, "oue")
+        for d in OUE_SWEEP
+    ]
+    peer_clients: dict[tuple[str, int], Any] = {}
+    for label, oracle, d, peer in cases:
         values = rng.integers(0, d, n)
-        _, seconds = timed(oracle.randomize, values)
+        seconds, cpu_seconds = cpu_timed(oracle.randomize, values)
         peer_rate = float("nan")
-        key = f"OUE{d}" if label == "OUE" else label
-        if key in peers:
-            sample = values[:20_000].tolist()
-            client = peers[key]
+        if HAVE_PEER and peer and d in (16, 1024):
+            key = (peer, d)
+            if key not in peer_clients:
+                peer_clients[key] = _peer_client(peer, d)
+            sample = values[:peer_n].tolist()
+            client = peer_clients[key]
             _, t_peer = timed(lambda c=client, s=sample: [c.privatise(v) for v in s])
             peer_rate = len(sample) / t_peer
-        rows.append((f"{label} (d={d})", n / seconds, peer_rate))
+        rows.append((f"{label} (d={d})", d, label, n / seconds, n / cpu_seconds, peer_rate))
     return rows
+
+
+def coin_rates(coins: int) -> tuple[float, float]:
+    """Exact Bernoulli(1/(1 + e^2)) coins per second: one 64-bit word per coin (the sampler the
+    unary encodings used before) against about one byte per coin (what they use now)."""
+    from fractions import Fraction
+
+    from dpkit.noise import bernoulli_logistic, bernoulli_logistic_bytes
+
+    _, t_word = timed(bernoulli_logistic, Fraction(1), Fraction(2), coins)
+    _, t_byte = timed(bernoulli_logistic_bytes, Fraction(1), Fraction(2), coins, complement=True)
+    return coins / t_word, coins / t_byte
 
 
 def heavy_hitters(n: int, rng: np.random.Generator) -> tuple[float, float, int]:
@@ -198,10 +233,29 @@ def main() -> None:
             f"vs FastLHServer: {rows[2][3] / rows[0][3]:,.0f}×"
         )
     console.rule(f"2. Client randomisation, {args.n:,} reports each")
-    rates = Table("oracle", "dpkit reports/s", "pure-ldp reports/s")
-    for name, rate, peer in client_rates(args.n, rng):
-        rates.add_row(name, f"{rate:,.0f}", "" if math.isnan(peer) else f"{peer:,.0f}")
+    rates = Table(
+        "oracle", "dpkit reports/s (wall)", "dpkit reports per CPU-s", "pure-ldp reports/s"
+    )
+    measured = client_rates(args.n, rng, args.peer_n)
+    for name, _, _, rate, cpu_rate, peer in measured:
+        rates.add_row(
+            name,
+            f"{rate:,.0f}",
+            f"{cpu_rate:,.0f}",
+            "" if math.isnan(peer) else f"{peer:,.0f}",
+        )
     console.print(rates)
+    for column, index in (("wall", 3), ("CPU", 4)):
+        fast = [r[1] for r in measured if r[2] == "OUE, packed" and r[index] >= 1e6]
+        console.print(
+            f"largest d in the sweep at which packed OUE reaches 10^6 reports/s ({column}): "
+            + (str(max(fast)) if fast else "none")
+        )
+    word, byte = coin_rates(20 * args.n)
+    console.print(
+        f"exact coins/s: one word per coin {word:,.0f}; one byte per coin {byte:,.0f} "
+        f"({byte / word:.1f}×)"
+    )
     console.rule(f"3. PEM heavy hitters, {args.n:,} users over 2^32, ε = 2")
     t_client, t_server, hits = heavy_hitters(args.n, rng)
     console.print(

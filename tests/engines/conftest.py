@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,7 +20,9 @@ def spark() -> Iterator[Any]:
     del pyspark
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", "python3")
+    # Python workers (applyInPandas) must run this interpreter, which has pyarrow and dpkit;
+    # "python3" on PATH is not the venv's when pytest is started as .venv/bin/python -m pytest.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[1]")
         .appName("dpkit-tests")

@@ -119,10 +119,21 @@ def test_campaign_accounting() -> None:
     with pytest.raises(DomainMismatchError):
         campaign.add(local.GeneralizedRR(16, 1).randomize([1]))
     rappor = local.Rappor(8)
-    capped = local.Campaign(rappor)
+    fresh_each_time = local.Campaign(rappor)  # randomize: a fresh permanent response per report
     for _ in range(10):
-        capped.add(rappor.randomize([3]), client_ids=[7])
-    assert capped.client_loss(7).epsilon == rappor.epsilon_longitudinal
+        fresh_each_time.add(rappor.randomize([3]), client_ids=[7])
+    assert fresh_each_time.client_loss(7).epsilon == 10 * rappor.epsilon
+    memoised = local.Campaign(rappor, memoised_permanent=True)
+    permanent = rappor.permanent(rappor.bloom(np.array([3]), np.array([0])))  # kept on the device
+    memoised.add(rappor.report(permanent, [0]), client_ids=[7])
+    assert memoised.client_loss(7).epsilon == min(rappor.epsilon, rappor.epsilon_longitudinal)
+    for _ in range(9):
+        memoised.add(rappor.report(permanent, [0]), client_ids=[7])
+    assert memoised.client_loss(7).epsilon == rappor.epsilon_longitudinal
+    with pytest.raises(InvalidParameterError):
+        local.Campaign(oracle, memoised_permanent=True)  # only RAPPOR has a permanent response
+    with pytest.raises(InvalidDataError):
+        rappor.report(permanent, [0, 1])
     fresh = local.Campaign(oracle)
     fresh.add(oracle.randomize(np.zeros(100_000, dtype=int)))
     assert fresh.summary()["shuffle_epsilon_delta"] is not None
@@ -144,3 +155,14 @@ def test_pem_finds_heavy_hitters_in_a_32_bit_domain() -> None:
         pem.randomize([2**32])
     with pytest.raises(InvalidDataError):
         pem.randomize([-1])
+
+
+def test_recommend_oracle_skips_sketches_that_cannot_estimate_the_whole_domain() -> None:
+    from dpkit.local import CountMeanSketch
+
+    d = 10**7  # no sketch table fits: CMS/HCMS answer candidate dictionaries only
+    assert not CountMeanSketch(d, 2).table_fits
+    rec = local.recommend_oracle(2, d, 10_000)
+    assert "cms" not in rec.table and "hcms" not in rec.table
+    small = local.recommend_oracle(2, 64, 10_000)
+    assert "cms" in small.table and "hcms" in small.table

@@ -178,8 +178,15 @@ class Variance:
 
 @dataclass(frozen=True, slots=True)
 class Quantile:
-    """The ``q``-quantile of ``column`` clamped to ``bounds``, by the exponential mechanism over
-    a grid of about ``candidates`` points of [lower, upper]."""
+    """The ``q``-quantile of ``column`` clamped to ``bounds``.
+
+    ``method``: ``"exponential"`` (the exponential mechanism over a grid of about
+    ``candidates`` points of [lower, upper]), ``"inverse"``, ``"smooth"`` or ``"ptr"`` (the
+    data-dependent mechanisms of docs/sensitivity.md §10, on a fine grid), or ``"auto"`` (chosen
+    from public parameters: see :func:`dpkit.analytics.planner` and docs/analytics.md).
+    ``n_range``: a declared (public) range of the number of rows in each group, used only to
+    choose the method. ``ptr_bound``: PTR's proposed sensitivity, in the column's units.
+    """
 
     column: str
     bounds: tuple[Fraction, Fraction]
@@ -187,6 +194,9 @@ class Quantile:
     name: str
     candidates: int = 1024
     weight: Fraction = Fraction(1)
+    method: str = "auto"
+    n_range: tuple[int, int] | None = None
+    ptr_bound: Fraction | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +378,42 @@ def std(
     return _spread(column, bounds, name, "std", True, weight)
 
 
+QUANTILE_METHODS = ("auto", "exponential", "inverse", "smooth", "ptr")
+
+
+def _check_quantile_method(
+    method: object, n_range: object, ptr_bound: object
+) -> tuple[str, tuple[int, int] | None, Fraction | None]:
+    if method not in QUANTILE_METHODS:
+        raise InvalidParameterError("method", method, "one of " + ", ".join(QUANTILE_METHODS))
+    rows: tuple[int, int] | None = None
+    if n_range is not None:
+        ok = (
+            isinstance(n_range, tuple | list)
+            and len(n_range) == 2
+            and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in n_range)
+            and 0 <= n_range[0] <= n_range[1]
+        )
+        if not ok:
+            raise InvalidParameterError(
+                "n_range", n_range, "(n_min, n_max) integers with 0 <= n_min <= n_max"
+            )
+        rows = (int(n_range[0]), int(n_range[1]))  # type: ignore[index]
+    bound: Fraction | None = None
+    if ptr_bound is not None:
+        bound = sensitivity_of("ptr_bound", ptr_bound)  # type: ignore[arg-type]
+        if bound <= 0:
+            raise InvalidParameterError("ptr_bound", ptr_bound, "> 0")
+    if method == "ptr" and bound is None:
+        raise InvalidParameterError(
+            "ptr_bound",
+            ptr_bound,
+            "the proposed sensitivity for method='ptr' (in the column's units)",
+            "PTR releases only if the data are far from any table whose median moves more.",
+        )
+    return str(method), rows, bound
+
+
 def quantile(
     column: str | Col,
     q: Number,
@@ -376,8 +422,21 @@ def quantile(
     *,
     candidates: int = 1024,
     weight: Number = 1,
+    method: str = "auto",
+    n_range: tuple[int, int] | None = None,
+    ptr_bound: Number | None = None,
 ) -> Quantile:
-    """The ``q``-quantile of ``column`` (exponential mechanism over a grid of [lower, upper])."""
+    """The ``q``-quantile of ``column``, values clamped into ``bounds``.
+
+    ``method``: ``"exponential"`` (exponential mechanism over a grid of about ``candidates``
+    points of [lower, upper]), ``"inverse"`` (inverse sensitivity, Asi & Duchi 2020),
+    ``"smooth"`` (smooth sensitivity with Cauchy-type noise, pure ε), ``"ptr"``
+    (propose-test-release with the proposed sensitivity ``ptr_bound``; needs a δ; a refusal is
+    released as NaN) or ``"auto"``: ``"inverse"`` when a declared ``n_range`` (rows per group)
+    makes its rank error small against the rows on the thin side of q, else
+    ``"exponential"``. The data-dependent methods release the q-quantile of the values rounded
+    to a fine public grid (2^-32 of the bounds' width); docs/sensitivity.md §10 has the proofs
+    and ``explain()`` says which mechanism runs and why."""
     column_name = _check_column(column)
     q_f = fraction_of("q", q)
     if not 0 <= q_f <= 1:
@@ -392,8 +451,17 @@ def quantile(
     ):
         raise InvalidParameterError("candidates", candidates, "an integer in [2, 65536]")
     label = name or quantile_name(q_f, column_name)
+    chosen, rows, bound = _check_quantile_method(method, n_range, ptr_bound)
     return Quantile(
-        column_name, (low, high), q_f, _check_name(label), candidates, _check_weight(weight)
+        column_name,
+        (low, high),
+        q_f,
+        _check_name(label),
+        candidates,
+        _check_weight(weight),
+        chosen,
+        rows,
+        bound,
     )
 
 
@@ -413,8 +481,11 @@ def median(
     *,
     candidates: int = 1024,
     weight: Number = 1,
+    method: str = "auto",
+    n_range: tuple[int, int] | None = None,
+    ptr_bound: Number | None = None,
 ) -> Quantile:
-    """The median of ``column`` (the 0.5-quantile)."""
+    """The median of ``column`` (the 0.5-quantile; ``method`` etc. as in :func:`quantile`)."""
     column_name = _check_column(column)
     return quantile(
         column_name,
@@ -423,6 +494,9 @@ def median(
         name or f"median_{column_name}",
         candidates=candidates,
         weight=weight,
+        method=method,
+        n_range=n_range,
+        ptr_bound=ptr_bound,
     )
 
 
@@ -681,6 +755,8 @@ def _render_agg(agg: Aggregation) -> str:
         return f"sum({agg.column}, values {render_values(agg.values)}) as {agg.name}"
     low, high = agg.bounds
     extra = f", q={agg.q}" if isinstance(agg, Quantile) else ""
+    if isinstance(agg, Quantile) and agg.method != "auto":
+        extra += f", method={agg.method}"
     if isinstance(agg, Variance) and agg.std:
         kind = "std"
     return f"{kind}({agg.column}, [{low}, {high}]{extra}) as {agg.name}"

@@ -465,6 +465,93 @@ class Session:
             lower, upper, loss, rank_error_bound(len(below), half, contrib.rows_l1, alpha), receipt
         )
 
+    def sample_and_aggregate(
+        self,
+        fn: Any,
+        *,
+        columns: Any,
+        output_range: tuple[Number, Number],
+        n_range: tuple[int, int],
+        output_shape: Any = 1,
+        m: int | None = None,
+        accuracy: Number | None = None,
+        aggregator: str = "winsorized_mean",
+        epsilon: Number | None = None,
+        delta: Number | None = None,
+        rho: Number | None = None,
+        loss: PrivacyLoss | None = None,
+        default: Number | None = None,
+        widen: Number = 1,
+        min_block_units: int = 10,
+        base: Query | None = None,
+        probe: Any = None,
+        names: Any = None,
+    ) -> Release:
+        """Run any function on m random blocks of privacy units and aggregate the outputs
+        privately (sample-and-aggregate; Nissim, Raskhodnikova & Smith 2007; Smith 2011).
+
+        The engine hashes every privacy unit with a fresh secret salt into one of ``m`` blocks
+        (DuckDB in SQL, pandas with SipHash, Spark with ``applyInPandas``); ``fn`` receives one
+        block's rows as a pandas DataFrame of ``columns`` and returns an array of
+        ``output_shape``; the m outputs, clamped into ``output_range``, are aggregated with
+        ``aggregator`` (``"winsorized_mean"``, ``"inverse_median"``, ``"smooth_median"``, or
+        any other aggregator :func:`dpkit.sensitivity.make_sample_and_aggregate` offers).
+
+        Guarantee: ε-DP when one privacy unit's rows are added or removed (one block changes).
+        A block whose ``fn`` raises, returns another shape, or NaN/inf gets the public
+        ``default`` (the centre of ``output_range`` unless given): which block failed is never
+        raised, logged or released. Every parameter is checked before anything is reserved or
+        read: ``m < 2``, ``m`` above the smallest declared number of units (``n_range[0]``),
+        a bad range, shape or aggregator, or a ``probe`` frame on which ``fn`` fails raise a
+        :class:`~dpkit.errors.DPError`. Budget as in :meth:`evaluate` (``rho=`` runs at
+        ε = √(2ρ)). See docs/analytics.md ("Sample-and-aggregate") and docs/sensitivity.md §10.
+
+        Args:
+            fn: a function of a pandas DataFrame (one block's rows) returning an array.
+            columns: the columns ``fn`` sees (after ``base``'s filters and derived columns).
+            output_range: (lo, hi): every output coordinate is clamped into it (public).
+            n_range: (n_min, n_max), the declared range of the number of privacy units.
+            output_shape: the shape of ``fn``'s output.
+            m: the number of blocks; or None with ``accuracy=`` to let
+                :func:`dpkit.sensitivity.choose_m` pick it from public inputs.
+            accuracy: the target error used by ``choose_m`` when ``m`` is None.
+            base: an optional query whose filters/derived columns apply first.
+            probe: public example rows (a DataFrame): ``fn(probe)`` is checked up front.
+            names: the released columns' names (default ``value`` or ``value_0, value_1...``).
+
+        Example:
+            >>> import numpy as np, pandas as pd, dpkit as dp
+            >>> from dpkit.analytics import Session
+            >>> df = pd.DataFrame({"user": np.arange(2000), "x": np.linspace(0, 10, 2000)})
+            >>> session = Session(df, privacy_unit="user", budget=dp.PureDP(1))
+            >>> release = session.sample_and_aggregate(
+            ...     lambda rows: rows["x"].mean(), columns=["x"], output_range=(0, 10),
+            ...     n_range=(1000, 10_000), m=50, epsilon=1)
+            >>> list(release.table.columns), release.loss
+            (['value'], PureDP(epsilon=Fraction(1, 1)))
+        """
+        from dpkit.analytics.sample_aggregate import run_sample_and_aggregate
+
+        self._check_open()
+        return run_sample_and_aggregate(
+            self,
+            fn,
+            columns=columns,
+            output_range=output_range,
+            n_range=n_range,
+            output_shape=output_shape,
+            m=m,
+            accuracy=accuracy,
+            aggregator=aggregator,
+            default=default,
+            widen=widen,
+            min_block_units=min_block_units,
+            base=base,
+            probe=probe,
+            names=names,
+            budget=_query_budget(epsilon, delta, rho, loss),
+        )
+
     # ------------------------------------------------------------------ budget
     @property
     def remaining(self) -> PrivacyLoss:

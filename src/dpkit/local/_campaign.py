@@ -3,7 +3,9 @@
 In the local model every client randomises its own value, so the guarantee is per client and
 per report: a client who sends r reports of pure ε-DP randomizers has spent r·ε (sequential
 composition), whoever collects the reports. RAPPOR's permanent response caps the reports of one
-unchanged value at ε∞ (Erlingsson et al. 2014).
+unchanged value at ε∞ (Erlingsson et al. 2014) — but only if the client memoises that permanent
+response (:meth:`dpkit.local.Rappor.report`); :meth:`~dpkit.local.Rappor.randomize` draws a
+fresh one per report, and then r reports cost r·ε₁.
 
 The shuffle model reads the same reports centrally: if a trusted shuffler removes who sent
 which report, n reports of ε₀-LDP randomizers are (ε, δ)-DP for the dataset of n clients with
@@ -65,18 +67,31 @@ class Campaign:
     Args:
         oracle: the frequency oracle (or numeric-mean mechanism, or Rappor) all reports use.
         name: a label for displays.
+        memoised_permanent: RAPPOR only: every client sends all its reports from one memoised
+            permanent response (:meth:`~dpkit.local.Rappor.report`) and its value does not
+            change. Then r >= 2 reports of a client cost ε∞ in all (they are post-processing
+            of one ε∞-DP permanent response); otherwise (the default, and what
+            :meth:`~dpkit.local.Rappor.randomize` does) each report has a fresh permanent
+            response and r reports cost r·ε₁.
 
     Every :meth:`add` records the reports and, if ``client_ids`` are given, charges each
-    client its reports' ε (sequential composition; for RAPPOR, capped at ε∞ per client,
-    which assumes the client's value did not change). :meth:`local_loss` is the largest loss of
-    any client; :meth:`shuffle_reading` the optional central (ε, δ) of the shuffled reports.
+    client its reports' ε (sequential composition, or the memoised RAPPOR bound above).
+    :meth:`local_loss` is the largest loss of any client; :meth:`shuffle_reading` the optional
+    central (ε, δ) of the shuffled reports.
     """
 
-    def __init__(self, oracle: Any, name: str = "campaign") -> None:
+    def __init__(
+        self, oracle: Any, name: str = "campaign", *, memoised_permanent: bool = False
+    ) -> None:
         self.oracle = oracle
         self.name = name
         self.per_report: Fraction = oracle.loss.epsilon
-        self.cap: Fraction | None = getattr(oracle, "epsilon_longitudinal", None)
+        longitudinal = getattr(oracle, "epsilon_longitudinal", None)
+        if memoised_permanent and longitudinal is None:
+            raise InvalidParameterError(
+                "memoised_permanent", memoised_permanent, "False unless the oracle is RAPPOR"
+            )
+        self.cap: Fraction | None = longitudinal if memoised_permanent else None
         self._batches: list[Reports] = []
         self._reports_per_client: dict[int, int] = {}
         self._anonymous = 0
@@ -111,18 +126,18 @@ class Campaign:
 
     def client_loss(self, client: int) -> PureDP:
         """The ε client ``client`` has spent: reports × per-report ε (capped for RAPPOR)."""
-        spent = self.per_report * self._reports_per_client.get(client, 0)
-        if self.cap is not None:
-            spent = min(spent, self.cap)
-        return PureDP(spent)
+        return PureDP(self._spent(self._reports_per_client.get(client, 0)))
+
+    def _spent(self, reports: int) -> Fraction:
+        if self.cap is not None and reports >= 2:
+            return self.cap  # all reports post-process one ε∞-DP permanent response
+        spent = self.per_report * reports
+        return spent if self.cap is None else min(spent, self.cap)
 
     def local_loss(self) -> PureDP:
         """The largest loss of any client (anonymous reports count once each)."""
         most = max(self._reports_per_client.values(), default=1 if self._anonymous else 0)
-        spent = self.per_report * most
-        if self.cap is not None:
-            spent = min(spent, self.cap)
-        return PureDP(spent)
+        return PureDP(self._spent(most))
 
     def shuffle_reading(self, delta: Number = Fraction(1, 10**6)) -> ApproxDP | None:
         """The optional central reading of one report per client, if shuffled (FMT 2021)."""

@@ -147,8 +147,9 @@ class FrequencyEstimate:
     Attributes:
         values: the raw unbiased estimates f̂_v (they can be negative or exceed 1: that is the
             price of unbiasedness, not an error).
-        variances: the analytic variance of each f̂_v, evaluated at the clipped estimate
-            (plug-in: the exact variance needs the unknown true frequency).
+        variances: the analytic variance of each raw f̂_v in ``values``, evaluated at the
+            clipped estimate (plug-in: the exact variance needs the unknown true frequency).
+            It is not the variance of ``consistent``, which is biased and has none claimed.
         n: the number of reports.
         oracle: the oracle's name.
         epsilon: the per-report ε.

@@ -7,6 +7,7 @@ bar chart in the terminal, optionally also as a PNG.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +60,13 @@ def run_local_demo(
     console: Console,
     n_users: int = 1_000_000,
     epsilon: float = 2,
-    png: str | Path | None = None,
+    png: str | Path | None = "auto",
 ) -> dict[str, Any]:
     """Simulate the collection and print true vs estimated frequencies; returns the figures.
+
+    ``png``: where to write the bar chart (true against estimated shares) as a PNG; ``"auto"``
+    (the default, used by ``dpkit demo``) writes ``dpkit-local-emoji.png`` in the system's
+    temporary directory and says where; None writes none.
 
     Each user's phone randomises its own emoji (client side) before anything leaves it; the
     server only sees reports and turns them into unbiased estimates (raw) and consistent ones
@@ -132,6 +137,8 @@ def run_local_demo(
         " anonymising shuffler (Feldman, McMillan & Talwar 2021).\n"
     )
     if png is not None:
+        if png == "auto":
+            png = Path(tempfile.gettempdir()) / "dpkit-local-emoji.png"
         _png(Path(png), truth, results, [label for label, _ in oracles])
         console.print(f"chart written to {png}")
     return results

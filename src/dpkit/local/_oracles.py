@@ -51,7 +51,7 @@ from dpkit.mechanisms.randomized_response import (
     frequency_variance,
     make_generalized_randomized_response,
 )
-from dpkit.noise import bernoulli, bernoulli_logistic, uniform_integers
+from dpkit.noise import bernoulli, bernoulli_logistic, bernoulli_logistic_bytes, uniform_integers
 
 __all__ = [
     "BinaryLocalHashing",
@@ -67,6 +67,7 @@ __all__ = [
 ]
 
 _MAX_ENUMERATED = 1 << 16
+_CHUNK_BITS = 1 << 20  # bits per chunk of a bulk client or server pass (cache-sized)
 
 
 class FrequencyOracle(ABC):
@@ -249,8 +250,9 @@ class GeneralizedRR(SupportOracle):
 # ----------------------------------------------------------------------------- unary encoding
 class _Coin:
     """Bernoulli(1/(1 + r·e^{-γ})), or its complement; r, γ rational: drawn exactly with
-    :func:`dpkit.noise.bernoulli_logistic` (or :func:`dpkit.noise.bernoulli` for r = 1, γ = 0,
-    i.e. 1/2)."""
+    :func:`dpkit.noise.bernoulli_logistic_bytes` (about one random byte per coin, the same
+    exact inversion as :func:`dpkit.noise.bernoulli_logistic`; docs/noise.md, "Bulk coins"), or
+    :func:`dpkit.noise.bernoulli` for r = 1, γ = 0, i.e. 1/2."""
 
     def __init__(self, ratio: Fraction, gamma: Fraction, complement: bool = False) -> None:
         self.ratio, self.gamma, self.complement = ratio, gamma, complement
@@ -266,14 +268,16 @@ class _Coin:
             raise ValueError("exact log-weights need ratio 1")
         return self.gamma if outcome != self.complement else Fraction(0)
 
-    def draw(self, size: int) -> np.ndarray:
+    def draw(self, size: int, out: np.ndarray | None = None) -> np.ndarray:
+        """``size`` coins, written into ``out`` (a contiguous bool array) if given."""
         if self.ratio == 1 and self.gamma == 0:
-            out = np.asarray(bernoulli(Fraction(1, 2), size), dtype=bool)
-        else:
-            out = np.asarray(bernoulli_logistic(self.ratio, self.gamma, size), dtype=bool)
-        if self.complement:
-            np.logical_not(out, out=out)
-        return out
+            fair = np.asarray(bernoulli(Fraction(1, 2), size), dtype=bool)
+            if out is None:
+                out = np.empty(size, dtype=bool)
+            return np.not_equal(fair, self.complement, out=out)
+        return bernoulli_logistic_bytes(
+            self.ratio, self.gamma, size, complement=self.complement, out=out
+        )
 
 
 class UnaryEncoding(SupportOracle):
@@ -285,13 +289,23 @@ class UnaryEncoding(SupportOracle):
     Variance: p* = p, q* = q in the support formula.
 
     Use :class:`SymmetricUnaryEncoding` (SUE) or :class:`OptimizedUnaryEncoding` (OUE).
-    Reports are n×d bits: O(n·d) work on both sides.
+    Reports are n×d bits: O(n·d) work on both sides; each bit is one exact coin of about one
+    random byte (:func:`dpkit.noise.bernoulli_logistic_bytes`).
+
+    Args:
+        packed: return each report's d bits packed into ⌈d/8⌉ bytes (``np.packbits``, little
+            bit order) instead of d bools: 8× less memory, and the client works in
+            cache-sized chunks. The server reads either layout (by dtype); the layout is not a
+            privacy parameter, so it is not part of the signature.
     """
 
     name = "ue"
 
-    def __init__(self, d: int, epsilon: Number) -> None:
+    def __init__(self, d: int, epsilon: Number, *, packed: bool = False) -> None:
         super().__init__(d, epsilon)
+        if not isinstance(packed, bool):
+            raise InvalidParameterError("packed", packed, "True or False")
+        self.packed = packed
         self._one, self._zero = self._coins()
 
     def _coins(self) -> tuple[_Coin, _Coin]:
@@ -306,16 +320,38 @@ class UnaryEncoding(SupportOracle):
         return self._zero.probability
 
     def _randomize(self, values: np.ndarray) -> dict[str, np.ndarray]:
-        n = values.size
-        bits = self._zero.draw(n * self.d).reshape(n, self.d)
-        bits[np.arange(n), values] = self._one.draw(n)
-        return {"bits": bits}
+        n, d = values.size, self.d
+        ones = self._one.draw(n)
+        if not self.packed:
+            bits = self._zero.draw(n * d).reshape(n, d)
+            bits[np.arange(n), values] = ones
+            return {"bits": bits}
+        out = np.empty((n, (d + 7) // 8), dtype=np.uint8)
+        rows = max(1, _CHUNK_BITS // d)
+        buffer = np.empty(min(n, rows) * d, dtype=bool)  # reused: stays in cache
+        for start in range(0, n, rows):  # chunks of ~2^20 bits, not single reports
+            stop = min(n, start + rows)
+            size = (stop - start) * d
+            bits = self._zero.draw(size, out=buffer[:size]).reshape(stop - start, d)
+            bits[np.arange(stop - start), values[start:stop]] = ones[start:stop]
+            out[start:stop] = np.packbits(bits, axis=1, bitorder="little")
+        return {"bits": out}
 
     def _support(self, reports: Reports) -> np.ndarray:
         bits = reports.arrays["bits"]
-        if bits.ndim != 2 or bits.shape[1] != self.d or bits.dtype != bool:
-            raise InvalidDataError("reports", f"unary reports must be n×{self.d} bools")
-        return bits.sum(axis=0)
+        if bits.ndim == 2 and bits.dtype == bool and bits.shape[1] == self.d:
+            return bits.sum(axis=0)
+        width = (self.d + 7) // 8
+        if bits.ndim != 2 or bits.dtype != np.uint8 or bits.shape[1] != width:
+            raise InvalidDataError(
+                "reports", f"unary reports must be n×{self.d} bools or n×{width} packed bytes"
+            )
+        total = np.zeros(self.d, dtype=np.int64)
+        rows = max(1, _CHUNK_BITS // self.d)
+        for start in range(0, bits.shape[0], rows):  # chunks of rows, not single reports
+            chunk = np.unpackbits(bits[start : start + rows], axis=1, bitorder="little")
+            total += chunk[:, : self.d].sum(axis=0, dtype=np.int64)
+        return total
 
     def outputs(self) -> list[Any]:
         self._check_enumerable(1 << self.d)
@@ -662,7 +698,8 @@ class SubsetSelection(SupportOracle):
     ε: exactly ε: all sets containing v are equally likely, all others too, with ratio e^ε.
 
     Variance: p* above; q* = p*(k-1)/(d-1) + (1-p*)k/(d-1); support formula. Reports are k
-    values: O(n k²) client work, O(n k) server work (``np.bincount``).
+    values: O(n k) client work (Floyd with a membership bitmap for k > 16), O(n k) server
+    work (``np.bincount``).
     """
 
     name = "ss"
@@ -725,13 +762,29 @@ class SubsetSelection(SupportOracle):
         return [self.epsilon if value in s else Fraction(0) for s in self.outputs()]
 
 
-def _floyd(rows: int, population: int, size: int) -> np.ndarray:
+def _floyd(rows: int, population: int, size: int, bitmap: bool | None = None) -> np.ndarray:
     """For each of ``rows`` clients, a uniform ``size``-subset of [0, population) (Floyd 1987):
     for j = population-size .. population-1, draw t uniform in [0, j]; add t unless already
-    chosen, else add j. Vectorised over clients; ``size`` rounds."""
+    chosen, else add j. Vectorised over clients; ``size`` rounds. The membership test is a
+    scan of the chosen columns for small subsets, a per-client bitmap over the population
+    (chunks of clients, ~4M cells) for large ones: O(n·k) instead of O(n·k²)."""
     out = np.empty((rows, size), dtype=np.int64)
-    for i, j in enumerate(range(population - size, population)):
-        t = np.asarray(uniform_integers(j + 1, rows), dtype=np.int64)
-        taken = (out[:, :i] == t[:, None]).any(axis=1) if i else np.zeros(rows, dtype=bool)
-        out[:, i] = np.where(taken, j, t)
+    if bitmap is None:
+        bitmap = size > 16 and population <= 1 << 16
+    if not bitmap:
+        for i, j in enumerate(range(population - size, population)):
+            t = np.asarray(uniform_integers(j + 1, rows), dtype=np.int64)
+            taken = (out[:, :i] == t[:, None]).any(axis=1) if i else np.zeros(rows, dtype=bool)
+            out[:, i] = np.where(taken, j, t)
+        return out
+    chunk = max(1, (1 << 22) // population)
+    for start in range(0, rows, chunk):  # chunks of clients, not single clients
+        stop = min(rows, start + chunk)
+        index = np.arange(stop - start)
+        member = np.zeros((stop - start, population), dtype=bool)
+        for i, j in enumerate(range(population - size, population)):  # Floyd's rounds
+            t = np.asarray(uniform_integers(j + 1, stop - start), dtype=np.int64)
+            pick = np.where(member[index, t], j, t)
+            member[index, pick] = True
+            out[start:stop, i] = pick
     return out

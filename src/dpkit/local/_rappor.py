@@ -57,16 +57,14 @@ class Rappor:
 
     Decoding: per cohort c and bit i, Y_{c,i} = (t_{c,i} - p*·N_c)/(q* - p*) is an unbiased
     estimate of the number of clients of cohort c whose Bloom bit i is set; with X the 0/1
-    design matrix of the candidates' Bloom bits, the least-squares solution of X·x ≈ Y is an
-    unbiased estimate of the candidates' counts when every client's value is a candidate and X
-    has full column rank (``method="ols"``); its variance is exact:
-    Var x̂ = A·diag(Var Y)·Aᵀ with A = X⁺ and Var Y_{c,i} = (n1·q*(1-q*) + (N_c-n1)p*(1-p*))/
-    (q*-p*)², n1 the true number of set bits (plug-in: the clipped estimate). Each cohort's share
-    N_c/n weights its rows: exactly unbiased when every cohort has the population's distribution
-    (cohorts assigned independently of values, as RAPPOR does, make this hold in expectation).
-    ``method="nnls"``
-    (scipy's non-negative least squares, as RAPPOR's analysis does with its regression) gives
-    non-negative, biased counts.
+    design matrix of the candidates' Bloom bits, rows of cohort c weighted by its share N_c/n,
+    the least-squares solution x̂ = X⁺Y (``method="ols"``) is an unbiased estimate of the
+    candidates' counts when every client's value is a candidate, X has full column rank and
+    cohorts are assigned independently of values (then E[x̂ | cohort sizes] = counts exactly).
+    Its variance (:meth:`decoding_variance`) has two exact terms: the randomisation's,
+    A·diag(Var Y)·Aᵀ, and the random allocation of values to cohorts'; both are evaluated at
+    plug-in counts. ``method="nnls"`` (scipy's non-negative least squares, as RAPPOR's
+    analysis does with its regression) adds non-negative, biased counts, without a variance.
     """
 
     name = "rappor"
@@ -102,6 +100,7 @@ class Rappor:
         ratio = self.q_star * (1 - self.p_star) / (self.p_star * (1 - self.q_star))
         self.epsilon: Fraction = self.h * log_upper(ratio)
         self.epsilon_longitudinal: Fraction = 2 * self.h * log_upper((1 - half) / half)
+        self._design_cache: tuple[bytes, np.ndarray] = (b"", np.zeros((0, 0)))
 
     @classmethod
     def for_epsilon(
@@ -189,6 +188,21 @@ class Rappor:
             bits[part] = self.instantaneous(self.permanent(self.bloom(v[part], c[part])))
         return Reports(self.signature, {"cohort": c, "bits": bits}, int(v.size))
 
+    def report(self, permanent: Any, cohorts: Any) -> Reports:
+        """Reports from memoised permanent responses: a fresh instantaneous response of each
+        client's stored ``permanent(bloom(value, cohort))`` (n × m bools). This is RAPPOR's
+        longitudinal client: all reports of one unchanged value together cost ε∞ (declare it
+        with ``Campaign(..., memoised_permanent=True)``), where :meth:`randomize`, which draws
+        a fresh permanent response each time, costs ε₁ per report."""
+        bits = np.asarray(permanent)
+        if bits.ndim != 2 or bits.shape[1] != self.m or bits.dtype != bool:
+            raise InvalidDataError("permanent", f"must be n×{self.m} bools (from permanent())")
+        c = client_values(cohorts, self.cohorts, "cohorts")
+        if c.size != bits.shape[0]:
+            raise InvalidDataError("cohorts", "needs one cohort per permanent response")
+        n = int(c.size)
+        return Reports(self.signature, {"cohort": c, "bits": self.instantaneous(bits)}, n)
+
     # -- server
     def design(self, candidates: np.ndarray) -> np.ndarray:
         """X[(c, i), k] = 1 if candidate k sets bit i in cohort c: (cohorts·m, len(candidates))."""
@@ -219,28 +233,33 @@ class Rappor:
     def aggregate(
         self, reports: Reports, candidates: Any, *, method: str = "ols"
     ) -> FrequencyEstimate:
-        """Frequencies of the candidate values (a dictionary of domain values)."""
+        """Frequencies of the candidate values (a dictionary of domain values).
+
+        ``values`` are the OLS estimates (unbiased when every client's value is a candidate and
+        cohorts are assigned independently of values) and ``variances`` are **their** variance
+        (:meth:`decoding_variance`, evaluated at the plug-in counts max(x̂, 0) rescaled to n).
+        ``method="nnls"`` adds scipy's non-negative least squares in ``consistent``: biased,
+        non-negative, and with no variance claimed for it (``postprocess == "nnls"``).
+        """
         if method not in ("ols", "nnls"):
             raise InvalidParameterError("method", method, "'ols' or 'nnls'")
         cand = client_values(candidates, self.d, "candidates")
         Y, counts = self.bit_estimates(reports)
         n = int(counts.sum())
-        # cohort c holds N_c/n of the clients: E[Y_{c,i}] = Σ_k X[(c,i), k]·(N_c/n)·count_k
-        X = self.design(cand) * np.repeat(counts / n, self.m)[:, None]
-        if np.linalg.matrix_rank(X) < cand.size:
-            raise InvalidParameterError(
-                "candidates", cand.size, "few enough that their Bloom bits are independent"
-            )
-        pinv = np.linalg.pinv(X)
+        X0, X, pinv = self._solver(cand, counts)
         ols = pinv @ Y.reshape(-1)
-        n1 = np.clip(Y, 0, counts[:, None]).reshape(-1)
-        variance = self.ols_variance(pinv, n1, np.repeat(counts, self.m))
-        raw = ols / n
+        plug_in = np.clip(ols, 0.0, None)
+        plug_in = (
+            plug_in * (n / plug_in.sum())
+            if plug_in.sum() > 0
+            else np.full(cand.size, n / cand.size)
+        )
+        variance = self._variance(X0, pinv, counts.astype(np.float64), plug_in, True)
         consistent = None
         if method == "nnls":
             consistent = nnls(X, Y.reshape(-1))[0] / n
         return FrequencyEstimate(
-            values=raw,
+            values=ols / n,
             variances=variance / n**2,
             n=n,
             oracle=self.name,
@@ -250,11 +269,81 @@ class Rappor:
             candidates=cand,
         )
 
-    def ols_variance(self, pinv: np.ndarray, n1: np.ndarray, per_bit_n: np.ndarray) -> np.ndarray:
-        """Exact variance of the OLS counts given the true set-bit counts n1 per (cohort, bit)."""
+    def _solver(self, candidates: np.ndarray, cohort_sizes: np.ndarray) -> tuple[Any, Any, Any]:
+        """(X₀, X, A): the unweighted design, the design with cohort c's rows weighted by its
+        share N_c/n (E[Y | sizes] = X·counts), and A = X⁺ — or a clear error if X does not have
+        full column rank (the candidates' counts are then not identifiable)."""
+        key = candidates.tobytes()
+        if self._design_cache[0] != key:
+            self._design_cache = (key, self.design(candidates))
+        X0 = self._design_cache[1]
+        n = float(cohort_sizes.sum())
+        X = X0 * np.repeat(cohort_sizes / n, self.m)[:, None]
+        u, sv, vt = np.linalg.svd(X, full_matrices=False)
+        tol = sv.max(initial=0.0) * max(X.shape) * np.finfo(np.float64).eps
+        if candidates.size > min(X.shape) or np.count_nonzero(sv > tol) < candidates.size:
+            raise InvalidParameterError(
+                "candidates",
+                candidates.size,
+                "few enough that their Bloom bits are independent (at most cohorts × m, and "
+                "no two candidates with the same Bloom bits in every cohort)",
+            )
+        return X0, X, (vt.T / sv) @ u.T
+
+    def decoding_variance(
+        self,
+        candidates: Any,
+        cohort_sizes: Any,
+        counts: Any,
+        *,
+        allocation: bool = True,
+    ) -> np.ndarray:
+        """The exact variance of the OLS candidate counts x̂ = X⁺Y for a population whose
+        values are the candidates with these ``counts`` (summing to n), in cohorts of these
+        sizes assigned independently of the values (uniformly at random given the sizes, as
+        :meth:`randomize` does by default).
+
+        Var x̂ = E[Var(x̂ | allocation)] + Var(E[x̂ | allocation]) (E[x̂ | sizes] = counts, so
+        there is no third term):
+
+        * randomisation: A·diag(Var Y)·Aᵀ with A = X⁺ and Var Y_{c,i} = (n1·q*(1-q*) +
+          (N_c - n1)·p*(1-p*))/(q* - p*)², at the expected set-bit count n1 = N_c·(X₀c)_i/n
+          (it is linear in n1);
+        * allocation: the per-cohort counts n_{c,k} of a uniformly random allocation with
+          fixed margins have Cov(n_{ck}, n_{c'k'}) = N_c(nδ_{cc'} - N_{c'})·c_k(nδ_{kk'} -
+          c_{k'})/(n²(n-1)), mapped through B_c = A_c·X₀_c (A_c: cohort c's columns of A).
+
+        ``allocation=False`` drops the second term: the variance when every cohort holds
+        exactly the population's distribution (stratified cohorts).
+        """
+        cand = client_values(candidates, self.d, "candidates")
+        sizes = np.asarray(cohort_sizes, dtype=np.float64).reshape(-1)
+        mu = np.asarray(counts, dtype=np.float64).reshape(-1)
+        if sizes.size != self.cohorts or mu.size != cand.size:
+            raise InvalidParameterError("counts", mu.size, "one count per candidate")
+        X0, _, A = self._solver(cand, sizes)
+        return self._variance(X0, A, sizes, mu, allocation)
+
+    def _variance(
+        self, X0: np.ndarray, A: np.ndarray, sizes: np.ndarray, mu: np.ndarray, allocation: bool
+    ) -> np.ndarray:
+        n = float(sizes.sum())
+        n1 = np.repeat(sizes / n, self.m) * (X0 @ mu)
+        per_bit_n = np.repeat(sizes, self.m)
         ps, qs = float(self.p_star), float(self.q_star)
         var_y = (n1 * qs * (1 - qs) + (per_bit_n - n1) * ps * (1 - ps)) / (qs - ps) ** 2
-        return np.asarray((pinv**2) @ var_y)
+        variance = (A**2) @ var_y
+        if allocation and n > 1:
+            k = mu.size
+            B = np.einsum(
+                "jcm,cmk->jck",
+                A.reshape(k, self.cohorts, self.m),
+                X0.reshape(self.cohorts, self.m, k),
+            )
+            R = n * np.diag(sizes) - np.outer(sizes, sizes)
+            M = n * np.diag(mu) - np.outer(mu, mu)
+            variance = variance + np.einsum("jck,cd,kl,jdl->j", B, R, M, B) / (n**2 * (n - 1))
+        return np.asarray(variance)
 
     # -- exact distribution of one report (small m)
     def outputs(self) -> list[Any]:

@@ -69,7 +69,9 @@ def recommend_oracle(epsilon: Number, d: int, n: int) -> Recommendation:
     clients — all public. Ties within 2 % go to the smaller report.
 
     Candidates: GRR, SUE, OUE, OLH, BLH, Hadamard response, subset selection, CMS, HCMS (RAPPOR
-    is for longitudinal collection and is chosen by its own parameters). The variances are the
+    is for longitudinal collection and is chosen by its own parameters). A sketch is only a
+    candidate when its server table can estimate all d values (``table_fits``); beyond that it
+    answers a candidate dictionary only (``aggregate_candidates``). The variances are the
     exact formulas at f = 0 (docs/local.md has the table); n only scales them (Var ∝ 1/n) and
     is used for the reported standard error.
 
@@ -101,6 +103,8 @@ def recommend_oracle(epsilon: Number, d: int, n: int) -> Recommendation:
             oracle = make(size, eps)
         except InvalidParameterError:  # e.g. a hash family too large for this d: skip it
             continue
+        if not getattr(oracle, "table_fits", True):
+            continue  # a sketch whose server table cannot estimate all d values
         built[oracle.name] = oracle
         table[oracle.name] = (float(oracle.variance(n, 0.0)), _bits(oracle))
     best_var = min(v for v, _ in table.values())

@@ -5,6 +5,14 @@ Journal, 2017. Apple draws one of k fixed hash functions per report; here the ha
 the bounded public family :class:`~dpkit.local._core.LinearHashFamily` (range m, m prime,
 m^L members, collision probability exactly 1/m), which makes the estimates exactly unbiased and
 their variances exact (Apple's fixed k hashes leave a small collision bias).
+
+Large domains: the server's table has m^L × m cells (L = ⌈log_m d⌉), so the default width m is
+the largest prime <= 1021 (and >= 31) whose table has at most 2^23 cells: m = next prime >= d
+for d <= 1021 (L = 1), then e.g. m = 199 up to d = 199² (L = 2) and m = 53 up to 53³ (L = 3).
+Beyond that (or with an explicit m whose table is too big) :meth:`aggregate` refuses, from the
+public parameters alone, and :meth:`aggregate_candidates` estimates a dictionary of candidate
+values with n × C hash evaluations in chunks (Apple's own use: a dictionary of emoji or words).
+The width only enters the variance through the 1/m terms below.
 """
 
 from __future__ import annotations
@@ -17,15 +25,37 @@ import numpy as np
 
 from dpkit._exact import Number
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.local._core import LinearHashFamily, Reports, is_prime, next_prime
+from dpkit.local._core import (
+    FrequencyEstimate,
+    LinearHashFamily,
+    Reports,
+    check_reports,
+    client_values,
+    is_prime,
+    next_prime,
+)
 from dpkit.local._oracles import FrequencyOracle, _Coin, fwht
 from dpkit.noise import bernoulli_logistic, uniform_integers
 
 __all__ = ["CountMeanSketch", "HadamardCountMeanSketch"]
 
 
+_SKETCH_CELLS = 1 << 23  # the largest m^L × m server table (float64: 64 MiB; FFT: 128 MiB)
+
+
+def _table_cells(d: int, m: int) -> int:
+    return int(LinearHashFamily.for_domain(d, m).size) * m
+
+
 def _default_m(d: int) -> int:
-    return next_prime(min(max(d, 31), 1021))
+    """The widest prime sketch in [31, 1021] whose server table fits (m >= d when it can)."""
+    if d <= 1021:
+        return next_prime(max(d, 31))
+    best = 0
+    for m in range(31, 1022):
+        if is_prime(m) and _table_cells(d, m) <= _SKETCH_CELLS:
+            best = m
+    return best or 1021  # no table fits: candidates only (aggregate_candidates)
 
 
 class _Sketch(FrequencyOracle):
@@ -44,16 +74,47 @@ class _Sketch(FrequencyOracle):
         m = self.m
         return np.asarray((m / (m - 1)) * (sums / n - 1.0 / m))
 
+    @property
+    def table_fits(self) -> bool:
+        """Whether :meth:`aggregate` can estimate all d values (m^L × m <= 2^23 cells)."""
+        return self.family.size * self.m <= _SKETCH_CELLS
+
     def _estimate(self, reports: Reports) -> np.ndarray:
-        if not self.family.table_fits():
+        if not self.table_fits:
             raise InvalidParameterError(
-                "d", self.d, "small enough for the sketch table (use aggregate_candidates)"
+                "d",
+                self.d,
+                f"small enough for the m^L × m sketch table (here {self.family.size} × {self.m})",
+                "Use aggregate_candidates(reports, candidates) for a dictionary of values.",
             )
         table = self._table(reports)
         return self._finish(self.family.family_sum(table, np.arange(self.d)), reports.n)
 
     def _table(self, reports: Reports) -> np.ndarray:
         raise NotImplementedError
+
+    def _candidate_sums(self, reports: Reports, candidates: np.ndarray) -> np.ndarray:
+        """Σ_i x̂_i[h_{a_i}(c)] for each candidate c (x̂_i the de-biased sketch row of report i)."""
+        raise NotImplementedError
+
+    def aggregate_candidates(self, reports: Reports, candidates: Any) -> FrequencyEstimate:
+        """Unbiased estimates for the given candidate values only, for any domain size.
+
+        Each report's de-biased row is read at h_{a_i}(c) for every candidate: n × C exact hash
+        evaluations (chunked matmuls), never an n × d or m^L × m table. Same estimator and
+        variance as :meth:`aggregate` (which it equals on the candidates).
+        """
+        checked = check_reports(reports, self.signature)
+        cand = client_values(candidates, self.d, "candidates")
+        raw = self._finish(self._candidate_sums(checked, cand), checked.n)
+        return FrequencyEstimate(
+            values=raw,
+            variances=np.asarray(self.variance(checked.n, np.clip(raw, 0.0, 1.0))),
+            n=checked.n,
+            oracle=self.name,
+            epsilon=self.epsilon,
+            candidates=cand,
+        )
 
     def _check_seeds(self, reports: Reports) -> np.ndarray:
         seeds = reports.arrays["seed"].astype(np.int64)
@@ -95,10 +156,7 @@ class CountMeanSketch(_Sketch):
         return 1.0 / (1.0 + math.exp(float(self.epsilon) / 2))
 
     def _table(self, reports: Reports) -> np.ndarray:
-        seeds = self._check_seeds(reports)
-        bits = reports.arrays["bits"]
-        if bits.ndim != 2 or bits.shape[1] != self.m:
-            raise InvalidDataError("reports", f"CMS reports must have {self.m} bits")
+        seeds, bits = self._check_seeds(reports), self._bits(reports)
         order = np.argsort(seeds, kind="stable")
         sorted_seeds = seeds[order]
         starts = np.flatnonzero(np.r_[True, sorted_seeds[1:] != sorted_seeds[:-1]])
@@ -108,6 +166,22 @@ class CountMeanSketch(_Sketch):
         table = np.zeros((self.family.size, self.m))
         table[sorted_seeds[starts]] = (sums - r * counts[:, None]) / (1 - 2 * r)
         return table
+
+    def _bits(self, reports: Reports) -> np.ndarray:
+        bits = reports.arrays["bits"]
+        if bits.ndim != 2 or bits.shape[1] != self.m or bits.dtype != bool:
+            raise InvalidDataError("reports", f"CMS reports must have {self.m} bits")
+        return bits
+
+    def _candidate_sums(self, reports: Reports, candidates: np.ndarray) -> np.ndarray:
+        seeds, bits = self._check_seeds(reports), self._bits(reports)
+        total = np.zeros(candidates.size)
+        chunk = max(1, (1 << 22) // max(candidates.size, 1))
+        for start in range(0, seeds.size, chunk):  # chunks of ~4M cells, not single reports
+            hashed = self.family.evaluate_outer(seeds[start : start + chunk], candidates)
+            total += np.take_along_axis(bits[start : start + chunk], hashed, axis=1).sum(axis=0)
+        r = self.flip
+        return np.asarray((total - r * seeds.size) / (1 - 2 * r))
 
     def variance(self, n: int, f: Any = 0.0) -> Any:
         r, m = self.flip, self.m
@@ -186,13 +260,29 @@ class HadamardCountMeanSketch(_Sketch):
         bit = np.where(keep, sign, -sign).astype(np.int8)
         return {"seed": seeds, "row": rows, "bit": bit}
 
-    def _table(self, reports: Reports) -> np.ndarray:
-        seeds = self._check_seeds(reports)
+    def _rows_bits(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         rows, bit = reports.arrays["row"].astype(np.int64), reports.arrays["bit"]
         if (rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.K)) or not np.all(
             np.abs(bit) == 1
         ):
             raise InvalidDataError("reports", "an HCMS row is out of range or a bit is not ±1")
+        return rows, bit
+
+    def _candidate_sums(self, reports: Reports, candidates: np.ndarray) -> np.ndarray:
+        seeds = self._check_seeds(reports)
+        rows, bit = self._rows_bits(reports)
+        total = np.zeros(candidates.size)
+        chunk = max(1, (1 << 22) // max(candidates.size, 1))
+        for start in range(0, seeds.size, chunk):  # chunks of ~4M cells, not single reports
+            part = slice(start, start + chunk)
+            hashed = self.family.evaluate_outer(seeds[part], candidates)
+            parity = np.bitwise_count(rows[part, None] & hashed).astype(np.int64) & 1
+            total += (bit[part, None].astype(np.int64) * (1 - 2 * parity)).sum(axis=0)
+        return self.c * total
+
+    def _table(self, reports: Reports) -> np.ndarray:
+        seeds = self._check_seeds(reports)
+        rows, bit = self._rows_bits(reports)
         weights = self.c * bit.astype(np.float64)
         table = np.bincount(
             seeds * self.K + rows, weights=weights, minlength=self.family.size * self.K

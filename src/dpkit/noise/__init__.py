@@ -2,7 +2,8 @@
 
 * :func:`generator` – the process-wide cryptographically secure generator (AES-CTR, OS-keyed);
 * :func:`insecure_deterministic_seed` – a deterministic generator for tests, loudly insecure;
-* exact samplers: :func:`bernoulli`, :func:`bernoulli_exp`, :func:`geometric_exp`,
+* exact samplers: :func:`bernoulli`, :func:`bernoulli_exp`, :func:`bernoulli_logistic` (and
+  :func:`bernoulli_logistic_bytes`, the same coin from ~1 byte), :func:`geometric_exp`,
   :func:`discrete_laplace`, :func:`discrete_gaussian`, :func:`uniform_integers`;
 * the output grid (:mod:`dpkit.noise.grid`) on which every continuous-valued mechanism releases.
 """
@@ -12,6 +13,7 @@ from dpkit.noise._exact import (
     bernoulli_exp,
     bernoulli_exp_vector,
     bernoulli_logistic,
+    bernoulli_logistic_bytes,
     discrete_gaussian,
     discrete_laplace,
     geometric_exp,
@@ -22,6 +24,7 @@ from dpkit.noise._rng import (
     generator,
     insecure_deterministic_seed,
     is_secure,
+    random_bytes,
     random_words,
 )
 
@@ -31,12 +34,14 @@ __all__ = [
     "bernoulli_exp",
     "bernoulli_exp_vector",
     "bernoulli_logistic",
+    "bernoulli_logistic_bytes",
     "discrete_gaussian",
     "discrete_laplace",
     "generator",
     "geometric_exp",
     "insecure_deterministic_seed",
     "is_secure",
+    "random_bytes",
     "random_words",
     "uniform_integers",
 ]

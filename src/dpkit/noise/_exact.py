@@ -34,13 +34,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpkit.noise._rng import generator, random_words
+from dpkit.noise._rng import generator, random_bytes, random_words
 
 __all__ = [
     "bernoulli",
     "bernoulli_exp",
     "bernoulli_exp_vector",
     "bernoulli_logistic",
+    "bernoulli_logistic_bytes",
     "discrete_gaussian",
     "discrete_laplace",
     "geometric_exp",
@@ -90,11 +91,13 @@ def _exp_neg_bounds(gamma: Fraction, digits: int) -> tuple[Fraction, Fraction]:
     return value * (1 - rel), value * (1 + rel)
 
 
-def _exact_below(cell: int, bounds: Callable[[int], tuple[Fraction, Fraction]]) -> bool:
-    """Exactly decide U < θ for U uniform in the 52-bit cell ``cell``, where ``bounds(digits)``
-    returns fractions lo <= θ <= hi that tighten as ``digits`` grows (θ irrational, or at least
-    not a dyadic rational, so that the loop ends with probability 1)."""
-    num, bits, digits = cell, _BITS, 30
+def _exact_below(
+    cell: int, bounds: Callable[[int], tuple[Fraction, Fraction]], bits: int = _BITS
+) -> bool:
+    """Exactly decide U < θ for U uniform in the ``bits``-bit cell ``cell`` (default 52), where
+    ``bounds(digits)`` returns fractions lo <= θ <= hi that tighten as ``digits`` grows (θ
+    irrational, or at least not a dyadic rational, so that the loop ends with probability 1)."""
+    num, digits = cell, 30
     while True:
         lo_u = Fraction(num, 1 << bits)
         hi_u = Fraction(num + 1, 1 << bits)
@@ -258,6 +261,124 @@ def bernoulli_logistic(ratio: Fraction, gamma: Fraction, size: int) -> np.ndarra
     for i in np.flatnonzero(undecided):
         result[i] = _exact_below(_cell_index(low_u[i]), bounds)
     return result
+
+
+_BYTE_CHUNK = 1 << 20  # coins per chunk: its bytes and bools stay in cache
+
+
+def _logistic_float_bounds(ratio: Fraction, gamma: Fraction) -> tuple[float, float] | None:
+    """Certified float bounds θ_low <= θ <= θ_high on θ = 1/(1 + r·e^{-γ}) (relative margin
+    2^-40, as in :func:`bernoulli_logistic`), or None outside the range where that margin is
+    proven: r in [2^-900, 2^900] (float(r) is within 2^-53 relative and θ >= 2^-901 is a
+    normal float) and γ <= 4096 (float(γ)'s rounding moves e^{-γ} by at most γ·2^-53 < 2^-40;
+    where exp underflows, r·e^{-γ} < 2^-120 and θ = 1 is within 2^-120)."""
+    if not Fraction(1, 2**900) <= ratio <= 2**900 or gamma > 4096:
+        return None
+    theta = 1.0 / (1.0 + float(ratio) * math.exp(-float(gamma)))
+    return theta * (1 - _REL), theta * (1 + _REL)
+
+
+def _tail_bounds(theta_low: float, theta_high: float, b: int) -> tuple[float, float]:
+    """Float bounds on θ' = 256·θ - b, the threshold for the rest U' of U = (b + U')/256.
+
+    256·θ_low and 256·θ_high are exact (a power of 2); subtracting the integer b is exact too
+    for the bytes that reach here (Sterbenz's lemma, or an exact difference of numbers with
+    the same ulp), and each bound is moved one more ulp outwards anyway, which would cover
+    the rounding of one subtraction."""
+    lo = math.nextafter(256.0 * theta_low - b, -math.inf)
+    hi = math.nextafter(256.0 * theta_high - b, math.inf)
+    return lo, hi
+
+
+def _finish_tail(
+    count: int,
+    b: int,
+    theta_low: float,
+    theta_high: float,
+    bounds: Callable[[int], tuple[Fraction, Fraction]],
+) -> np.ndarray:
+    """Decide U < θ for ``count`` draws U = (b + U')/256 whose first byte b was undecided:
+    U < θ ⇔ U' < 256θ - b.
+
+    Each U' is read from a fresh word (its 52-bit cell) and compared with the mapped float
+    bounds (:func:`_tail_bounds`); the rare draws that stay undecided are finished exactly by
+    :func:`_exact_below` on the *same* U, whose first 60 bits are (b << 52) | cell, against the
+    unmapped exact bounds on θ (so the exact path shares no code with the mapping)."""
+    low_u = _cell_floats(random_words(count))
+    lo, hi = _tail_bounds(theta_low, theta_high, b)
+    result = (low_u + _CELL) <= lo
+    undecided = ~result & (low_u < hi)
+    if _FORCE_EXACT:
+        undecided[:] = True
+    for i in np.flatnonzero(undecided):
+        cell = (b << _BITS) | _cell_index(float(low_u[i]))
+        result[i] = _exact_below(cell, bounds, 8 + _BITS)
+    return np.asarray(result, dtype=bool)
+
+
+def bernoulli_logistic_bytes(
+    ratio: Fraction,
+    gamma: Fraction,
+    size: int,
+    *,
+    complement: bool = False,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Bernoulli(θ), θ = 1/(1 + r·e^{-γ}) (or its complement), exactly, from about one random
+    byte per coin instead of one 64-bit word: for bulk bit vectors (unary encoding, sketches).
+
+    The same inversion as :func:`bernoulli_logistic` (the coin is [U < θ]), read a byte at a
+    time: U's first 8 bits b decide the coin unless b/256 <= θ < (b+1)/256 up to the certified
+    float margin (b < ⌊256·θ_low⌋: 1; b >= ⌈256·θ_high⌉: 0); the ~1/256 undecided draws go on
+    with further bits of the same U (:func:`_finish_tail`). Expected cost ≈ 1 + 8/256 bytes per
+    coin. ``complement=True`` returns [U >= θ], i.e. Bernoulli(1 - θ), in the same pass.
+    ``out`` (a contiguous bool array of ``size``) is filled and returned instead of a new one.
+
+    Rational θ (γ = 0 or r = 0) uses :func:`bernoulli` exactly; parameters outside the range of
+    the float certificate (:func:`_logistic_float_bounds`) fall back to
+    :func:`bernoulli_logistic`. See docs/noise.md, "Bulk coins".
+    """
+    if ratio < 0 or gamma < 0:
+        raise ValueError("ratio and gamma must be >= 0")
+    if out is None:
+        out = np.empty(size, dtype=bool)
+    elif out.dtype != bool or out.shape != (size,):
+        raise ValueError("out must be a bool array of shape (size,)")
+    float_bounds = None if ratio == 0 or gamma == 0 else _logistic_float_bounds(ratio, gamma)
+    if float_bounds is None:
+        if ratio == 0 or gamma == 0:
+            draws = bernoulli(1 / (1 + Fraction(ratio)), size)
+        else:
+            draws = bernoulli_logistic(ratio, gamma, size)
+        np.not_equal(draws, complement, out=out)
+        return out
+    theta_low, theta_high = float_bounds
+    below = min(256, math.floor(256.0 * theta_low))  # b < below: U < (b+1)/256 <= θ_low
+    above = min(256, math.ceil(256.0 * theta_high))  # b >= above: U >= b/256 >= θ_high
+
+    def bounds(digits: int) -> tuple[Fraction, Fraction]:
+        lo_e, hi_e = _exp_neg_bounds(gamma, digits)
+        return 1 / (1 + ratio * hi_e), 1 / (1 + ratio * lo_e)
+
+    equal = np.empty(min(size, _BYTE_CHUNK), dtype=bool)
+    for start in range(0, size, _BYTE_CHUNK):  # chunks of coins, for the cache
+        b = random_bytes(min(size, start + _BYTE_CHUNK) - start)
+        part = out[start : start + b.size]
+        if complement:
+            np.greater_equal(b, below, out=part)
+        else:
+            np.less(b, below, out=part)
+        if _FORCE_EXACT:  # re-decide the byte-decided coins exactly (8-bit cells)
+            for i in np.flatnonzero((b < below) | (b >= above)):
+                part[i] = _exact_below(int(b[i]), bounds, 8) != complement
+        for value in range(below, above):  # the one or two undecided byte values
+            mask = equal[: b.size]
+            np.equal(b, value, out=mask)
+            undecided = np.flatnonzero(mask)
+            if undecided.size:
+                tail = _finish_tail(undecided.size, value, theta_low, theta_high, bounds)
+                part[undecided] = tail != complement
+    return out
 
 
 def bernoulli_exp(gamma: Fraction, size: int) -> np.ndarray:

@@ -26,6 +26,7 @@ __all__ = [
     "generator",
     "insecure_deterministic_seed",
     "is_secure",
+    "random_bytes",
     "random_words",
 ]
 
@@ -82,6 +83,12 @@ def random_words(size: int) -> np.ndarray:
     with bit_generator.lock:
         words: np.ndarray = bit_generator.random_raw(size)
     return words
+
+
+def random_bytes(size: int) -> np.ndarray:
+    """``size`` independent uniform bytes (uint8): the bytes of ⌈size/8⌉ uniform words."""
+    words = random_words(-(-size // 8))
+    return words.view(np.uint8)[:size]
 
 
 def is_secure() -> bool:

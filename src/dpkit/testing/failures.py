@@ -202,7 +202,9 @@ def check_session_failures(
 
     For each table a fresh :class:`~dpkit.analytics.Session` is built with its own in-memory
     ledger holding ``budget``; ``build_query(session)`` returns the query, which is evaluated
-    with ``evaluate_options`` (``epsilon=``, ``delta=``, ...).
+    with ``evaluate_options`` (``epsilon=``, ``delta=``, ...). It may instead return a
+    zero-argument callable that makes the release itself (e.g.
+    ``lambda: session.sample_and_aggregate(...)``), which is called as is.
 
     Example:
         >>> import pandas as pd, dpkit as dp
@@ -221,7 +223,10 @@ def check_session_failures(
     def run(table: Any) -> Any:
         session = Session(table, privacy_unit=privacy_unit, budget=budget, **options)
         try:
-            return session.evaluate(build_query(session), **evaluate_options)
+            query = build_query(session)
+            if callable(query):
+                return query()
+            return session.evaluate(query, **evaluate_options)
         finally:
             session.close()
 

@@ -13,7 +13,9 @@ such keys or units Spark may keep different, equally valid, rows of heavy units.
 
 from __future__ import annotations
 
+import os
 import secrets
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,9 @@ def default_spark_session() -> Any:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    # Python workers (sample-and-aggregate's applyInPandas) run this interpreter unless told
+    # otherwise: "python3" on PATH may lack pyarrow and dpkit.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return (
         SparkSession.builder.master("local[1]")
         .appName("dpkit")

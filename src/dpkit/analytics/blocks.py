@@ -1,0 +1,302 @@
+"""Sample-and-aggregate blocks computed by the Session's engine.
+
+:meth:`dpkit.analytics.Session.sample_and_aggregate` partitions the privacy units (not the rows)
+of the table into ``m`` blocks and runs the analyst's function on each block's rows. The
+partition is computed **by the engine**:
+
+* every engine applies the query's relational steps (filters, derived columns) first, drops rows
+  whose privacy unit is NULL (or NaN), and computes ``block = H(salt, unit) mod m`` where ``H`` is
+  a keyed 64-bit hash and ``salt`` a fresh secret 62-bit word from :func:`dpkit.noise.random_words`
+  (``-0.0`` is hashed as ``0.0`` so a unit is one value whatever its sign bit):
+
+  - DuckDB: ``hash(unit, salt) % m`` in SQL; rows come back ordered by block and are cut into
+    per-block pandas frames in Python;
+  - pandas (the reference engine): :func:`pandas.util.hash_pandas_object` with the salt as its
+    SipHash key;
+  - Spark: ``pmod(xxhash64(unit, salt), m)`` and ``groupBy(block).applyInPandas``: the function
+    runs on the executors, one pandas frame per block, and only the m output vectors come back.
+
+* **Privacy** needs nothing from the hash but that a unit's block is a function of its id and the
+  salt alone: adding or removing one unit then changes the rows of exactly one block, whatever
+  the other units are, so it changes one of the m block outputs (docs/sensitivity.md §6). How
+  uniform the hash is only affects accuracy (DuckDB's and Spark's hashes are not PRFs; SipHash
+  is).
+
+* **Failures.** :func:`safe_call` runs the function on one block. If it raises (any exception,
+  ``SystemExit`` too), returns an array of another shape, or returns NaN/±inf in some
+  coordinates, the block's output (or those coordinates) is replaced by the public default;
+  warnings are silenced. Nothing says which block failed: the default is indistinguishable from
+  a block that returned it. Blocks with no rows are computed too (on an empty frame with the
+  columns), in the driver for Spark, where ``applyInPandas`` never calls a function for an
+  empty group. What cannot be contained: a function that kills its process (``os._exit``), never
+  returns, or writes what it saw somewhere; a function's run time is also not hidden.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+
+from dpkit.analytics.engines.base import Step
+from dpkit.analytics.expr import ColumnKind
+from dpkit.errors import InvalidParameterError
+
+__all__ = ["BLOCK_ENGINES", "BlockCall", "engine_blocks", "safe_call"]
+
+BLOCK_ENGINES = ("duckdb", "pandas", "spark")
+"""The engines that compute blocks (checked before any reservation)."""
+
+
+class BlockCall:
+    """``fn`` on one block's rows -> a float vector of length d, never raising (picklable, so
+    Spark can ship it to its workers).
+
+    A raise, a wrong shape or a non-numeric result gives the whole ``fill`` vector; NaN/±inf
+    coordinates are replaced by ``fill``'s coordinates.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], shape: tuple[int, ...], fill: np.ndarray) -> None:
+        self.fn = fn
+        self.shape = shape
+        self.fill = np.asarray(fill, dtype=np.float64).reshape(-1)
+
+    def __call__(self, frame: Any) -> np.ndarray:
+        return safe_call(self.fn, frame, self.shape, self.fill)
+
+
+def safe_call(
+    fn: Callable[[Any], Any], frame: Any, shape: tuple[int, ...], fill: np.ndarray
+) -> np.ndarray:
+    """Run ``fn(frame)`` and map every failure to the public ``fill`` (see :class:`BlockCall`)."""
+    out = fill.copy()
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            value = np.asarray(fn(frame), dtype=np.float64)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # any failure (SystemExit too) maps to the public default
+            return out
+        if value.shape != shape and not (value.ndim == 0 and shape == (1,)):
+            return out
+        flat = value.reshape(-1)
+        return np.where(np.isfinite(flat), flat, fill)
+
+
+# ----------------------------------------------------------------------------- engines
+def engine_blocks(
+    engine: Any,
+    steps: tuple[Step, ...],
+    unit: str,
+    columns: Sequence[str],
+    m: int,
+    salt: int,
+    call: BlockCall,
+) -> np.ndarray:
+    """The (m, d) matrix of block outputs: row b is ``call`` on block b's rows (never raises on
+    account of the function; an engine error is the Session's to handle)."""
+    name = getattr(engine, "name", "")
+    if name == "duckdb":
+        return _duckdb_blocks(engine, steps, unit, columns, m, salt, call)
+    if name == "pandas":
+        return _pandas_blocks(engine, steps, unit, columns, m, salt, call)
+    if name == "spark":
+        return _spark_blocks(engine, steps, unit, columns, m, salt, call)
+    raise InvalidParameterError(
+        "engine", name or type(engine).__name__, "'duckdb', 'pandas' or 'spark' for blocks"
+    )
+
+
+def _split_sorted(
+    frame: pd.DataFrame, blocks: np.ndarray, m: int, call: BlockCall, columns: Sequence[str]
+) -> np.ndarray:
+    """Rows sorted by block -> one call per block (empty blocks get an empty frame)."""
+    bounds = np.searchsorted(blocks, np.arange(m + 1), side="left")
+    data = frame[list(columns)].reset_index(drop=True)
+    out = np.empty((m, call.fill.size))
+    for b in range(m):
+        out[b] = call(data.iloc[int(bounds[b]) : int(bounds[b + 1])])
+    return out
+
+
+def _pandas_blocks(
+    engine: Any,
+    steps: tuple[Step, ...],
+    unit: str,
+    columns: Sequence[str],
+    m: int,
+    salt: int,
+    call: BlockCall,
+) -> np.ndarray:
+    from dpkit.analytics.engines.pandas_engine import _as_boolean, evaluate
+
+    df = engine._data()
+    for step in steps:
+        if step.kind == "derive":
+            assert step.expr is not None
+            df = df.assign(**{step.name: evaluate(step.expr, df)})
+        elif step.kind == "filter":
+            assert step.expr is not None
+            keep = _as_boolean(evaluate(step.expr, df)).to_numpy(dtype=bool, na_value=False)
+            df = df[keep]
+        else:
+            df = df[list(step.columns)]
+    units = df[unit]
+    if pd.api.types.is_float_dtype(units.dtype):
+        units = units.astype("float64") + 0.0  # -0.0 is 0.0
+    keep = units.notna().to_numpy(dtype=bool)
+    df, units = df[keep], units[keep]
+    key = format(salt & ((1 << 64) - 1), "016x")[:16]
+    hashed = pd.util.hash_pandas_object(
+        units.reset_index(drop=True), index=False, hash_key=key
+    ).to_numpy(dtype=np.uint64)
+    blocks = (hashed % np.uint64(m)).astype(np.int64)
+    order = np.argsort(blocks, kind="stable")
+    frame = df.reset_index(drop=True).iloc[order]
+    return _split_sorted(frame, blocks[order], m, call, columns)
+
+
+def _rows_select(
+    engine: Any,
+    source: Any,
+    steps: tuple[Step, ...],
+    unit: str,
+    columns: Sequence[str],
+    m: int,
+    salt: int,
+    dialect: str,
+) -> Any:
+    """SELECT block, columns FROM (source after the steps) WHERE unit IS NOT NULL."""
+    from sqlglot import exp
+
+    from dpkit.analytics.engines.sql import (
+        _ExprCompiler,
+        _select,
+        column,
+        converted,
+        double,
+        literal,
+    )
+
+    conversions: dict[str, ColumnKind] = dict(engine._conversions)
+    schema: dict[str, ColumnKind] = dict(engine._schema)
+    floats = set(engine._floats) | {c for c, k in conversions.items() if k == "numeric"}
+    floats -= {c for c, k in conversions.items() if k != "numeric"}
+    compiler = _ExprCompiler(schema, floats)
+    names = list(engine._columns)
+    first = [
+        exp.alias_(converted(c, conversions[c], dialect), c, quoted=True)  # type: ignore[arg-type]
+        if c in conversions
+        else column(c)
+        for c in names
+    ]
+    query: Any = _select(*first).from_(source, copy=False)
+    for step in steps:
+        sub = query.subquery("__s", copy=False)
+        if step.kind == "derive":
+            assert step.expr is not None
+            value = compiler.compile(step.expr)
+            kind = compiler.kind(step.expr)
+            kept = [column(c) for c in names if c != step.name]
+            query = _select(*kept, exp.alias_(value, step.name, quoted=True)).from_(sub)
+            names = [c for c in names if c != step.name] + [step.name]
+            compiler.schema[step.name] = kind if kind is not None else "numeric"
+            compiler.float_columns.discard(step.name)
+        elif step.kind == "filter":
+            assert step.expr is not None
+            query = _select("*").from_(sub).where(compiler.compile(step.expr))
+        else:
+            names = list(step.columns)
+            query = _select(*[column(c) for c in names]).from_(sub)
+    sub = query.subquery("__r", copy=False)
+    u: Any = column(unit)
+    condition: Any = exp.Not(this=exp.Is(this=u, expression=exp.Null()))
+    if unit in floats:
+        u = exp.Add(this=u, expression=double(0.0))
+        condition = exp.and_(condition, exp.Not(this=exp.IsNan(this=column(unit))))
+    if dialect == "duckdb":
+        hashed: Any = exp.Anonymous(this="hash", expressions=[u, literal(salt)])
+        block = exp.cast(exp.Mod(this=hashed, expression=literal(m)), "BIGINT")
+    else:
+        hashed = exp.Anonymous(this="xxhash64", expressions=[u, literal(salt)])
+        block = exp.cast(exp.Anonymous(this="pmod", expressions=[hashed, literal(m)]), "BIGINT")
+    select = _select(
+        exp.alias_(block, "__dpkit_block", quoted=True), *[column(c) for c in columns]
+    ).from_(sub)
+    return select.where(condition)
+
+
+def _duckdb_blocks(
+    engine: Any,
+    steps: tuple[Step, ...],
+    unit: str,
+    columns: Sequence[str],
+    m: int,
+    salt: int,
+    call: BlockCall,
+) -> np.ndarray:
+    from sqlglot import exp
+
+    engine._prepare_pandas()
+    select = _rows_select(
+        engine, engine._source_sql.copy(), steps, unit, columns, m, salt, "duckdb"
+    )
+    ordered = select.order_by(exp.column("__dpkit_block", quoted=True))
+    table = engine._con.sql(ordered.sql(dialect="duckdb")).to_arrow_table()
+    frame = table.to_pandas()
+    blocks = frame["__dpkit_block"].to_numpy(dtype=np.int64)
+    return _split_sorted(frame, blocks, m, call, columns)
+
+
+def _spark_blocks(
+    engine: Any,
+    steps: tuple[Step, ...],
+    unit: str,
+    columns: Sequence[str],
+    m: int,
+    salt: int,
+    call: BlockCall,
+) -> np.ndarray:
+    from sqlglot import exp
+
+    engine._prepare()
+    select = _rows_select(
+        engine,
+        exp.Table(this=exp.to_identifier(engine._view, quoted=True)),
+        steps,
+        unit,
+        columns,
+        m,
+        salt,
+        "spark",
+    )
+    frame = engine._spark.sql(select.sql(dialect="spark"))
+    d = call.fill.size
+    names = [f"__dpkit_o{j}" for j in range(d)]
+    schema = "__dpkit_block long, " + ", ".join(f"{n} double" for n in names)
+    wanted = list(columns)
+
+    def per_block(part: pd.DataFrame) -> pd.DataFrame:
+        block = int(part["__dpkit_block"].iloc[0])
+        values = call(part[wanted].reset_index(drop=True))
+        row = {"__dpkit_block": [block], **{n: [float(values[j])] for j, n in enumerate(names)}}
+        return pd.DataFrame(row)
+
+    result = frame.groupBy("__dpkit_block").applyInPandas(per_block, schema=schema).toPandas()
+    out = np.full((m, d), math.nan)
+    seen = np.zeros(m, dtype=bool)
+    for row in result.itertuples(index=False):
+        b = int(row[0])
+        out[b] = np.asarray(row[1:], dtype=np.float64)
+        seen[b] = True
+    if not seen.all():
+        # an empty block: the function runs on an empty frame with the columns, in the driver
+        empty = frame.select(*wanted).limit(0).toPandas()
+        value = call(empty)
+        out[~seen] = value
+    return out

@@ -1,0 +1,50 @@
+"""Counts of rows and of distinct privacy units."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpkit.analytics.planner.compiled import Context, Finisher, Noisy
+from dpkit.analytics.planner.noise import integer_noise
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.query import (
+    Count,
+    CountUnits,
+)
+from dpkit.analytics.results import Accuracy
+
+
+def _count_finisher(name: str, noisy: Noisy) -> Finisher:
+    def finish(ctx: Context) -> None:
+        released = noisy.apply(np.array(ctx.main[noisy.output], dtype=np.int64))
+        h = noisy.halfwidth(ctx.alpha)
+        ctx.columns[name] = released
+        ctx.columns[f"{name}_low"] = released - h
+        ctx.columns[f"{name}_high"] = released + h
+        ctx.accuracy[name] = Accuracy(
+            "exact", h, ctx.alpha, noisy.measurement.name, noisy.loss, noisy.expected_abs()
+        )
+
+    return finish
+
+
+@register(Count)
+def compile_count(agg: Count, ctx: FamilyContext) -> Compiled:
+    l1, l2sq = ctx.contrib.rows_l1, ctx.contrib.rows_l2_squared
+    noisy = Noisy(ctx.main.output("rows"), integer_noise(ctx.share, l1, l2sq))
+    return (
+        _count_finisher(agg.name, noisy),
+        [noisy.loss],
+        f"{noisy.measurement.name} noise, sensitivity L1={l1}, L2²={l2sq}",
+    )
+
+
+@register(CountUnits)
+def compile_count_units(agg: CountUnits, ctx: FamilyContext) -> Compiled:
+    m = ctx.contrib.groups
+    noisy = Noisy(ctx.main.output("units"), integer_noise(ctx.share, m, m))
+    return (
+        _count_finisher(agg.name, noisy),
+        [noisy.loss],
+        f"{noisy.measurement.name} noise, sensitivity L1={m}, L2²={m}",
+    )

@@ -1,0 +1,143 @@
+"""Means, variances and standard deviations from noisy sums."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+from scipy.stats import norm
+
+from dpkit.analytics.bounding import Contribution
+from dpkit.analytics.engines.base import ValueSpec
+from dpkit.analytics.planner.compiled import Context, Noisy, OutputRegistry
+from dpkit.analytics.planner.noise import (
+    Share,
+    ceil_log2,
+    grid_range,
+    integer_noise,
+    value_exponent_for_sum,
+)
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.query import (
+    Mean,
+    Variance,
+)
+from dpkit.analytics.results import Accuracy
+from dpkit.core.losses import compose
+
+
+def _compile_moments(
+    agg: Mean | Variance, share: Share, contrib: Contribution, main: OutputRegistry
+) -> Compiled:
+    l1, l2sq = contrib.rows_l1, contrib.rows_l2_squared
+    parts = 2 if isinstance(agg, Mean) else 3
+    part = share.scaled(Fraction(1, parts))
+    low, high = agg.bounds
+    magnitude = max(abs(low), abs(high))
+    half = (high - low) / 2
+    if isinstance(agg, Mean):
+        exponent = value_exponent_for_sum(part, contrib, magnitude, half)
+    else:
+        exponent = max(ceil_log2(half) - 15, ceil_log2(magnitude) - 31)
+    low_f, high_f, lo, hi = grid_range(agg.bounds, exponent)
+    center = (lo + hi) // 2
+    per_row = max(hi - center, center - lo, 1)
+    value = main.value(ValueSpec(agg.column, low_f, high_f, exponent))
+    count = Noisy(main.output("nonnull", value), integer_noise(part, l1, l2sq))
+    total = Noisy(main.output("sum", value), integer_noise(part, l1 * per_row, l2sq * per_row**2))
+    squares = None
+    losses = [count.loss, total.loss]
+    if isinstance(agg, Variance):
+        squares = Noisy(
+            main.output("sumsq", value), integer_noise(part, l1 * per_row**2, l2sq * per_row**4)
+        )
+        losses.append(squares.loss)
+    g = 2.0**exponent
+
+    def finish(ctx: Context) -> None:
+        n_exact = np.array(ctx.main[count.output], dtype=object)
+        s_exact = np.array(ctx.main[total.output], dtype=object)
+        centered = np.array(
+            [int(s) - center * int(n) for s, n in zip(s_exact, n_exact, strict=True)],
+            dtype=np.int64,
+        )
+        n_noisy = count.apply(np.array(n_exact, dtype=np.int64)).astype(np.float64)
+        s_noisy = total.apply(centered).astype(np.float64)
+        n_safe = np.maximum(n_noisy, 1.0)
+        z = float(norm.ppf(1 - ctx.alpha / 2))
+        var_n, var_s = count.variance(), total.variance()
+        mean_c = s_noisy / n_safe  # centered mean, grid units
+        if squares is None:
+            values = np.clip((center + mean_c) * g, low_f, high_f)
+            sd = np.sqrt(var_s / n_safe**2 + mean_c**2 * var_n / n_safe**2) * g
+            ctx.columns[agg.name] = values
+            ctx.columns[f"{agg.name}_low"] = np.clip(values - z * sd, low_f, high_f)
+            ctx.columns[f"{agg.name}_high"] = np.clip(values + z * sd, low_f, high_f)
+            ctx.accuracy[agg.name] = Accuracy(
+                "approximate",
+                float(z * sd[0]) if sd.size else math.nan,
+                ctx.alpha,
+                count.measurement.name,
+                compose(*losses),
+                None,
+                "first-order interval for noisy sum / noisy count, per group in the table",
+            )
+            return
+        q_exact = np.array(ctx.main[squares.output], dtype=object)
+        q_centered = np.array(
+            [
+                int(q) - 2 * center * int(s) + center * center * int(n)
+                for q, s, n in zip(q_exact, s_exact, n_exact, strict=True)
+            ],
+            dtype=np.int64,
+        )
+        q_noisy = squares.apply(q_centered).astype(np.float64)
+        var_q = squares.variance()
+        raw = q_noisy / n_safe - mean_c**2
+        limit = float(per_row) ** 2
+        variance_units = np.clip(raw, 0.0, limit)
+        grad_q, grad_s = 1 / n_safe, -2 * s_noisy / n_safe**2
+        grad_n = -q_noisy / n_safe**2 + 2 * s_noisy**2 / n_safe**3
+        sd_var = np.sqrt(grad_q**2 * var_q + grad_s**2 * var_s + grad_n**2 * var_n)
+        if isinstance(agg, Variance) and agg.std:
+            values = np.sqrt(variance_units) * g
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sd = (
+                    np.where(
+                        variance_units > 0, sd_var / (2 * np.sqrt(variance_units)), np.sqrt(sd_var)
+                    )
+                    * g
+                )
+            top = math.sqrt(limit) * g
+        else:
+            values = variance_units * g * g
+            sd = sd_var * g * g
+            top = limit * g * g
+        ctx.columns[agg.name] = values
+        ctx.columns[f"{agg.name}_low"] = np.clip(values - z * sd, 0.0, top)
+        ctx.columns[f"{agg.name}_high"] = np.clip(values + z * sd, 0.0, top)
+        ctx.accuracy[agg.name] = Accuracy(
+            "approximate",
+            float(z * sd[0]) if sd.size else math.nan,
+            ctx.alpha,
+            count.measurement.name,
+            compose(*losses),
+            None,
+            "first-order interval from three noisy sums, per group in the table",
+        )
+
+    kind = "mean" if isinstance(agg, Mean) else ("std" if agg.std else "variance")
+    return (
+        finish,
+        losses,
+        (
+            f"{kind} from {parts} noisy sums on grid 2^{exponent} centred at {center * g:g}; "
+            f"{count.measurement.name} noise, {parts} equal parts"
+        ),
+    )
+
+
+@register(Mean, Variance)
+def compile_moments(agg: Mean | Variance, ctx: FamilyContext) -> Compiled:
+    return _compile_moments(agg, ctx.share, ctx.contrib, ctx.main)

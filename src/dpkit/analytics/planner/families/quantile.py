@@ -1,0 +1,428 @@
+"""Quantiles: the exponential mechanism over a public grid (:mod:`dpkit.analytics._em`), and the
+data-dependent methods (inverse sensitivity, smooth sensitivity, PTR) on a fine grid
+(:mod:`dpkit.analytics._dd_quantile`), chosen by ``method=`` or by the public ``"auto"`` rule.
+
+
+Everything here is decided from public information only: the declared bounds, the budget share
+(ε, or ρ through ε = √(2ρ), and the query's δ), the declared contribution bounds and, for
+``"auto"``, the declared ``n_range`` of rows per group. Nothing reads the data; the mechanisms
+run on the engine's per-group counts of the values rounded to a fine public grid
+(:mod:`dpkit.analytics._dd_quantile`, whose docstring and docs/sensitivity.md §10 give the
+proofs).
+
+**Neighbours and groups.** One privacy unit has at most ``k = rows_per_group`` rows in a group,
+``L1 = rows_l1`` rows in total, in at most ``G = groups`` groups.
+
+* ``inverse``: P(t) ∝ exp(−ε·len(x; t)/(2·L1)) per group. A unit with x_g rows in group g moves
+  that group's path lengths by at most x_g (one per row), so group g costs ε·x_g/L1 and all
+  groups together at most ε (the exponential mechanism's bound, as for ``"exponential"``).
+* ``smooth``: per group ε/G with the unit-level β-smooth bound for k rows; pure ε/G-DP per group
+  (Cauchy-type noise, γ = 4, calibrated by :func:`dpkit.sensitivity.smooth.plan_smooth`), so at
+  most ε over the G groups one unit can touch.
+* ``ptr``: per group (ε/G, δ/G): half of ε/G for the noisy distance-to-instability test, half for
+  the Laplace release with the proposed bound; basic composition over the G groups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpkit._exact import log_upper
+from dpkit.analytics._dd_quantile import (
+    GroupCounts,
+    inverse_release,
+    ptr_release,
+    smooth_release,
+)
+from dpkit.analytics._em import em_quantile_index, rank_error_bound
+from dpkit.analytics.bounding import Contribution
+from dpkit.analytics.engines.base import BinSpec, BoundedPlan, ValueSpec
+from dpkit.analytics.planner.compiled import Context, OutputRegistry
+from dpkit.analytics.planner.noise import Share, ceil_log2, floor_log2, grid_range
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.query import (
+    Quantile,
+)
+from dpkit.analytics.results import Accuracy
+from dpkit.core.losses import ApproxDP, PrivacyLoss, PureDP
+from dpkit.errors import UnsupportedQueryError
+
+__all__ = [
+    "AUTO_ALPHA",
+    "FINE_BITS",
+    "DataDependentQuantile",
+    "build",
+    "choose_method",
+    "compile_quantile",
+]
+
+FINE_BITS = 32
+"""The data-dependent methods use a grid of 2^-32 of the bounds' width (about 4·10^9 points)."""
+
+AUTO_ALPHA = Fraction(1, 20)
+"""The auto rule compares the inverse mechanism's 95% path-length bound with the rows."""
+
+SMOOTH_OUTPUT_SHIFT = 20
+"""Smooth-sensitivity outputs live on a grid 2^20 times finer than the value grid, so the
+lattice's minimum scale (2^20 output steps, docs/sensitivity.md §3) is one value-grid step."""
+
+
+def inverse_rank_bound(candidates: int, epsilon: Fraction, l1: int, alpha: Fraction) -> float:
+    """With probability >= 1 − α the inverse mechanism's output has path length at most this
+    (exponential mechanism: (2Δ/ε)(ln C + ln(1/α)) with C candidates)."""
+    return 2 * l1 / float(epsilon) * (math.log(candidates) + math.log(float(1 / alpha)))
+
+
+def choose_method(
+    method: str,
+    q: Fraction,
+    n_range: tuple[int, int] | None,
+    epsilon: Fraction,
+    l1: int,
+    fine_candidates: int,
+) -> tuple[str, str]:
+    """The method to run and the rule that chose it (public inputs only).
+
+    ``"auto"``: ``"inverse"`` when a row-count range is declared and the inverse mechanism's 95%
+    path-length bound (2·L1/ε)(ln C + ln 20) is at most min(q, 1 − q)·n_min — the number of rows
+    on the thin side of the quantile at the smallest declared n, so its output lies inside the
+    data with probability >= 95% — otherwise ``"exponential"`` (no n is known, or too few rows
+    for the fine grid: the coarse candidate grid is then more accurate). Smooth sensitivity and
+    PTR are never chosen automatically: inverse sensitivity was more accurate in every row of the
+    benchmark (docs/sensitivity.md §9).
+    """
+    if method != "auto":
+        return method, f"method={method!r} requested"
+    if n_range is None:
+        return (
+            "exponential",
+            "auto: no n_range declared, so the rows per group are unknown and the "
+            "exponential mechanism over the coarse grid is used",
+        )
+    bound = inverse_rank_bound(fine_candidates, epsilon, l1, AUTO_ALPHA)
+    thin = float(min(q, 1 - q)) * n_range[0]
+    if bound <= thin:
+        return (
+            "inverse",
+            f"auto: the inverse mechanism's 95% path-length bound {bound:.4g} <= "
+            f"min(q, 1-q)·n_min = {thin:.4g} (n_range={n_range})",
+        )
+    return (
+        "exponential",
+        f"auto: the inverse mechanism's 95% path-length bound {bound:.4g} > "
+        f"min(q, 1-q)·n_min = {thin:.4g} (n_range={n_range}): too few rows for the fine grid",
+    )
+
+
+@dataclass(frozen=True)
+class DataDependentQuantile:
+    """A calibrated data-dependent quantile: ``release(group)`` returns the released float (NaN
+    for a PTR refusal); ``loss`` is the aggregation's total loss; ``text`` says what runs."""
+
+    method: str
+    q: Fraction
+    exponent: int
+    lo: int
+    hi: int
+    loss: PrivacyLoss
+    text: str
+    params: dict[str, Any]
+
+    def group(self, values: Any, counts: Any) -> GroupCounts:
+        return GroupCounts(values, counts, self.lo, self.hi)
+
+    def release(self, group: GroupCounts) -> float:
+        p = self.params
+        if self.method == "inverse":
+            return math.ldexp(float(inverse_release(group, self.q, p["rate"])), self.exponent)
+        if self.method == "smooth":
+            index = smooth_release(group, self.q, p["k"], p["plan"], SMOOTH_OUTPUT_SHIFT)
+            return math.ldexp(float(index), self.exponent - SMOOTH_OUTPUT_SHIFT)
+        value = ptr_release(
+            group,
+            self.q,
+            p["k"],
+            p["bound_steps"],
+            p["epsilon_test"],
+            p["threshold"],
+            p["cap"],
+            p["scale"],
+        )
+        return math.nan if value is None else math.ldexp(float(value), self.exponent)
+
+
+def build(
+    method: str,
+    q: Fraction,
+    lo: int,
+    hi: int,
+    exponent: int,
+    epsilon: Fraction,
+    delta: Fraction,
+    rows_l1: int,
+    rows_per_group: int,
+    groups: int,
+    ptr_bound: Fraction | None,
+) -> DataDependentQuantile:
+    """Calibrate ``method`` ("inverse", "smooth" or "ptr") from public inputs only."""
+    from dpkit.sensitivity.smooth import plan_smooth
+
+    step = Fraction(2) ** exponent
+    if method == "inverse":
+        rate = epsilon / (2 * rows_l1)
+        text = (
+            f"inverse sensitivity mechanism (Asi & Duchi 2020) over {hi - lo + 1} grid points "
+            f"(step 2^{exponent}): P(t) ∝ exp(-ε·len(t)/(2·{rows_l1})), ε={float(epsilon):.4g}, "
+            f"len = rows to add or remove for the quantile to be t"
+        )
+        return DataDependentQuantile(
+            method, q, exponent, lo, hi, PureDP(epsilon), text, {"rate": rate}
+        )
+    per_group = epsilon / groups
+    k = rows_per_group
+    if method == "smooth":
+        plan = plan_smooth(per_group, Fraction(0), "cauchy", 4, exponent - SMOOTH_OUTPUT_SHIFT)
+        assert isinstance(plan.loss, PureDP)
+        loss = PureDP(plan.loss.epsilon * groups)
+        text = (
+            f"smooth sensitivity mechanism (Nissim, Raskhodnikova & Smith 2007), Cauchy-type noise "
+            f"(γ=4, α={float(plan.alpha):.4g}, β={float(plan.beta):.4g}) per group at "
+            f"ε={float(per_group):.4g}, k={k} rows per unit (β/k per row), on grid 2^{exponent}"
+        )
+        return DataDependentQuantile(
+            method, q, exponent, lo, hi, loss, text, {"plan": plan, "k": k}
+        )
+    if method != "ptr":  # pragma: no cover - callers pass the three methods
+        raise UnsupportedQueryError(f"unknown data-dependent method {method!r}")
+    if ptr_bound is None:  # pragma: no cover - checked when the aggregation is built
+        raise UnsupportedQueryError("method='ptr' needs ptr_bound")
+    if delta <= 0:
+        raise UnsupportedQueryError(
+            "method='ptr' needs a δ (its test fails with probability δ): pass an (ε, δ) budget "
+            "(e.g. epsilon=1, delta=1e-6) with public (or no) group keys, and mechanism="
+            "'laplace' if the query's other aggregations would otherwise be answered in zCDP"
+        )
+    delta_group = delta / groups
+    eps_test = per_group / 2
+    eps_release = per_group - eps_test
+    threshold = math.ceil(log_upper(1 / delta_group) / eps_test)
+    cap = threshold + math.ceil(Fraction(40) / eps_test) + 1
+    bound_steps = ptr_bound / step
+    scale = Fraction(math.ceil(bound_steps)) / eps_release
+    ptr_loss: PrivacyLoss = ApproxDP(epsilon, delta)
+    text = (
+        f"propose-test-release mechanism (Dwork & Lei 2009), proposed sensitivity "
+        f"{float(ptr_bound):g}: "
+        f"per group, release only if the distance to instability (in units of {k} rows) + "
+        f"discrete Laplace(1/{float(eps_test):.4g}) > {threshold}, then Laplace noise at "
+        f"ε={float(eps_release):.4g}; δ={float(delta_group):.3g} per group; a refusal is "
+        "released as NaN"
+    )
+    params = {
+        "k": k,
+        "bound_steps": bound_steps,
+        "epsilon_test": eps_test,
+        "threshold": threshold,
+        "cap": cap,
+        "scale": scale,
+    }
+    return DataDependentQuantile(method, q, exponent, lo, hi, ptr_loss, text, params)
+
+
+def fine_exponent(low: Fraction, high: Fraction) -> int:
+    """The fine grid's exponent: 2^-32 of the width, and no finer than 2^-44 of the magnitude
+    (so indices stay far below 2^53)."""
+    magnitude = max(abs(low), abs(high))
+    width = high - low
+    e_width = math.floor(math.log2(width)) if width > 0 else 0
+    while Fraction(2) ** (e_width + 1) <= width:
+        e_width += 1
+    while Fraction(2) ** e_width > width:
+        e_width -= 1
+    e_mag = math.ceil(math.log2(magnitude)) if magnitude > 0 else e_width
+    return max(e_width - FINE_BITS, e_mag - 44)
+
+
+def compile_data_dependent(
+    agg: Any,
+    method: str,
+    reason: str,
+    epsilon: Fraction,
+    delta: Fraction,
+    rows_l1: int,
+    rows_per_group: int,
+    groups: int,
+    add_plan: Any,
+) -> tuple[Any, list[PrivacyLoss], str]:
+    """(finisher, losses, explanation) of a data-dependent quantile aggregation.
+
+    ``add_plan(value_spec)`` registers an extra bounded plan with grid bins on ``value_spec``
+    and returns (plan index, index of its "rows" output). The finisher reads that plan's
+    per-group bin counts from the release context (``ctx.extra``) and writes the column.
+    """
+    from dpkit.analytics.engines.base import ValueSpec
+    from dpkit.analytics.engines.pandas_engine import grid_indices
+    from dpkit.analytics.results import Accuracy
+
+    low, high = agg.bounds
+    exponent = fine_exponent(low, high)
+    low_f, high_f = float(low), float(high)
+    idx, _ = grid_indices(np.array([low_f, high_f]), low_f, high_f, exponent)
+    lo, hi = int(idx[0]), int(idx[1])
+    calibrated = build(
+        method,
+        agg.q,
+        lo,
+        hi,
+        exponent,
+        epsilon,
+        delta,
+        rows_l1,
+        rows_per_group,
+        groups,
+        agg.ptr_bound,
+    )
+    plan_index, out = add_plan(ValueSpec(agg.column, low_f, high_f, exponent))
+    name = agg.name
+
+    def finish(ctx: Any) -> None:
+        per_group = ctx.extra[plan_index]
+        released = []
+        for group in ctx.groups:
+            bins = per_group.get(group, {})
+            values = np.array(list(bins.keys()), dtype=np.int64)
+            counts = np.array([outputs[out] for outputs in bins.values()], dtype=np.int64)
+            released.append(calibrated.release(calibrated.group(values, counts)))
+        ctx.columns[name] = np.array(released, dtype=np.float64)
+        if method == "inverse":
+            bound = inverse_rank_bound(hi - lo + 1, epsilon, rows_l1, Fraction(ctx.alpha))
+            ctx.accuracy[name] = Accuracy(
+                "rank",
+                bound,
+                ctx.alpha,
+                "inverse_sensitivity",
+                calibrated.loss,
+                None,
+                f"with probability >= {1 - ctx.alpha:g} the released value is at most "
+                f"{bound:.3g} rows (added or removed) away from being the group's q-quantile",
+            )
+        elif method == "smooth":
+            ctx.accuracy[name] = Accuracy(
+                "approximate",
+                math.nan,
+                ctx.alpha,
+                "smooth_sensitivity",
+                calibrated.loss,
+                None,
+                "the noise scale is the data's smooth sensitivity, which is not released",
+            )
+        else:
+            scale = float(calibrated.params["scale"]) * 2.0**exponent
+            half = scale * math.log(1 / ctx.alpha)
+            ctx.accuracy[name] = Accuracy(
+                "exact",
+                half,
+                ctx.alpha,
+                "propose_test_release",
+                calibrated.loss,
+                scale,
+                "when released (NaN means PTR refused: the data were too close to an unstable "
+                "table); the interval is the Laplace noise's",
+            )
+
+    text = f"{calibrated.text}; {reason}"
+    return finish, [calibrated.loss], text
+
+
+def _compile_quantile(
+    agg: Quantile,
+    share: Share,
+    contrib: Contribution,
+    extra_plans: list[BoundedPlan],
+    make_plan: Callable[..., BoundedPlan],
+) -> Compiled:
+    low, high = agg.bounds
+    magnitude = max(abs(low), abs(high))
+    exponent = max(floor_log2((high - low) / agg.candidates), ceil_log2(magnitude) - 40)
+    low_f, high_f, lo, hi = grid_range(agg.bounds, exponent)
+    registry = OutputRegistry()
+    value = registry.value(ValueSpec(agg.column, low_f, high_f, exponent))
+    out = registry.output("rows")
+    plan_index = len(extra_plans) + 1
+    extra_plans.append(make_plan(registry, BinSpec("grid", value=value)))
+    epsilon = share.epsilon()
+    sensitivity = contrib.rows_l1
+    candidates = hi - lo + 1
+    loss = PureDP(epsilon)
+
+    def finish(ctx: Context) -> None:
+        per_group = ctx.extra[plan_index]
+        values = []
+        for group in ctx.groups:
+            bins = per_group.get(group, {})
+            counts = np.zeros(candidates, dtype=np.int64)
+            for b, outputs in bins.items():
+                counts[b - lo] = outputs[out]
+            below = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
+            n = int(counts.sum())
+            j = em_quantile_index([int(b) for b in below], n, agg.q, epsilon, sensitivity)
+            values.append(math.ldexp(float(lo + j), exponent))
+        ctx.columns[agg.name] = np.array(values, dtype=np.float64)
+        bound = rank_error_bound(candidates, epsilon, sensitivity, ctx.alpha)
+        ctx.accuracy[agg.name] = Accuracy(
+            "rank",
+            bound,
+            ctx.alpha,
+            "exponential",
+            loss,
+            None,
+            f"the released value's rank is within ±{bound:.3g} rows of q·n with probability "
+            f">= {1 - ctx.alpha:g}",
+        )
+
+    text = (
+        f"exponential mechanism over {candidates} grid points of [{low_f:g}, {high_f:g}] "
+        f"(step 2^{exponent}), ε={float(epsilon):.4g}, utility sensitivity {sensitivity}"
+    )
+    return finish, [loss], text
+
+
+@register(Quantile)
+def compile_quantile(agg: Quantile, ctx: FamilyContext) -> Compiled:
+    """The exponential mechanism, or a data-dependent method (``agg.method``, or the public
+    ``"auto"`` rule of :func:`choose_method`); ``explain()`` gets the rule that chose it."""
+    exponent = fine_exponent(*agg.bounds)
+    fine = int((agg.bounds[1] - agg.bounds[0]) / Fraction(2) ** exponent) + 1
+    epsilon = ctx.share.epsilon()
+    chosen, reason = choose_method(
+        agg.method, agg.q, agg.n_range, epsilon, ctx.contrib.rows_l1, fine
+    )
+    if chosen == "exponential":
+        finish, losses, text = _compile_quantile(
+            agg, ctx.share, ctx.contrib, ctx.extra_plans, ctx.make_plan
+        )
+        return finish, losses, f"{text}; {reason}"
+
+    def add_plan(spec: ValueSpec) -> tuple[int, int]:
+        registry = OutputRegistry()
+        value = registry.value(spec)
+        out = registry.output("rows")
+        return ctx.add_plan(registry, BinSpec("grid", value=value)), out
+
+    return compile_data_dependent(
+        agg,
+        chosen,
+        reason,
+        epsilon,
+        ctx.delta,
+        ctx.contrib.rows_l1,
+        ctx.contrib.rows_per_group,
+        ctx.contrib.groups,
+        add_plan,
+    )

@@ -1,0 +1,100 @@
+"""The registry of aggregate families: one compiler per aggregation type.
+
+A compiler turns one aggregation of a query, with its share of the budget, into the outputs the
+engine must compute, the measurements that will add noise to them, and a finisher that builds the
+released columns or tables. Families live in :mod:`dpkit.analytics.planner.families`, one module
+each, and register themselves with :func:`register`::
+
+    @register(Count)
+    def compile_count(agg: Count, ctx: FamilyContext) -> Compiled: ...
+
+A compiler reads only public information (the aggregation's parameters, the declared bounds and
+the budget share); no data is read while compiling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, TypeAlias, TypeVar
+
+from dpkit.analytics.bounding import Contribution
+from dpkit.analytics.engines.base import BinSpec, BoundedPlan
+from dpkit.analytics.planner._types import Mechanism
+from dpkit.analytics.planner.compiled import Finisher, OutputRegistry
+from dpkit.analytics.planner.noise import Share
+from dpkit.analytics.query import Aggregation
+from dpkit.core.losses import PrivacyLoss
+from dpkit.errors import UnsupportedQueryError
+
+__all__ = ["Compiled", "Compiler", "FamilyContext", "compiler_for", "register", "registered"]
+
+Compiled: TypeAlias = tuple[Finisher, list[PrivacyLoss], str]
+"""(finisher, the losses of its measurements, one line for ``explain()``)."""
+
+
+@dataclass(frozen=True)
+class FamilyContext:
+    """What a family's compiler may use.
+
+    Attributes:
+        share: this aggregation's part of the query budget.
+        contrib: what one privacy unit can contribute (rows, groups, rows per group).
+        main: the main plan's value specs and outputs (shared by all aggregations; register the
+            outputs you need and read them back in the finisher by index).
+        extra_plans: further bounded plans (e.g. per-bin counts); append with :meth:`add_plan`.
+        make_plan: builds a bounded plan from an :class:`OutputRegistry` and optional bins.
+        n_keys: the number of public group keys, or None for private or no keys.
+        private_keys: whether the group keys are private (partition selection runs).
+        mechanism: the caller's mechanism choice ("auto", "laplace", "gaussian").
+        delta: the part of the query's δ this aggregation may spend (its weight's share of δ
+            when the budget is (ε, δ), answered with a pure share, with public or no keys;
+            0 otherwise). Used by propose-test-release quantiles.
+    """
+
+    share: Share
+    contrib: Contribution
+    main: OutputRegistry
+    extra_plans: list[BoundedPlan]
+    make_plan: Callable[..., BoundedPlan]
+    n_keys: int | None
+    private_keys: bool
+    mechanism: Mechanism = "auto"
+    delta: Fraction = Fraction(0)
+
+    def add_plan(self, registry: OutputRegistry, bins: BinSpec | None = None) -> int:
+        """Append an extra plan; return its index in the engine's results (main plan is 0)."""
+        self.extra_plans.append(self.make_plan(registry, bins))
+        return len(self.extra_plans)
+
+
+Compiler: TypeAlias = Callable[[Any, FamilyContext], Compiled]
+_F = TypeVar("_F", bound=Callable[..., Compiled])
+_COMPILERS: dict[type, Compiler] = {}
+
+
+def register(*types: type) -> Callable[[_F], _F]:
+    """Register the decorated function as the compiler of each aggregation type in ``types``."""
+
+    def decorate(function: _F) -> _F:
+        for kind in types:
+            if kind in _COMPILERS:
+                raise ValueError(f"a compiler for {kind.__name__} is already registered")
+            _COMPILERS[kind] = function
+        return function
+
+    return decorate
+
+
+def registered() -> dict[type, Compiler]:
+    """A copy of the registry (aggregation type -> compiler)."""
+    return dict(_COMPILERS)
+
+
+def compiler_for(agg: Aggregation) -> Compiler:
+    """The compiler of ``agg``'s type (or of its nearest registered base class)."""
+    for kind in type(agg).__mro__:
+        if kind in _COMPILERS:
+            return _COMPILERS[kind]
+    raise UnsupportedQueryError(f"no planner family answers {type(agg).__name__} aggregations")

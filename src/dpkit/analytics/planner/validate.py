@@ -1,0 +1,262 @@
+"""Validation of a query against the table's schema, and key normalisation."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+
+from dpkit.analytics.engines._columns import RESERVED_PREFIX, canonical
+from dpkit.analytics.engines.base import Step
+from dpkit.analytics.expr import (
+    Col,
+    ColumnKind,
+    Unary,
+    coerce_temporal_literals,
+    columns_of,
+    infer_kind,
+)
+from dpkit.analytics.query import (
+    Aggregate,
+    Aggregation,
+    Count,
+    CountUnits,
+    Filter,
+    KeySet,
+    PlanNode,
+    Query,
+    Select,
+    Source,
+    WithColumn,
+    Workload,
+)
+from dpkit.errors import InvalidParameterError, UnsupportedQueryError
+
+
+# ------------------------------------------------------------------ validation
+@dataclass(frozen=True, slots=True)
+class Validated:
+    steps: tuple[Step, ...]
+    schema: dict[str, ColumnKind]
+    aggregate: Aggregate
+    key_set: KeySet | None = None
+
+
+def _flatten(node: PlanNode) -> list[PlanNode]:
+    chain: list[PlanNode] = []
+    current: PlanNode = node
+    while not isinstance(current, Source):
+        chain.append(current)
+        current = current.child
+    return list(reversed(chain))
+
+
+def _unknown_column(
+    name: str, schema: Mapping[str, ColumnKind], what: str = "column"
+) -> InvalidParameterError:
+    known = ", ".join(repr(c) for c in schema)
+    return InvalidParameterError(
+        what,
+        name,
+        f"one of the table's columns ({known})",
+        "Check the spelling (names are case-sensitive).",
+    )
+
+
+def _check_not_reserved(name: str, what: str = "column") -> None:
+    if name.startswith(RESERVED_PREFIX):
+        raise InvalidParameterError(
+            what,
+            name,
+            f"a name that does not start with {RESERVED_PREFIX!r} (reserved for dpkit's internal "
+            "result columns)",
+            "Rename the column, e.g. with .with_column('new_name', col(...)).",
+        )
+
+
+def _temporal_key(value: object) -> _dt.date | _dt.datetime | None:
+    """A date or naive datetime (aware ones in UTC) from a key value, or None if it is none."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            if len(text) == 10:
+                return _dt.date.fromisoformat(text)
+            value = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    if isinstance(value, pd.Timestamp | np.datetime64):
+        value = canonical(value)
+    if isinstance(value, _dt.datetime):
+        return canonical(value)
+    if isinstance(value, _dt.date):
+        return value
+    return None
+
+
+def _key_value(column: str, kind: ColumnKind, value: Any) -> Any:
+    """A public key value checked against its column's kind and normalised to it."""
+    if isinstance(value, np.generic) and not isinstance(value, np.datetime64):
+        value = value.item()
+    wanted = {
+        "numeric": "numbers",
+        "string": "text values (str)",
+        "bool": "True or False",
+        "temporal": "dates or timestamps (datetime.date / datetime.datetime, or ISO text "
+        "such as '2024-01-31' or '2024-01-31 08:00:00')",
+    }.get(kind, "values of a supported type")
+    out: Any = None
+    if kind == "numeric":
+        if isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool):
+            out = canonical(value)
+    elif kind == "string":
+        out = value if isinstance(value, str) else None
+    elif kind == "bool":
+        out = value if isinstance(value, bool) else None
+    elif kind == "temporal":
+        out = _temporal_key(value)
+    if out is None:
+        shown = _public_kind(kind)
+        raise InvalidParameterError(
+            "keys",
+            value,
+            f"{wanted}: {column!r} is a {shown} column",
+            "Give keys of the column's type; the schema (Session.schema) says which it is. A "
+            "text column can be declared numeric, bool or temporal with Session(..., "
+            "schema={...}).",
+        )
+    return out
+
+
+def _public_kind(kind: ColumnKind | None) -> str:
+    return "text" if kind == "string" else str(kind)
+
+
+def normalise_key_set(key_set: KeySet, kinds: Sequence[ColumnKind]) -> KeySet:
+    """``key_set`` with every value checked against its column's kind and normalised to it
+    (numbers for numeric columns, ``str`` for text, ``bool``, and ``date`` / naive ``datetime``
+    for temporal columns — ISO text is parsed). Keys that become equal are refused.
+
+    Raises:
+        InvalidParameterError: a value of the wrong type, or two keys that are the same.
+    """
+    rows = [
+        tuple(
+            _key_value(name, kind, value)
+            for name, kind, value in zip(key_set.columns, kinds, row, strict=True)
+        )
+        for row in key_set.rows
+    ]
+    seen: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for given, row in zip(key_set.rows, rows, strict=True):
+        identity = tuple(canonical(v) for v in row)
+        if identity in seen:
+            raise InvalidParameterError(
+                "keys",
+                given,
+                f"distinct keys ({seen[identity]!r} and {given!r} are the same key)",
+            )
+        seen[identity] = given
+    return KeySet(key_set.columns, tuple(rows))
+
+
+def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Validated:
+    """Check the query against the schema; return its relational steps and final schema.
+
+    Public keys are checked against their columns' kinds and normalised (see
+    :func:`normalise_key_set`), so a key never has to be cast in the engine.
+    """
+    if not isinstance(query, Query) or not isinstance(query.plan, Aggregate):
+        raise UnsupportedQueryError(
+            "only aggregated queries can be released: finish the query with .agg(count(), ...) "
+            "or .group_by(...).agg(...)"
+        )
+    if unit not in schema:
+        raise InvalidParameterError(
+            "privacy_unit",
+            unit,
+            f"a column of the table ({', '.join(map(repr, schema))})",
+            "Name the column that identifies a person (or whatever one privacy unit is).",
+        )
+    _check_not_reserved(unit, "privacy_unit")
+    current: dict[str, ColumnKind] = dict(schema)
+    steps: list[Step] = []
+    aggregate = query.plan
+    for node in _flatten(aggregate)[:-1]:
+        if isinstance(node, Filter | WithColumn):
+            expr = node.predicate if isinstance(node, Filter) else node.expr
+            for name in columns_of(expr):
+                _check_not_reserved(name)
+        if isinstance(node, WithColumn):
+            _check_not_reserved(node.name)
+        if isinstance(node, Filter):
+            predicate = coerce_temporal_literals(node.predicate, current)
+            kind = infer_kind(predicate, current)
+            if kind not in ("bool", None):
+                raise UnsupportedQueryError(
+                    f"filter {node.predicate.render()} is a {kind} value, not a predicate; "
+                    "compare it, e.g. col('x') > 0"
+                )
+            steps.append(Step("filter", expr=predicate))
+        elif isinstance(node, WithColumn):
+            if node.name == unit:
+                raise UnsupportedQueryError(
+                    f"with_column({node.name!r}, ...) would redefine the privacy unit column; "
+                    "derive a column with another name"
+                )
+            kind = infer_kind(node.expr, current)
+            current[node.name] = kind if kind is not None else "numeric"
+            steps.append(Step("derive", expr=node.expr, name=node.name))
+        elif isinstance(node, Select):
+            for name in node.columns:
+                if name not in current:
+                    raise _unknown_column(name, current)
+            keep = tuple(dict.fromkeys((*node.columns, unit)))
+            current = {c: current[c] for c in keep}
+            steps.append(Step("select", columns=keep))
+        else:  # pragma: no cover - the builder cannot nest aggregates
+            raise UnsupportedQueryError("nested aggregations are not supported")
+    for key in aggregate.keys:
+        _check_not_reserved(key, "group_by")
+        if key not in current:
+            raise _unknown_column(key, current, "group_by")
+        if current[key] == "other":
+            raise UnsupportedQueryError(
+                f"group_by column {key!r} has an unsupported type; use strings, numbers, "
+                "booleans or dates as group keys"
+            )
+    key_set = aggregate.key_set
+    if key_set is not None:
+        key_set = normalise_key_set(key_set, [current[k] for k in aggregate.keys])
+    for agg in aggregate.aggregations:
+        for name in value_columns(agg):
+            _check_not_reserved(name)
+            if name not in current:
+                raise _unknown_column(name, current)
+            if current[name] == "bool" and name not in aggregate.keys:
+                # a declared boolean counts as 0/1 (true is 1; NULL stays NULL and is skipped)
+                steps.append(Step("derive", expr=Unary("as_number", Col(name)), name=name))
+                current[name] = "numeric"
+            if current[name] != "numeric":
+                raise InvalidParameterError(
+                    "column",
+                    name,
+                    f"a numeric column for {type(agg).__name__.lower()}(), "
+                    f"but it holds {_public_kind(current[name])} values",
+                    "Declare it numeric if it holds numbers as text (Session(..., "
+                    f"schema={{{name!r}: 'numeric'}}); values that do not parse are NULL), "
+                    "convert it when loading, or aggregate another column.",
+                )
+    return Validated(tuple(steps), current, aggregate, key_set)
+
+
+def value_columns(agg: Aggregation) -> tuple[str, ...]:
+    if isinstance(agg, Count | CountUnits):
+        return ()
+    if isinstance(agg, Workload):
+        return (agg.column,) if agg.column else ()
+    return (agg.column,)
