@@ -415,6 +415,7 @@ def fit_kmeans(
 
     em_plan: Any = None
     em_rows = 1
+    em_output = ""
     if method == "grid_em":
         from dpkit.analytics import count
 
@@ -423,8 +424,10 @@ def fit_kmeans(
         hist = _lattice_label(base, z, g, label).group_by(label, keys=list(range(g**d)))
         em_compiled = session.compile(hist.agg(count(name=f"{_PREFIX}n")), epsilon=1)
         em_plan = em_compiled.plans[0]
-        bounding = session.defaults.merged(Bounding(max_rows=max_rows))
-        em_rows = contribution(bounding, grouped=True).rows_l1
+        # the rows one unit may hold after the bounding this very plan enforces
+        enforced = Bounding(em_plan.max_rows, em_plan.max_groups, em_plan.max_rows_per_group)
+        em_rows = contribution(enforced, grouped=True).rows_l1
+        em_output = em_plan.output_columns[em_plan.outputs.index(Output("rows"))]
         total: PrivacyLoss = em_loss
     else:
         # compile the first queries now: columns, kinds and bounding are checked before the
@@ -453,7 +456,7 @@ def fit_kmeans(
         if method == "grid_em":
             table = session.engine.run(em_plan).to_pydict()
             keys = table[em_plan.group_columns[0]]
-            rows = table[em_plan.output_columns[em_plan.outputs.index(Output("rows"))]]
+            rows = table[em_output]
             h = np.zeros(g**d, dtype=np.int64)
             for key, value in zip(keys, rows, strict=True):
                 if key is not None and 0 <= int(key) < h.size:
