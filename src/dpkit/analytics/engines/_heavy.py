@@ -19,7 +19,10 @@ Privacy: the released table is *identical* to the one of the unrestricted plan, 
 (the candidate set only decides which units the exact check looks at, and it contains every unit
 the check would select), so the distribution of the kept rows and the privacy argument are
 unchanged. The pre-count reads no more than the engine already reads, is never released, and
-raises nothing on data values (integers cannot be NaN; NULL units are skipped).
+raises nothing on data values (integers cannot be NaN; NULL units are skipped). Its memory (up to
+``MAX_RANGE`` counters) depends on the ids' range, so a ``MemoryError`` is caught and the engine
+falls back to the exact check over every unit (the same result): whether a query succeeds does
+not depend on the ids. Spark reads the range with a small aggregate before collecting any id.
 """
 
 from __future__ import annotations
