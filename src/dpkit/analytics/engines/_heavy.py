@@ -19,7 +19,10 @@ Privacy: the released table is *identical* to the one of the unrestricted plan, 
 (the candidate set only decides which units the exact check looks at, and it contains every unit
 the check would select), so the distribution of the kept rows and the privacy argument are
 unchanged. The pre-count reads no more than the engine already reads, is never released, and
-raises nothing on data values (integers cannot be NaN; NULL units are skipped).
+raises nothing on data values (integers cannot be NaN; NULL units are skipped). Its memory (up to
+``MAX_RANGE`` counters) depends on the ids' range, so a ``MemoryError`` is caught and the engine
+falls back to the exact check over every unit (the same result): whether a query succeeds does
+not depend on the ids. Spark reads the range with a small aggregate before collecting any id.
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]  # no stubs in the 
 
 from dpkit.analytics.engines.base import BoundedPlan
 
-__all__ = ["MAX_RANGE", "candidate_threshold", "heavy_candidates", "unit_is_raw"]
+__all__ = [
+    "MAX_RANGE",
+    "arrow_candidates",
+    "candidate_threshold",
+    "heavy_candidates",
+    "unit_is_raw",
+]
 
 MAX_RANGE = 1 << 26
 """The largest range ``max - min + 1`` of unit ids counted densely (a 512 MB int64 array at
@@ -67,6 +76,33 @@ def integer_chunks(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray] | Non
         if len(chunk):
             out.append(np.asarray(chunk.to_numpy(zero_copy_only=False), dtype=np.int64))
     return out
+
+
+def arrow_candidates(column: pa.ChunkedArray | pa.Array, threshold: int) -> np.ndarray | None:
+    """:func:`heavy_candidates` of an Arrow unit column (None: not integers, or a range too wide
+    to count densely, or too little memory to count: the caller then runs the exact per-unit
+    check over every unit, which gives the same result).
+
+    The range is read first (Arrow's min/max, no copy), so a wide-ranged column (e.g. random
+    64-bit ids) is never converted; and a ``MemoryError`` of the count (up to ``MAX_RANGE``
+    int64 counters plus an int64 copy of the column) falls back instead of escaping: whether
+    the query succeeds must not depend on the ids' range (an exception is an output).
+    """
+    if not pa.types.is_integer(column.type):
+        return None
+    bounds = pc.min_max(column).as_py()
+    low, high = bounds["min"], bounds["max"]
+    if low is None or high is None:
+        return heavy_candidates([], 0, 0, threshold)
+    if high - low + 1 > MAX_RANGE or high >= 1 << 63:
+        return None
+    try:
+        chunks = integer_chunks(column)
+        if chunks is None:  # pragma: no cover - excluded above
+            return None
+        return heavy_candidates(chunks, int(low), int(high), threshold)
+    except MemoryError:
+        return None
 
 
 def heavy_candidates(

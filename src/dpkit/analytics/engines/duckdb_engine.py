@@ -34,9 +34,9 @@ from dpkit.analytics.engines._columns import (
 )
 from dpkit.analytics.engines._heavy import (
     MAX_RANGE,
+    arrow_candidates,
     candidate_threshold,
     heavy_candidates,
-    integer_chunks,
     unit_is_raw,
 )
 from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
@@ -222,15 +222,11 @@ class DuckDBEngine:
         if threshold is None or not unit_is_raw(plan) or unit in self._conversions:
             return None
         if isinstance(self._keepalive, pa.Table):
-            chunks = integer_chunks(self._keepalive.column(unit))
-            if chunks is None:
-                return None
-            if not chunks:
-                return heavy_candidates([], 0, 0, threshold)
-            low = min(int(c.min()) for c in chunks)
-            high = max(int(c.max()) for c in chunks)
-            return heavy_candidates(chunks, low, high, threshold)
-        return self._candidates_from_sql(unit, threshold)
+            return arrow_candidates(self._keepalive.column(unit), threshold)
+        try:
+            return self._candidates_from_sql(unit, threshold)
+        except MemoryError:
+            return None  # the exact check over every unit: same result (see _heavy)
 
     def _candidates_from_sql(self, unit: str, threshold: int) -> Any:
         """:meth:`_candidates` for a source DuckDB reads (a file, a pandas frame): the unit's

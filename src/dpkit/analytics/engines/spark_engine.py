@@ -34,9 +34,10 @@ from dpkit.analytics.engines._columns import (
     resolve_kinds,
 )
 from dpkit.analytics.engines._heavy import (
+    MAX_RANGE,
+    arrow_candidates,
     candidate_threshold,
     heavy_candidates,
-    integer_chunks,
     unit_is_raw,
 )
 from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
@@ -256,20 +257,25 @@ class SparkEngine:
         if unit not in self._integers() or not hasattr(self._frame, "toArrow"):
             return None
         ref = exp.column(unit, quoted=True)
+        table = exp.Table(this=ident(self._view))
+        # the range first, in Spark (one small aggregate): a wide-ranged unit (e.g. random
+        # 64-bit ids) is never collected to the driver, where it could only be discarded
+        bounds = exp.select(exp.Min(this=ref.copy()), exp.Max(this=ref.copy())).from_(table.copy())
+        low, high = self._spark.sql(bounds.sql(dialect="spark")).collect()[0]
+        if low is None or high is None:
+            return heavy_candidates([], 0, 0, threshold)
+        if int(high) - int(low) + 1 > MAX_RANGE:
+            return None
         query = (
             exp.select(ref)
-            .from_(exp.Table(this=ident(self._view)))
+            .from_(table)
             .where(exp.Not(this=exp.Is(this=ref.copy(), expression=exp.Null())))
         )
-        values = self._spark.sql(query.sql(dialect="spark")).toArrow()
-        chunks = integer_chunks(values.column(0))
-        if chunks is None:
-            return None
-        if not chunks:
-            return heavy_candidates([], 0, 0, threshold)
-        low = min(int(c.min()) for c in chunks)
-        high = max(int(c.max()) for c in chunks)
-        return heavy_candidates(chunks, low, high, threshold)
+        try:
+            values = self._spark.sql(query.sql(dialect="spark")).toArrow()
+            return arrow_candidates(values.column(0), threshold)
+        except MemoryError:
+            return None  # the exact check over every unit: same result (see _heavy)
 
     def close(self) -> None:
         if self._frame is not None:
