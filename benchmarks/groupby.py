@@ -1,4 +1,5 @@
-"""DP count and DP sum per group: dpkit on DuckDB and Spark, non-private DuckDB and OpenDP Polars.
+"""DP count and DP sum per group: dpkit on DuckDB and Spark beside the same query without privacy
+on DuckDB and on Spark (the limits), and OpenDP Polars.
 
 Generates (seeded) N rows — user_id with about N/5 distinct users having 1-9 rows each, a public
 group key with 100 values, a value uniform on [0, 100] — in chunks of 5M rows to a Parquet file.
@@ -12,7 +13,9 @@ loading) and the peak above the loaded data (that minus the resident size once t
 loaded). From ``--parquet-from`` rows on every system reads the Parquet file itself (DuckDB's
 ``read_parquet``, ``Session(path)``, ``spark.read.parquet``, ``pl.scan_parquet``). Spark's
 memory is its JVM's (a child process), measured the same way; its time is the first query's (JVM
-warm-up and code generation included), and the note gives a second run's. OpenDP's time
+warm-up and code generation included), and the note gives a second run's (plain Spark, the
+limit for dpkit on Spark, runs the same non-private query as DuckDB's floor). The last column
+is dpkit's time over its engine's limit in the same run. OpenDP's time
 includes its calibration (a binary search over the noise scale). A run that does not finish
 within ``--timeout`` seconds, or whose processes grow beyond ``--max-memory-gb`` resident, is
 stopped and reported as such.
@@ -40,10 +43,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SYSTEMS = ("floor", "dpkit-duckdb", "dpkit-spark", "opendp")
+SYSTEMS = ("floor", "dpkit-duckdb", "spark", "dpkit-spark", "opendp")
 LABELS = {
     "floor": "non-private DuckDB (floor)",
     "dpkit-duckdb": "dpkit on DuckDB",
+    "spark": "non-private Spark local[2]",
     "dpkit-spark": "dpkit on Spark local[2]",
     "opendp": "OpenDP Polars",
 }
@@ -162,6 +166,43 @@ def _floor(path: str, in_memory: bool) -> tuple[Callable[[], Any], Callable[[], 
     return lambda: con.sql(sql).fetchall(), con.close, note
 
 
+def _spark_frame(path: str, in_memory: bool) -> tuple[Any, Any, str]:
+    """A local[2] SparkSession and the table as a DataFrame (cached when ``in_memory``)."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.driver.memory", "8g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    frame = spark.read.parquet(path)
+    if in_memory:
+        frame = frame.cache()
+        frame.count()
+    note = "cached DataFrame" if in_memory else "reads the Parquet file"
+    return spark, frame, note
+
+
+def _spark(path: str, in_memory: bool) -> tuple[Callable[[], Any], Callable[[], None], str]:
+    """The same query on plain Spark, without privacy (the limit for dpkit on Spark)."""
+    spark, frame, note = _spark_frame(path, in_memory)
+    frame.createOrReplaceTempView("t")
+    sql = (
+        "SELECT group_key, count(*), sum(least(greatest(value, 0), 100)) FROM t GROUP BY group_key"
+    )
+
+    def run() -> Any:
+        rows = spark.sql(sql).toArrow()
+        assert rows.num_rows == KEYS
+        return rows
+
+    return run, spark.stop, note
+
+
 def _dpkit(
     path: str, in_memory: bool, engine: str
 ) -> tuple[Callable[[], Any], Callable[[], None], str]:
@@ -170,24 +211,9 @@ def _dpkit(
     from dpkit.analytics import sum as dp_sum
 
     spark = None
+    source: Any
     if engine == "spark":
-        from pyspark.sql import SparkSession
-
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "8")
-            .config("spark.driver.memory", "8g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        frame = spark.read.parquet(path)
-        if in_memory:
-            frame = frame.cache()
-            frame.count()
-        source: Any = frame
-        note = "cached DataFrame" if in_memory else "reads the Parquet file"
+        spark, source, note = _spark_frame(path, in_memory)
     else:
         source = pq.read_table(path) if in_memory else path
         note = "Arrow table in memory" if in_memory else "reads the Parquet file"
@@ -255,6 +281,8 @@ def worker(system: str, path: str, in_memory: bool) -> None:
         run, close, note = _floor(path, in_memory)
     elif system == "opendp":
         run, close, note = _opendp(path, in_memory)
+    elif system == "spark":
+        run, close, note = _spark(path, in_memory)
     else:
         run, close, note = _dpkit(path, in_memory, system.split("-")[1])
     pa.default_memory_pool().release_unused()  # Parquet decoding's slack is not the data
@@ -262,7 +290,7 @@ def worker(system: str, path: str, in_memory: bool) -> None:
     start = time.perf_counter()
     run()
     seconds = time.perf_counter() - start
-    if system == "dpkit-spark" and seconds < 120:  # the first query pays for JVM warm-up
+    if system in ("spark", "dpkit-spark") and seconds < 120:  # the first query pays for JVM warm-up
         again = time.perf_counter()
         run()
         note += f"; a second run: {time.perf_counter() - again:.2f} s"
@@ -373,16 +401,20 @@ def main() -> None:
     print()
     print(
         f"| {'rows':>11} | {'system':<28} | {'seconds':>8} | {'process peak MB':>15} | "
-        f"{'peak above data MB':>18} | note |"
+        f"{'peak above data MB':>18} | {'÷ limit':>7} | note |"
     )
-    print(f"|{'-' * 13}|{'-' * 30}|{'-' * 10}|{'-' * 17}|{'-' * 20}|------|")
+    print(f"|{'-' * 13}|{'-' * 30}|{'-' * 10}|{'-' * 17}|{'-' * 20}|{'-' * 9}|------|")
+    seconds = {(r, s): res["seconds"] for r, s, res in table if "error" not in res}
+    limits = {"dpkit-duckdb": "floor", "dpkit-spark": "spark"}
     for rows, system, result in table:
+        limit = seconds.get((rows, limits.get(system, "")))
+        ratio = f"{result['seconds'] / limit:>6.2f}x" if limit and "error" not in result else ""
         if "error" in result:
-            cells = f"{'—':>8} | {'—':>15} | {'—':>18} | {result['error']}"
+            cells = f"{'—':>8} | {'—':>15} | {'—':>18} | {ratio:>7} | {result['error']}"
         else:
             cells = (
                 f"{result['seconds']:>8.3f} | {result['peak']:>15,.0f} | "
-                f"{result['above']:>18,.0f} | {result['note']}"
+                f"{result['above']:>18,.0f} | {ratio:>7} | {result['note']}"
             )
         print(f"| {rows:>11,} | {LABELS[system]:<28} | {cells} |")
 

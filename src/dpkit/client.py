@@ -12,7 +12,7 @@ as :class:`ServiceError` carrying the HTTP status, the error kind (``budget_exce
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -35,13 +35,15 @@ class ServiceError(DPError):
 
 @dataclass(frozen=True)
 class Answer:
-    """A DP answer: the result tables (rows as dicts), error bars, the charge and the receipt."""
+    """A DP answer: the result tables (rows as dicts), error bars, the charge and the receipt
+    (``columns``: each table's column names, also when it has no rows)."""
 
     tables: dict[str, list[dict[str, Any]]]
     accuracy: dict[str, dict[str, Any]]
     loss: dict[str, Any]
     receipt: dict[str, Any]
     remaining: dict[str, Any]
+    columns: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def table(self) -> list[dict[str, Any]]:
@@ -50,7 +52,7 @@ class Answer:
     def to_pandas(self, name: str = "main") -> Any:
         import pandas as pd  # type: ignore[import-untyped]
 
-        return pd.DataFrame(self.tables[name])
+        return pd.DataFrame(self.tables[name], columns=self.columns.get(name) or None)
 
 
 def _num(value: float | str | Decimal | None) -> str | None:
@@ -160,6 +162,7 @@ class Client:
             result["loss"],
             result["receipt"],
             result["remaining"],
+            result.get("columns") or {},
         )
 
     # -- officers --

@@ -1,5 +1,8 @@
 """Fixtures of the service tests: a data root with a small CSV, an in-process app (TestClient)
-and real uvicorn servers on 127.0.0.1 (always stopped by the test)."""
+and real uvicorn servers on 127.0.0.1 (always stopped by the test): in their own processes
+(``servers``: kill -9, several workers) or on a thread of the test process (``thread_server``;
+``shared_server``, one for the whole session, where each test registers datasets and analysts
+of its own names)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -142,7 +146,7 @@ class Server:
 
 
 def start_server(
-    database: str, data_root: Path, log: Path, workers: int = 1, engine: str = "pandas"
+    database: str, data_root: Path, log: Path, workers: int = 1, engine: str = "duckdb"
 ) -> Server:
     port = free_port()
     env = dict(os.environ)
@@ -208,3 +212,63 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     yield start
     for server in started:
         server.stop()
+
+
+@dataclass
+class ThreadServer:
+    """The app served by uvicorn on a thread of the test process (real HTTP on 127.0.0.1,
+    without a new interpreter's start-up)."""
+
+    url: str
+    database: str
+    server: object
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True  # type: ignore[attr-defined]
+        self.thread.join(30)
+
+
+def start_thread_server(database: str, data_root: Path, engine: str = "duckdb") -> ThreadServer:
+    import uvicorn
+
+    from dpkit.service import ServiceConfig
+    from dpkit.service.app import create_app
+
+    app = create_app(
+        ServiceConfig(
+            database=database, data_root=data_root, bootstrap_token=OFFICER, engine=engine
+        )
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError("the in-process server did not start")
+        time.sleep(0.01)
+    return ThreadServer(f"http://127.0.0.1:{port}", database, server, thread)
+
+
+@pytest.fixture
+def thread_server(data_root: Path, tmp_path: Path) -> Iterator[ThreadServer]:
+    server = start_thread_server(f"sqlite:///{tmp_path}/service.db", data_root)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
+    """One SQLite service for the session (DuckDB engine); tests use their own names."""
+    root = tmp_path_factory.mktemp("shared")
+    write_people(root / "data")
+    server = start_thread_server(f"sqlite:///{root}/service.db", root / "data")
+    yield server
+    server.stop()

@@ -6,13 +6,12 @@ the spend appear on the chart. The screenshot is kept as a test artefact
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import OFFICER, Server
+from conftest import OFFICER, ThreadServer
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -28,12 +27,12 @@ ARGS = [
 
 
 def test_dashboard_login_register_query_and_chart(
-    tmp_path: Path, data_root: Path, servers: Callable[..., Server]
+    tmp_path: Path, thread_server: ThreadServer
 ) -> None:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium); browser test not run")
     sync_api = pytest.importorskip("playwright.sync_api")
-    server = servers(f"sqlite:///{tmp_path}/service.db", data_root)
+    server = thread_server  # uvicorn on 127.0.0.1, on a thread of this process
     with httpx.Client(base_url=server.url, timeout=30) as http:
         r = http.post(
             "/api/v1/principals",

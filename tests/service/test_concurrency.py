@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Api, Server
+from conftest import Api, Server, ThreadServer
 from dpkit.core.losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 
@@ -19,7 +19,9 @@ CLIENTS = 64
 PER_CLIENT = 2  # 128 attempts for 100 grants
 
 
-def _race(url: str, token: str, clients: int, per_client: int) -> tuple[int, int, list[str]]:
+def _race(
+    url: str, token: str, clients: int, per_client: int, dataset: str = "people"
+) -> tuple[int, int, list[str]]:
     granted = [0] * clients
     refused = [0] * clients
     errors: list[str] = []
@@ -33,7 +35,7 @@ def _race(url: str, token: str, clients: int, per_client: int) -> tuple[int, int
                     "/api/v1/query",
                     headers={"Authorization": f"Bearer {token}"},
                     json={
-                        "dataset": "people",
+                        "dataset": dataset,
                         "sql": "SELECT COUNT(*)",
                         "loss": {"epsilon": "0.01"},
                     },
@@ -53,18 +55,24 @@ def _race(url: str, token: str, clients: int, per_client: int) -> tuple[int, int
     return sum(granted), sum(refused), errors
 
 
-def _setup(url: str, allowance: str = "1") -> str:
+def _setup(url: str, allowance: str = "1", dataset: str = "people", analyst: str = "ana") -> str:
     with httpx.Client(base_url=url, timeout=60) as http:
         api = Api(http, {})
-        assert api.register(epsilon="1").status_code == 201
-        return api.analyst("ana", epsilon=allowance)
+        assert api.register(dataset, epsilon="1").status_code == 201
+        return api.analyst(analyst, dataset=dataset, epsilon=allowance)
 
 
-def _ledger_has_exactly(database: str, dataset_total: int, analyst_total: int) -> None:
+def _ledger_has_exactly(
+    database: str,
+    dataset_total: int,
+    analyst_total: int,
+    dataset: str = "people",
+    analyst: str = "ana",
+) -> None:
     with Ledger.open(database, monitor=BudgetMonitor(log=False)) as ledger:
-        assert ledger.budget("people").charges == dataset_total
-        assert ledger.budget("people", "ana").charges == analyst_total
-        assert len(ledger.history("people", kinds=["commit"])) == dataset_total
+        assert ledger.budget(dataset).charges == dataset_total
+        assert ledger.budget(dataset, analyst).charges == analyst_total
+        assert len(ledger.history(dataset, kinds=["commit"])) == dataset_total
         assert ledger.replay().ok
 
 
@@ -74,10 +82,20 @@ def _database(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return f"sqlite:///{tmp_path}/service.db"
 
 
+def test_64_clients_get_exactly_100_grants_from_one_process(shared_server: ThreadServer) -> None:
+    """SQLite, one server process (the session's shared server; the dataset is this test's)."""
+    token = _setup(shared_server.url, dataset="race64", analyst="ana_race64")
+    granted, refused, errors = _race(shared_server.url, token, CLIENTS, PER_CLIENT, "race64")
+    assert errors == []
+    assert (granted, refused) == (100, CLIENTS * PER_CLIENT - 100)
+    _ledger_has_exactly(shared_server.database, 100, 100, "race64", "ana_race64")
+    with Ledger.open(shared_server.database, monitor=BudgetMonitor(log=False)) as ledger:
+        assert ledger.spent("race64") == PureDP(1)
+
+
 @pytest.mark.parametrize(
     ("kind", "workers"),
     [
-        ("sqlite", 1),
         ("postgres", 4),
         pytest.param("sqlite", 4, marks=pytest.mark.slow),
         pytest.param("postgres", 1, marks=pytest.mark.slow),
@@ -103,15 +121,10 @@ def test_64_clients_get_exactly_100_grants(
         assert ledger.spent("people") == PureDP(1)
 
 
-def test_an_analyst_racing_their_allowance_never_exceeds_it(
-    tmp_path: Path, data_root: Path, servers: Callable[..., Server]
-) -> None:
+def test_an_analyst_racing_their_allowance_never_exceeds_it(shared_server: ThreadServer) -> None:
     """32 concurrent requests of ε = 0.01 against an allowance of 0.1 (the dataset has 1.0)."""
-    database = f"sqlite:///{tmp_path}/service.db"
-    server = servers(database, data_root)
-    token = _setup(server.url, allowance="0.1")
-    granted, refused, errors = _race(server.url, token, 32, 1)
+    token = _setup(shared_server.url, allowance="0.1", dataset="allow", analyst="ana_allow")
+    granted, refused, errors = _race(shared_server.url, token, 32, 1, "allow")
     assert errors == []
     assert (granted, refused) == (10, 22)
-    server.stop()
-    _ledger_has_exactly(database, 10, 10)
+    _ledger_has_exactly(shared_server.database, 10, 10, "allow", "ana_allow")

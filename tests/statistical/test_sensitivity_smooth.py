@@ -86,9 +86,9 @@ def test_beta_too_large_is_flagged(noise: str) -> None:
     assert not result.passed  # type: ignore[attr-defined]
 
 
-def test_zcdp_families_refused() -> None:
+def test_unverified_zcdp_family_refused() -> None:
     with pytest.raises(UnsupportedQueryError):
-        make_smooth_sensitivity("median", lower=0, upper=1, n=5, epsilon=1, noise="student_t")
+        make_smooth_sensitivity("median", lower=0, upper=1, n=5, rho=1, noise="arcsinh_normal")
 
 
 def test_claims() -> None:

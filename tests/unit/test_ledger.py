@@ -334,11 +334,21 @@ def test_sqlite_is_durable_across_reopen(tmp_path: Path) -> None:
 
 
 def test_sqlite_pragmas(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "l.db")
+    store = SQLiteStore(tmp_path / "l.db", shared_fsync=False)
     try:
         conn = store._wconn
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        store.close()
+    # with fsyncs shared across processes, COMMIT only writes the WAL (NORMAL) and the store
+    # fsyncs it before answering (tests/reliability/test_ledger_group_commit.py)
+    store = SQLiteStore(tmp_path / "l.db")
+    try:
+        conn = store._wconn
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert store._fsync is not None
     finally:
         store.close()
 

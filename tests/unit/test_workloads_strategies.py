@@ -71,11 +71,11 @@ def test_p_identity_gradient(norm):
 
 def test_opt0_beats_baselines_and_respects_bound():
     w = Prefix(64)
-    s = optimize_p_identity(w, "l2", p=8)
+    s = optimize_p_identity(w, "l2", p=8, max_seconds=2)
     err = expected_error(w, s)
     assert svd_bound(w) <= err < expected_error(w, hierarchical(64))
     assert err == pytest.approx(_dense_error(w, s.matrix, "l2"), rel=1e-6)
-    choice = choose_strategy(w, "l2", p=8)
+    choice = choose_strategy(w, "l2", p=8, max_seconds=1)
     assert "SVD lower bound" in choice.explain()
     assert choice.errors[choice.strategy.name] == min(choice.errors.values())
 

@@ -57,6 +57,10 @@ GROUP BY: public keys from --keys col=v1,v2; without --keys the groups are found
 \b
 Columns of a CSV file are text until declared: --schema amount=float,day=date.
 \b
+With --server URL --token TOKEN (or $DPKIT_TOKEN) the query goes to a dpkit
+service (dpkit serve): DATA is the dataset's name there, and the bounds, unit and schema its
+privacy officer registered apply (--max-rows, --schema, --ledger ... are refused).
+\b
 Examples:
   dpkit budget create transactions --epsilon 3 --unit user_id
   dpkit query transactions.csv "SELECT COUNT(*), SUM(amount, 0, 500)" \\
@@ -65,6 +69,8 @@ Examples:
       "SELECT category, AVG(amount, 0, 500) WHERE day >= DATE '2024-03-01' GROUP BY category" \\
       --dataset transactions --epsilon 0.5 --max-rows 20 --schema amount=float \\
       --keys category=food,travel,rent
+  dpkit query transactions "SELECT COUNT(*)" --epsilon 0.1 \\
+      --server http://dp.internal:8000 --token "$DPKIT_TOKEN"
 """
 
 _KIND_ALIASES = {
@@ -252,7 +258,9 @@ def _footnotes(
 
 @handles_errors
 def query_command(
-    data: Annotated[Path, typer.Argument(help="CSV or Parquet file.")],
+    data: Annotated[
+        Path, typer.Argument(help="CSV or Parquet file (with --server: the dataset's name).")
+    ],
     query: Annotated[
         str,
         typer.Argument(help='The query, e.g. "SELECT COUNT(*), AVG(amount, 0, 500)".'),
@@ -301,7 +309,48 @@ def query_command(
         bool, typer.Option("--allow-large-delta", help="Accept δ ≥ 0.1 (almost never right).")
     ] = False,
     explain: Annotated[bool, typer.Option(help="Also print how the query is answered.")] = False,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            help="Ask a dpkit service (dpkit serve) at this URL instead: DATA is then the "
+            "dataset's name there, and its registered bounds apply.",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="DPKIT_TOKEN",
+            help="With --server: your analyst token (better: export DPKIT_TOKEN).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
+    if server is not None:
+        _query_server(
+            server,
+            token,
+            data,
+            query,
+            dataset,
+            epsilon,
+            delta,
+            rho,
+            alpha,
+            allow_large_delta,
+            keys or [],
+            {
+                "--max-rows": max_rows,
+                "--max-groups": max_groups,
+                "--max-rows-per-group": max_rows_per_group,
+                "--unit": unit,
+                "--schema": schema or None,
+                "--ledger": ledger,
+                "--explain": explain or None,
+            },
+        )
+        return
     # ---- everything public is checked before the ledger or the data is touched
     if not dataset:
         raise CLIError(
@@ -463,6 +512,52 @@ def query_command(
         keys=parsed.group_by,
     )
     print_alerts(alerts, err_console())
+
+
+def _query_server(
+    server: str,
+    token: str | None,
+    data: Path,
+    query: str,
+    dataset: str | None,
+    epsilon: float | None,
+    delta: float | None,
+    rho: float | None,
+    alpha: float,
+    allow_large_delta: bool,
+    keys: list[str],
+    local_only: Mapping[str, Any],
+) -> None:
+    """``dpkit query DATASET "SELECT ..." --server URL --token T``: checks the same public
+    inputs as the local command, then asks the service (:mod:`dpkit.cli.remote`)."""
+    given = [flag for flag, value in local_only.items() if value is not None]
+    if given:
+        raise CLIError(
+            f"{', '.join(given)} cannot be used with --server",
+            "The service applies the bounds, unit and schema its privacy officer registered "
+            "with the dataset (they are printed with the answer), and keeps its own ledger.",
+        )
+    name = str(data)
+    if dataset is not None and dataset != name:
+        raise CLIError(
+            f"--dataset {dataset} and DATA {name} differ",
+            'With --server, DATA is the dataset\'s name: dpkit query NAME "SELECT ..." '
+            "--server URL.",
+        )
+    query_loss = _query_loss(epsilon, delta, rho, allow_large_delta)
+    if not 0 < alpha < 1:
+        raise CLIError(f"--alpha must be in (0, 1) (got {human_number(alpha)})")
+    from dpkit.cli.remote import query_remote
+
+    query_remote(
+        server=server,
+        token=token,
+        name=name,
+        query=query,
+        query_loss=query_loss,
+        keys=keys,
+        alpha=alpha,
+    )
 
 
 query_command.__doc__ = QUERY_HELP

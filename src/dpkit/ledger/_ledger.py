@@ -11,6 +11,18 @@ any data is read; if the composed loss would exceed the dataset's budget (or the
 under it) it raises :class:`~dpkit.errors.BudgetExceededError` and records nothing. A reservation
 is spent from that moment on: ``fail`` and crashes keep the charge (no refunds - an error message
 or a timing difference can leak as much as a result).
+
+Durability (spend before speak): ``reserve`` returns only once the charge is on stable storage
+(fsync-ed), so no data is read for a charge that a crash - of any process, of the machine, or a
+power loss - could erase. ``commit`` and ``fail`` only *finalise* a reservation: they add a
+record, never a charge, because an unfinalised reservation already counts in full. So by
+default they return once their transaction is committed and handed to the operating system:
+that survives the death of any process (kill -9), is ordered before every later write, and
+reaches stable storage with the next fsync of the ledger (any later reservation's, from any
+process). A power loss in between can at worst turn a committed reservation back into a pending
+one - the same charge, still spent, whose receipt id is derived from the reservation's id. This
+halves the fsyncs of a release cycle. ``durable_receipts=True`` makes them wait for stable
+storage too. (docs/ledger.md, "Durability and group commit", has the argument.)
 """
 
 from __future__ import annotations
@@ -119,8 +131,10 @@ class Ledger:
         monitor: BudgetMonitor | None = None,
         verify: bool = True,
         clock: Callable[[], float] = time.time,
+        durable_receipts: bool = False,
     ) -> None:
         self._store = store
+        self._sync_final = bool(durable_receipts)
         self.monitor = monitor if monitor is not None else BudgetMonitor(log=True)
         self._clock = clock
         self._exhausted: set[tuple[str, str | None]] = set()
@@ -146,6 +160,7 @@ class Ledger:
         timeout: float = 60.0,
         group_commit: bool = True,
         clock: Callable[[], float] = time.time,
+        durable_receipts: bool = False,
     ) -> Ledger:
         """Open (creating if needed) the ledger at ``path_or_url``.
 
@@ -156,13 +171,24 @@ class Ledger:
             verify: replay the entries and refuse to open a ledger whose totals disagree.
             timeout: seconds to wait for another process's write lock.
             group_commit: let concurrent threads share a transaction (and its fsync).
+            durable_receipts: make ``commit`` and ``fail`` wait for stable storage too. By
+                default they return once the operating system holds them (they survive kill -9
+                of any process, and the next reservation's fsync makes them power-loss
+                durable); the charge itself is always on stable storage before ``reserve``
+                returns. See the module docstring.
         """
         if isinstance(path_or_url, str | os.PathLike | Path):
             store = open_store(path_or_url, timeout=timeout, group_commit=group_commit)
         else:
             store = path_or_url
         try:
-            return cls(store, monitor=monitor, verify=verify, clock=clock)
+            return cls(
+                store,
+                monitor=monitor,
+                verify=verify,
+                clock=clock,
+                durable_receipts=durable_receipts,
+            )
         except BaseException:
             store.close()
             raise
@@ -332,6 +358,10 @@ class Ledger:
     ) -> Reservation:
         """Check and record a charge atomically, before any data is read.
 
+        Returns only once the charge is on stable storage (fsync-ed; shared with concurrent
+        writers of every process, see docs/ledger.md), so a result computed after it can never
+        outlive its charge.
+
         Raises:
             BudgetExceededError: the composed loss would exceed the analyst's or the dataset's
                 budget; nothing was recorded.
@@ -393,7 +423,12 @@ class Ledger:
         return reservation
 
     def commit(self, reservation: Reservation, receipt: str | None = None) -> Receipt:
-        """Finalise a reservation after its result was computed; returns the receipt."""
+        """Finalise a reservation after its result was computed; returns the receipt.
+
+        Returns once the record is committed and survives the death of any process; it is on
+        stable storage with the next fsync (at once with ``durable_receipts=True``). Losing it
+        to a power loss cannot lower a spend: the reservation it finalises was already durable
+        and counts in full (see the module docstring)."""
         if receipt is not None and (not isinstance(receipt, str) or not receipt):
             raise InvalidParameterError("receipt", receipt, "a non-empty string or None")
         now = self._clock()
@@ -422,7 +457,7 @@ class Ledger:
                 now,
             )
 
-        return self._store.write(work)
+        return self._store.write(work, sync=self._sync_final)
 
     def fail(self, reservation: Reservation, reason: str = "") -> None:
         """Record that the reserved query failed. The charge stays: there are no refunds."""
@@ -443,7 +478,7 @@ class Ledger:
                 )
             )
 
-        self._store.write(work)
+        self._store.write(work, sync=self._sync_final)
 
     def _check_open_reservation(self, txn: StoreTransaction, reservation: Reservation) -> None:
         if not isinstance(reservation, Reservation):

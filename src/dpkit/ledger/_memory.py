@@ -90,7 +90,7 @@ class MemoryStore:
     def ledger_id(self) -> str:
         return self._ledger_id
 
-    def write(self, work: Callable[[StoreTransaction], T]) -> T:
+    def write(self, work: Callable[[StoreTransaction], T], *, sync: bool = True) -> T:
         with self._lock:
             budgets = dict(self._budgets)
             count = len(self._entries)

@@ -55,8 +55,8 @@ from dpkit.ledger._model import (
     fraction_text,
     loss_to_text,
 )
-from dpkit.ledger._sqlite import _BUDGET_COLUMNS, _ENTRY_COLUMNS, _analyst_key, _Request, _Txn
-from dpkit.ledger._store import BudgetRow, NewEntry, StoreTransaction
+from dpkit.ledger._sqlite import _BUDGET_COLUMNS, _ENTRY_COLUMNS, _analyst_key, _Txn
+from dpkit.ledger._store import BudgetRow, GroupCommitStore, NewEntry, StoreTransaction, _Request
 
 __all__ = ["MIGRATIONS", "LedgerUnavailableError", "PostgresStore", "split_url"]
 
@@ -270,14 +270,21 @@ class _PgTxn(_Txn):
         return [self._entry(tuple(r)) for r in self._conn.execute(sql, args).fetchall()]
 
 
-class PostgresStore:
+class PostgresStore(GroupCommitStore):
     """A ledger in a PostgreSQL schema.
+
+    Every write waits for its WAL flush, even a finalisation (``sync=False``): PostgreSQL's
+    asynchronous commit keeps the commit record in the server's memory, so it would not survive
+    a crash of the server's processes.
 
     Args:
         url: a libpq URL (``postgresql://user:pass@host/db``), optionally ``?schema=name``.
         timeout: seconds to wait for a connection and for the writer lock before giving up.
         group_commit: share one transaction between threads writing at the same time.
     """
+
+    honours_unsynced = False
+    pipeline = True  # the flush runs on its own connection: the next batch need not wait for it
 
     def __init__(self, url: str, *, timeout: float = 60.0, group_commit: bool = True) -> None:
         try:
@@ -289,18 +296,19 @@ class PostgresStore:
         self._psycopg = psycopg
         self.url, self.schema = split_url(url)
         self.timeout = timeout
-        self.group_commit = group_commit
+        self._init_group_commit(group_commit)
         self._lock_key = int.from_bytes(
             hashlib.sha256(f"dpkit-ledger:{self.schema}".encode()).digest()[:8], "big", signed=True
         )
-        self._cv = threading.Condition()
-        self._pending: list[_Request] = []
-        self._leader = False
         self._read_lock = threading.Lock()
-        self._closed = False
         self._pid = os.getpid()
         self._wconn: Any = None
         self._rconn: Any = None
+        self._fconn: Any = None  # runs the flushes (see _await_durable), beside the writer
+        self._flush_lock = threading.Lock()  # one flush at a time on _fconn
+        self._flush_state = threading.Lock()
+        self._flushes_started = 0
+        self._flushes_done = 0
         self._ledger_id = self._initialise()
 
     # -- connections --
@@ -334,6 +342,8 @@ class PostgresStore:
             self._wconn = None
         if conn is self._rconn:
             self._rconn = None
+        if conn is self._fconn:
+            self._fconn = None
 
     def _initialise(self) -> str:
         conn = self._writer()
@@ -432,57 +442,21 @@ class PostgresStore:
 
     # -- the protocol --
 
-    def write(self, work: Callable[[StoreTransaction], T]) -> T:
-        """Run ``work`` in a durable transaction (group commit as in the SQLite store)."""
-        self._check_usable()
-        request = _Request(work)
-        with self._cv:
-            self._pending.append(request)
-            lead = not self._leader
-            self._leader = True
-        if not lead:
-            request.event.wait()
-            if request.done:
-                return self._answer(request)
-        with self._cv:
-            if self.group_commit:
-                batch, self._pending = self._pending, []
-            else:
-                self._pending.remove(request)
-                batch = [request]
-        successor: _Request | None = None
-        try:
-            self._run_batch(batch)
-        finally:
-            with self._cv:
-                for r in batch:
-                    r.done = True
-                if self._pending:
-                    successor = self._pending[0]
-                else:
-                    self._leader = False
-                    self._cv.notify_all()
-            for r in batch:
-                if r is not request:
-                    r.event.set()
-            if successor is not None:
-                successor.event.set()
-        return self._answer(request)
+    def _run_batch(self, batch: list[_Request]) -> object | None:
+        """Run the batch in one transaction; returns a flush ticket if anything was committed.
 
-    @staticmethod
-    def _answer(request: _Request) -> Any:
-        if request.error is not None:
-            raise request.error
-        return request.result
-
-    def _run_batch(self, batch: list[_Request]) -> None:
+        The transaction commits without waiting for its WAL flush (so the writer lock is
+        released at once, and the next batch can start); ``_await_durable`` then waits for a
+        flush covering it before anyone is answered. See ``_flush`` for why this is as durable
+        as a synchronous commit."""
         psycopg = self._psycopg
         try:
             conn = self._writer()
-            # The transaction commits without waiting for its WAL flush (so the writer lock is
-            # released at once); _flush() then waits for a flush covering it before anyone is
-            # answered. See _flush for why this is as durable as a synchronous commit.
-            conn.execute("BEGIN; SET LOCAL synchronous_commit TO off")
+            # one round trip opens the transaction (and the first request's savepoint)
+            conn.execute(
+                "BEGIN; SET LOCAL synchronous_commit TO off"
+                + ("; SAVEPOINT dpkit_request" if len(batch) > 1 else "")
+            )
         except (psycopg.Error, LedgerError) as exc:
             refused = exc if isinstance(exc, LedgerError) else self._translate(exc, self._wconn)
             if self._wconn is not None:
@@ -490,7 +464,7 @@ class PostgresStore:
                     self._wconn.execute("ROLLBACK")
             for r in batch:
                 r.error = refused
-            return
+            return None
         txn = _PgTxn(conn, f"ledger schema {self.schema!r}", self.schema, self._lock_key)
         try:
             if len(batch) == 1:  # alone: no savepoint needed, a refusal rolls back everything
@@ -503,21 +477,18 @@ class PostgresStore:
                         self._translate(exc, conn) if isinstance(exc, psycopg.Error) else exc
                     )
                     conn.execute("ROLLBACK")
-                    return
+                    return None
                 conn.execute("COMMIT")
-                self._flush(conn)
-                return
-            for r in batch:
-                conn.execute("SAVEPOINT dpkit_request")
+                return self._ticket()
+            for i, r in enumerate(batch):
+                if i:  # the previous request is kept; this one gets a savepoint of its own
+                    conn.execute("RELEASE SAVEPOINT dpkit_request; SAVEPOINT dpkit_request")
                 try:
                     r.result = r.work(txn)
                 except BaseException as exc:
                     conn.execute("ROLLBACK TO SAVEPOINT dpkit_request")
                     r.error = self._translate(exc, conn) if isinstance(exc, psycopg.Error) else exc
-                conn.execute("RELEASE SAVEPOINT dpkit_request")
-            conn.execute("COMMIT")
-            if any(r.error is None for r in batch):
-                self._flush(conn)
+            conn.execute("COMMIT")  # commits the last savepoint's work too
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
@@ -528,6 +499,47 @@ class PostgresStore:
                 if r.error is None:
                     r.result = None
                     r.error = error
+            return None
+        return self._ticket() if any(r.error is None for r in batch) else None
+
+    def _ticket(self) -> int:
+        """After a COMMIT returned: the number of the first flush that will start after it."""
+        with self._flush_state:
+            return self._flushes_started + 1
+
+    def _await_durable(self, token: object) -> None:
+        """Wait for a flush numbered ``token`` or later (running it, or sharing another
+        thread's): flushes of this process run one at a time on their own connection, each
+        covering every COMMIT that returned before it started."""
+        assert isinstance(token, int)
+        psycopg = self._psycopg
+        with self._flush_lock:
+            with self._flush_state:
+                if self._flushes_done >= token:
+                    return
+                self._flushes_started += 1
+                number = self._flushes_started
+            conn = None
+            try:
+                if self._fconn is None or self._fconn.closed:
+                    self._fconn = self._connect()
+                conn = self._fconn
+                self._flush(conn)
+            except psycopg.Error as exc:
+                with contextlib.suppress(Exception):
+                    if conn is not None:
+                        conn.execute("ROLLBACK")
+                raise self._translate(exc, conn) from exc
+            with self._flush_state:
+                self._flushes_done = max(self._flushes_done, number)
+
+    def _durability_unknown(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, LedgerError):
+            return type(exc)(
+                f"{exc} The change was committed but its flush to disk was not confirmed, so it "
+                "is not acknowledged (a charge in it still counts as spent; replay shows it)."
+            )
+        return exc
 
     @staticmethod
     def _flush(conn: Any) -> None:
@@ -574,18 +586,14 @@ class PostgresStore:
                 raise self._translate(exc, conn) from exc
 
     def close(self) -> None:
-        with self._cv:
-            if self._closed:
-                return
-            self._closed = True
-            while self._leader:
-                self._cv.wait()
+        if not self._close_writers():
+            return
         with self._read_lock:
-            for conn in (self._wconn, self._rconn):
+            for conn in (self._wconn, self._rconn, self._fconn):
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         conn.close()
-            self._wconn = self._rconn = None
+            self._wconn = self._rconn = self._fconn = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({_redact(self.url)!r}, schema={self.schema!r})"

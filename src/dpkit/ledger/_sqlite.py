@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -40,7 +41,13 @@ from dpkit.ledger._model import (
     loss_to_text,
     parse_fraction,
 )
-from dpkit.ledger._store import BudgetRow, NewEntry, StoreTransaction
+from dpkit.ledger._store import (
+    BudgetRow,
+    GroupCommitStore,
+    NewEntry,
+    StoreTransaction,
+    _Request,
+)
 
 try:
     import fcntl
@@ -242,48 +249,163 @@ class _Txn:
         )
 
 
-class _Request:
-    __slots__ = ("done", "error", "event", "result", "work")
-
-    def __init__(self, work: Callable[[StoreTransaction], Any]) -> None:
-        self.work = work
-        self.done = False
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.event = threading.Event()  # set when done, or when handed the leader's role
+# fdatasync flushes the data and the metadata needed to read it back (the file's size), as
+# SQLite's own sync does on Linux; fsync elsewhere.
+_datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 
-class SQLiteStore:
+class _SharedFsync:
+    """Group fsync of a ledger's write-ahead log across every process that writes it.
+
+    A writer COMMITs with ``synchronous=NORMAL`` (SQLite appends the transaction's frames to
+    the WAL, i.e. hands them to the kernel, and returns without an fsync), releases the write
+    lock, takes a *ticket*, and waits until an fsync of the WAL that *started after* the ticket
+    was taken has returned. Such an fsync covers every frame written before it began - in
+    particular this COMMIT's, whichever process wrote them - so the transaction is then exactly
+    as durable as a ``synchronous=FULL`` COMMIT, which fsyncs the same file before returning.
+
+    Two small files next to the ledger coordinate the processes, through kernel locks (``flock``,
+    released by the kernel when a process dies, so a crash never leaves one held):
+
+    * ``<ledger>-fsync`` holds two counters, ``started`` and ``done``, read and written only
+      under an ``flock`` of that file (so no process ever reads a torn value);
+    * ``<ledger>-fsync.lock`` is held by the one process that is fsyncing.
+
+    ``ticket()`` returns ``started + 1``: the number of the first fsync that will start after
+    it. ``wait(t)`` takes the fsync lock; if ``done >= t`` someone's fsync covered us, else it
+    sets ``started += 1`` (to ``k >= t``), fsyncs the WAL, and sets ``done = k``. While one
+    process fsyncs, every other writer COMMITs and queues on the fsync lock; the next holder's
+    one fsync covers all of them (group commit across processes). If a holder dies mid-fsync,
+    ``done`` stays behind ``started`` and the next holder fsyncs again, so nobody is ever
+    answered on the strength of an fsync that did not finish.
+
+    Checkpoints keep SQLite's own ``synchronous=NORMAL`` protection: the WAL is fsync-ed before
+    its frames are copied into the database, the database after, and the WAL header before the
+    WAL is reused, so a checkpoint can never drop a transaction the WAL held.
+    """
+
+    def __init__(self, db_path: str) -> None:
+        # the name SQLite gives the WAL: of the resolved path (symbolic links followed), fixed
+        # at open, so a later chdir cannot point us at another file
+        db_path = os.path.realpath(db_path)
+        self._wal = f"{db_path}-wal"
+        self._dir = os.path.dirname(db_path)
+        self._state_fd = os.open(f"{db_path}-fsync", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._sync_fd = os.open(f"{db_path}-fsync.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            os.close(self._state_fd)
+            raise
+        # flock is held per open file, not per thread: threads of this process take these first
+        self._state_mutex = threading.Lock()
+        self._sync_mutex = threading.Lock()
+        self._wal_inode: tuple[int, int] | None = None
+        self.fsyncs = 0  # fsyncs this process ran (for tests and benchmarks)
+
+    @contextlib.contextmanager
+    def _state(self) -> Iterator[list[int]]:
+        with self._state_mutex:
+            fcntl.flock(self._state_fd, fcntl.LOCK_EX)
+            try:
+                raw = os.pread(self._state_fd, 16, 0)
+                values = list(struct.unpack("<QQ", raw)) if len(raw) == 16 else [0, 0]
+                before = list(values)
+                yield values
+                if values != before:
+                    os.pwrite(self._state_fd, struct.pack("<QQ", *values), 0)
+            finally:
+                fcntl.flock(self._state_fd, fcntl.LOCK_UN)
+
+    def ticket(self) -> int:
+        """Call after COMMIT returned: the number of an fsync that will cover that COMMIT."""
+        with self._state() as state:
+            return state[0] + 1
+
+    def wait(self, ticket: int) -> None:
+        """Return once an fsync numbered ``ticket`` or later has completed (maybe running it)."""
+        with self._sync_mutex:
+            fcntl.flock(self._sync_fd, fcntl.LOCK_EX)
+            try:
+                with self._state() as state:
+                    if state[1] >= ticket:
+                        return
+                    state[0] += 1
+                    number = state[0]
+                self._fsync_wal()
+                with self._state() as state:
+                    state[1] = max(state[1], number)
+            finally:
+                fcntl.flock(self._sync_fd, fcntl.LOCK_UN)
+
+    def _fsync_wal(self) -> None:
+        # (the WAL exists while any connection is open, and the writer waiting for this fsync
+        # holds one: if it is missing, something is wrong, and the error reaches the caller)
+        fd = os.open(self._wal, os.O_RDONLY)
+        try:
+            _datasync(fd)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        self.fsyncs += 1
+        inode = (st.st_dev, st.st_ino)
+        if inode != self._wal_inode:  # a new WAL file: make its directory entry durable too
+            dir_fd = os.open(self._dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            self._wal_inode = inode
+
+    def close(self) -> None:
+        for fd in (self._state_fd, self._sync_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class SQLiteStore(GroupCommitStore):
     """A ledger in one SQLite file (or ``":memory:"`` for tests).
 
     Args:
         path: the database file; created (with its schema) if missing.
         timeout: seconds to wait for another process's write lock before giving up.
         group_commit: share one transaction between threads writing at the same time.
+        shared_fsync: share fsyncs with the other processes writing the same file (group commit
+            across processes, see :class:`_SharedFsync`); ``False`` lets every COMMIT fsync
+            under the write lock (SQLite's ``synchronous=FULL``). Durability is the same.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, timeout: float = 60.0, group_commit: bool = True
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 60.0,
+        group_commit: bool = True,
+        shared_fsync: bool = True,
     ) -> None:
         self.path = str(path)
         self.timeout = timeout
-        self.group_commit = group_commit
         self._memory = self.path == ":memory:"
-        self._cv = threading.Condition()
-        self._pending: list[_Request] = []
-        self._leader = False
+        self._init_group_commit(group_commit)
         self._read_lock = threading.Lock()
-        self._closed = False
         self._pid = os.getpid()
         self._wconn = self._connect()
         self._ledger_id = self._initialise()
         self._rconn = self._wconn if self._memory else self._connect()
         self._lock_fd: int | None = None
+        self._fsync: _SharedFsync | None = None
         if fcntl is not None and not self._memory:
             try:
                 self._lock_fd = os.open(f"{self.path}-writer.lock", os.O_RDWR | os.O_CREAT, 0o644)
             except OSError:
                 self._lock_fd = None  # e.g. a read-only directory: SQLite's own locking suffices
+            if shared_fsync and self._lock_fd is not None:
+                try:
+                    self._fsync = _SharedFsync(self.path)
+                except OSError:
+                    self._fsync = None  # keep synchronous=FULL: every COMMIT fsyncs itself
+        if self._fsync is not None:
+            # COMMIT only writes the WAL; _await_durable fsyncs it before anyone is answered
+            self._wconn.execute("PRAGMA synchronous = NORMAL")
 
     # -- connections --
 
@@ -391,58 +513,25 @@ class SQLiteStore:
 
     # -- the protocol --
 
-    def write(self, work: Callable[[StoreTransaction], T]) -> T:
-        """Run ``work`` in a durable transaction, sharing it with concurrent writers.
-
-        The first writer becomes the leader; writers arriving while it works queue up. When its
-        transaction committed, the leader answers the requests it carried and hands the role to
-        the oldest queued writer, which takes every queued request into the next transaction.
-        Each thread is woken exactly once.
-        """
-        self._check_usable()
-        request = _Request(work)
-        with self._cv:
-            self._pending.append(request)
-            lead = not self._leader
-            self._leader = True
-        if not lead:
-            request.event.wait()
-            if request.done:
-                return self._answer(request)
-        with self._cv:  # we lead: take the queue (ours included)
-            if self.group_commit:
-                batch, self._pending = self._pending, []
-            else:
-                self._pending.remove(request)
-                batch = [request]
-        successor: _Request | None = None
-        try:
-            self._run_batch(batch)
-        finally:
-            with self._cv:
-                for r in batch:
-                    r.done = True
-                if self._pending:
-                    successor = self._pending[0]
-                else:
-                    self._leader = False
-                    self._cv.notify_all()  # only close() waits on this
-            for r in batch:
-                if r is not request:
-                    r.event.set()
-            if successor is not None:
-                successor.event.set()
-        return self._answer(request)
-
-    @staticmethod
-    def _answer(request: _Request) -> Any:
-        if request.error is not None:
-            raise request.error
-        return request.result
-
-    def _run_batch(self, batch: list[_Request]) -> None:
+    def _run_batch(self, batch: list[_Request]) -> object | None:
+        """One transaction for the batch, under the writer lock; returns the durability ticket
+        (``None`` when the COMMIT already fsync-ed, or nothing was committed)."""
         with self._process_lock():
-            self._run_batch_locked(batch)
+            committed = self._run_batch_locked(batch)
+        if not committed or self._fsync is None:
+            return None
+        return self._fsync.ticket()
+
+    def _await_durable(self, token: object) -> None:
+        assert self._fsync is not None and isinstance(token, int)
+        try:
+            self._fsync.wait(token)
+        except OSError as exc:
+            raise LedgerError(
+                f"ledger {self.path!r}: could not fsync the write-ahead log ({exc}); the "
+                "change was written but is not confirmed durable, so it is not acknowledged "
+                "(a charge in it still counts as spent)."
+            ) from exc
 
     @contextlib.contextmanager
     def _process_lock(self) -> Iterator[None]:
@@ -459,7 +548,8 @@ class SQLiteStore:
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def _run_batch_locked(self, batch: list[_Request]) -> None:
+    def _run_batch_locked(self, batch: list[_Request]) -> bool:
+        """Run the batch in one transaction; True if a COMMIT with a successful request ran."""
         conn = self._wconn
         txn = _Txn(conn, f"ledger {self.path!r}")
         try:
@@ -468,16 +558,26 @@ class SQLiteStore:
             refused = self._translate(exc)
             for r in batch:
                 r.error = refused
-            return
+            return False
         try:
-            for r in batch:
-                conn.execute("SAVEPOINT dpkit_request")
+            if len(batch) == 1:  # alone: no savepoint needed, a refusal rolls back everything
+                only = batch[0]
                 try:
-                    r.result = r.work(txn)
+                    only.result = only.work(txn)
                 except BaseException as exc:
-                    conn.execute("ROLLBACK TO dpkit_request")
-                    r.error = self._translate(exc) if isinstance(exc, sqlite3.Error) else exc
-                conn.execute("RELEASE dpkit_request")
+                    only.result = None
+                    only.error = self._translate(exc) if isinstance(exc, sqlite3.Error) else exc
+                    conn.execute("ROLLBACK")
+                    return False
+            else:
+                for r in batch:
+                    conn.execute("SAVEPOINT dpkit_request")
+                    try:
+                        r.result = r.work(txn)
+                    except BaseException as exc:
+                        conn.execute("ROLLBACK TO dpkit_request")
+                        r.error = self._translate(exc) if isinstance(exc, sqlite3.Error) else exc
+                    conn.execute("RELEASE dpkit_request")
             conn.execute("COMMIT")
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
@@ -487,6 +587,8 @@ class SQLiteStore:
                 if r.error is None:
                     r.result = None
                     r.error = error
+            return False
+        return any(r.error is None for r in batch)
 
     def read(self, work: Callable[[StoreTransaction], T]) -> T:
         self._check_usable()
@@ -506,12 +608,8 @@ class SQLiteStore:
                 raise self._translate(exc) from exc
 
     def close(self) -> None:
-        with self._cv:
-            if self._closed:
-                return
-            self._closed = True
-            while self._leader:
-                self._cv.wait()
+        if not self._close_writers():
+            return
         with self._read_lock:
             for conn in {id(self._wconn): self._wconn, id(self._rconn): self._rconn}.values():
                 with contextlib.suppress(sqlite3.Error):
@@ -520,6 +618,9 @@ class SQLiteStore:
                 with contextlib.suppress(OSError):
                     os.close(self._lock_fd)
                 self._lock_fd = None
+            if self._fsync is not None:
+                self._fsync.close()
+                self._fsync = None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"

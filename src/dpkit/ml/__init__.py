@@ -6,6 +6,9 @@
   AdaSSP's private ridge (Wang 2018) by default.
 * :func:`fit_linear_regression` – the same model fitted on a :class:`dpkit.analytics.Session`'s
   columns: the sufficient statistics come from one Session query (one engine pass).
+* :func:`fit_kmeans` – :class:`KMeans` on a Session's columns: Lloyd iterations and the LSH
+  coreset are grouped aggregate queries whose assignment (nearest centre, grid cell) the engine
+  computes (DuckDB, Spark, pandas); the whole loss is reserved once before the first read.
 
 Every estimator is private under adding or removing one row, reports ``privacy_loss_`` and, when
 given a ledger, reserves that loss before reading data. docs/ml.md has the proofs and accuracy.
@@ -13,6 +16,6 @@ given a ledger, reserves that loss before reading data. docs/ml.md has the proof
 
 from dpkit.ml._kmeans import KMeans
 from dpkit.ml._linear import LinearRegression
-from dpkit.ml._session import fit_linear_regression
+from dpkit.ml._session import fit_kmeans, fit_linear_regression
 
-__all__ = ["KMeans", "LinearRegression", "fit_linear_regression"]
+__all__ = ["KMeans", "LinearRegression", "fit_kmeans", "fit_linear_regression"]

@@ -104,10 +104,21 @@ def _private_lloyd_step(
     counts, sums = sum_by_label(fixed, labels, k)
     noisy_counts = budget.noisy_counts(counts, count_share)
     noisy_sums = budget.noisy_sums(sums, sum_share, d)
-    floor = max(1.0, 2.0 * budget.count_noise_scale(count_share))
-    ok = noisy_counts >= floor
-    out = centres.copy()
-    out[ok] = np.clip(noisy_sums[ok] / noisy_counts[ok, None], -1.0, 1.0)
+    return lloyd_update(centres, noisy_counts, noisy_sums, budget.count_noise_scale(count_share))
+
+
+def lloyd_update(
+    centres: np.ndarray, noisy_counts: np.ndarray, noisy_sums: np.ndarray, noise_level: float
+) -> np.ndarray:
+    """New centres from released per-cluster counts and sums (post-processing only): the noisy
+    mean, clipped to [-1, 1]^d; a cluster whose noisy count is below max(1, 2·noise level),
+    empty ones included, keeps its previous centre. Never raises."""
+    floor = max(1.0, 2.0 * noise_level)
+    counts = np.nan_to_num(np.asarray(noisy_counts, dtype=np.float64), nan=0.0)
+    sums = np.nan_to_num(np.asarray(noisy_sums, dtype=np.float64), nan=0.0)
+    ok = counts >= floor
+    out = np.array(centres, dtype=np.float64)
+    out[ok] = np.clip(sums[ok] / counts[ok, None], -1.0, 1.0)
     return out
 
 
@@ -132,6 +143,21 @@ def _grid_geometry(d: int, grid_size: int | None) -> tuple[int, int]:
     return p, grid_size if grid_size is not None else default
 
 
+def lsh_hash(d: int, grid_size: int | None) -> tuple[np.ndarray, float, np.ndarray]:
+    """A fresh public, data-independent LSH hash of [-1, 1]^d (drawn from dpkit.noise):
+    (projection d×p with orthonormal columns, clipping radius, grid shift in [0, 1)^p)."""
+    p, _ = _grid_geometry(d, grid_size)
+    rng = generator(d * p + p)
+    if p == d:
+        projection = np.eye(d)
+        radius = 1.0
+    else:
+        projection, _ = np.linalg.qr(rng.standard_normal((d, p)))
+        radius = min(math.sqrt(d), 2.0)
+    shift = rng.uniform(0.0, 1.0, size=p)
+    return projection, radius, shift
+
+
 def _coreset_release(
     fixed: np.ndarray,
     scaled: np.ndarray,
@@ -152,14 +178,7 @@ def _coreset_release(
     """
     n_rows, d = scaled.shape
     p, g = _grid_geometry(d, grid_size)
-    rng = generator(d * p + p)
-    if p == d:
-        projection = np.eye(d)
-        radius = 1.0
-    else:
-        projection, _ = np.linalg.qr(rng.standard_normal((d, p)))
-        radius = min(math.sqrt(d), 2.0)
-    shift = rng.uniform(0.0, 1.0, size=p)
+    projection, radius, shift = lsh_hash(d, grid_size)
     z = scaled @ projection
     cell = np.floor((np.clip(z, -radius, radius) + radius) / (2 * radius) * (g - 1) + shift)
     idx = np.clip(cell, 0, g - 1).astype(np.int64)
@@ -184,6 +203,17 @@ def _coreset_centres(
     level (noise scale · ln(#cells)) become weighted coreset points (noisy mean, noisy count),
     and weighted k-means++ with Lloyd (scikit-learn) on the coreset gives k centres."""
     noisy_counts, noisy_sums, level = _coreset_release(fixed, scaled, budget, share, grid_size)
+    return coreset_centres(noisy_counts, noisy_sums, level, k)
+
+
+def coreset_centres(
+    noisy_counts: np.ndarray, noisy_sums: np.ndarray, level: float, k: int
+) -> np.ndarray:
+    """Post-processing of a released cell histogram (counts and sums per cell): cells whose
+    noisy count clears level·ln(#cells) become weighted points (noisy mean, noisy count), at
+    least the k largest; weighted k-means++ and Lloyd on them give k centres. Never raises."""
+    noisy_counts = np.nan_to_num(np.asarray(noisy_counts, dtype=np.float64), nan=0.0)
+    noisy_sums = np.nan_to_num(np.asarray(noisy_sums, dtype=np.float64), nan=0.0)
     cells = noisy_counts.size
     keep = np.flatnonzero(noisy_counts > level * math.log(cells))
     if keep.size < k:
@@ -251,6 +281,24 @@ def _grid_em(
         h = np.bincount(flat, minlength=cells).astype(np.int64)
     else:
         h = np.zeros(cells, dtype=np.int64)
+    return grid_em_select(h, k, d, g, step_epsilon, radius), cells
+
+
+def grid_em_select(
+    h: np.ndarray,
+    k: int,
+    d: int,
+    g: int,
+    step_epsilon: Fraction,
+    radius: float = 1.0,
+    rows_per_unit: int = 1,
+) -> np.ndarray:
+    """The k greedy exponential-mechanism selections of :func:`_grid_em` from the exact lattice
+    histogram ``h`` (length g^d, C order). When one privacy unit may hold ``rows_per_unit``
+    rows, adding or removing it changes h by at most that many rows in total, so the utility's
+    sensitivity is rows_per_unit · cap (still monotone: adding a unit only adds rows)."""
+    cells = g**d
+    h = np.asarray(h, dtype=np.int64)
     coords = np.stack(np.unravel_index(np.arange(cells), (g,) * d), axis=1).astype(np.int64)
     occupied = np.flatnonzero(h)
     weights = h[occupied]
@@ -261,7 +309,7 @@ def _grid_em(
         diff = occ_coords[:, j : j + 1] - coords[None, :, j]
         sq += diff * diff
     sensitivity = _em_cap(d, g, radius)
-    mech = make_exponential(step_epsilon, sensitivity, monotonic=True)
+    mech = make_exponential(step_epsilon, sensitivity * rows_per_unit, monotonic=True)
     best = np.full(occupied.size, sensitivity, dtype=np.int64)
     chosen: list[int] = []
     for _ in range(k):
@@ -270,8 +318,7 @@ def _grid_em(
         pick = int(mech(-gaps.astype(np.float64)))
         chosen.append(pick)
         best = np.minimum(best, sq[:, pick])
-    centres = (2.0 * coords[chosen] + 1.0) / g - 1.0
-    return centres, cells
+    return np.asarray((2.0 * coords[chosen] + 1.0) / g - 1.0, dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------- estimator

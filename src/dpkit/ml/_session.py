@@ -12,16 +12,29 @@ and the intervals are post-processing (:class:`dpkit.ml.LinearRegression`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from dpkit.core.losses import PrivacyLoss, compose
 from dpkit.errors import InvalidParameterError
 from dpkit.ml._common import check_box
+from dpkit.ml._kmeans import (
+    KMeans,
+    _grid_geometry,
+    _lattice,
+    _public_spread,
+    coreset_centres,
+    grid_em_select,
+    lloyd_update,
+    lsh_hash,
+)
 from dpkit.ml._linear import LinearRegression
 
-__all__ = ["fit_linear_regression"]
+__all__ = ["fit_kmeans", "fit_linear_regression"]
 
 _Z = 1.959963984540054  # interval half-width / σ at α = 0.05 (used only to size the ridge)
 
@@ -106,3 +119,390 @@ def fit_linear_regression(
     model._finish(a_noisy, b_noisy, c_noisy, max(sig_a), sig_b, 0.0, box_x, box_y, intercept=True)
     model.privacy_loss_ = release.loss
     return model
+
+
+# ============================================================================= k-means
+_PREFIX = "__ml_"
+
+
+_TERMS = 8
+"""Terms per derived column. The SQL engines turn NaN into NULL after every + - * with a CASE
+(or DuckDB's NULLIF macro) that repeats its operand, so an expression of arithmetic depth D is
+2^D nodes by the time the engine binds it. Long sums are therefore split into derived columns
+of at most 8 terms (balanced trees of depth 4): every derived column stays small, and each is
+one subquery level, which engines do not inline."""
+
+
+def _balanced(terms: Sequence[Any]) -> Any:
+    """Σ terms as a balanced tree (depth ⌈log2 len⌉)."""
+    items = list(terms)
+    while len(items) > 1:
+        items = [
+            items[i] + items[i + 1] if i + 1 < len(items) else items[i]
+            for i in range(0, len(items), 2)
+        ]
+    return items[0]
+
+
+def _with_sum(query: Any, name: str, terms: Sequence[Any]) -> Any:
+    """Add column ``name`` = Σ terms, through derived columns of at most :data:`_TERMS` terms."""
+    from dpkit.analytics import col
+
+    items = list(terms)
+    level = 0
+    while len(items) > _TERMS:
+        parts = []
+        for i in range(0, len(items), _TERMS):
+            part = f"{name}_{level}_{i // _TERMS}"
+            query = query.with_column(part, _balanced(items[i : i + _TERMS]))
+            parts.append(col(part))
+        items, level = parts, level + 1
+    return query.with_column(name, _balanced(items))
+
+
+def _with_linear(
+    query: Any, name: str, z: Sequence[str], weights: np.ndarray, constant: float
+) -> Any:
+    """Add column ``name`` = constant + Σ_t weights_t · z_t."""
+    from dpkit.analytics import col, lit
+
+    terms: list[Any] = [lit(float(constant))]
+    terms += [col(n) * float(w) for n, w in zip(z, weights, strict=True) if w != 0]
+    return _with_sum(query, name, terms)
+
+
+def _with_clamp(query: Any, name: str, value: Any, lower: float, upper: float) -> Any:
+    """Add column ``name`` = clamp(value, lower, upper) for a non-NULL number (±inf included).
+
+    ``value`` is first a derived column of its own; inf·0 is NaN, which every engine reads as
+    NULL, so the in-range term is ``coalesce(v·[lower <= v <= upper], 0)`` and the out-of-range
+    terms are constants times indicators."""
+    from dpkit.analytics import col
+
+    raw = f"{name}_raw"
+    query = query.with_column(raw, value)
+    v = col(raw)
+    inside = (v * v.between(lower, upper).as_number()).fill_null(0.0)
+    outside = (v < lower).as_number() * lower + (v > upper).as_number() * upper
+    return query.with_column(name, inside + outside)
+
+
+def _row_map(query: Any, names: Sequence[str], box: Any) -> tuple[Any, list[str]]:
+    """The public row map of :mod:`dpkit.ml._common` as derived columns: NULL/NaN → midpoint,
+    clamp to the declared box (±inf included), scale to [-1, 1]: z_j = (x_j - mid_j)/half_j."""
+    from dpkit.analytics import col
+
+    z = [f"{_PREFIX}z{j}" for j in range(len(names))]
+    for j, name in enumerate(names):
+        lower, upper = float(box.lower[j]), float(box.upper[j])
+        mid, half = float(box.mid[j]), float(box.half[j])
+        clamped = f"{_PREFIX}x{j}"
+        query = _with_clamp(query, clamped, col(name).fill_null(mid), lower, upper)
+        query = query.with_column(z[j], (col(clamped) - mid) * (1.0 / half))
+    return query, z
+
+
+def _assignment(query: Any, z: Sequence[str], centres: np.ndarray, label: str) -> Any:
+    """Add column ``label``: the index of the nearest centre, computed by the engine.
+
+    D_j = ||c_j||² - 2 z·c_j (the squared distance minus ||z||², the same for every j) is a
+    derived column per centre; the label is Σ_j j·[D_j < D_i for i < j and D_j <= D_i for
+    i > j], the first index of the minimum, accumulated one centre per derived column. The
+    comparisons read the materialised D_j, so exactly one indicator is 1 on every row: the
+    label is always one of 0..k-1."""
+    from dpkit.analytics import col, lit
+
+    k = centres.shape[0]
+    if k == 1:
+        return query.with_column(label, lit(0.0))
+    dist = [f"{_PREFIX}d{j}" for j in range(k)]
+    for j in range(k):
+        c = centres[j]
+        query = _with_linear(query, dist[j], z, -2.0 * c, float(c @ c))
+    query = query.with_column(label, lit(0.0))
+    for j in range(1, k):  # j = 0 contributes 0·[...]
+        wins: Any = None
+        for i in range(k):
+            if i == j:
+                continue
+            beats = col(dist[j]) < col(dist[i]) if i < j else col(dist[j]) <= col(dist[i])
+            wins = beats if wins is None else wins & beats
+        query = query.with_column(label, col(label) + wins.as_number() * float(j))
+    return query
+
+
+def _cell_label(
+    query: Any,
+    z: Sequence[str],
+    projection: np.ndarray,
+    radius: float,
+    shift: np.ndarray,
+    g: int,
+    label: str,
+) -> Any:
+    """Add column ``label``: the LSH-grid cell of each row (the hash of
+    :func:`dpkit.ml._kmeans._coreset_release`, computed by the engine): cell_a =
+    floor((clip(z·P_a, ±r) + r)/(2r)·(G-1) + shift_a) clipped to [0, G-1], label = the C-order
+    index of (cell_1, ..., cell_p)."""
+    from dpkit.analytics import col
+
+    p = projection.shape[1]
+    terms = []
+    for a in range(p):
+        w = f"{_PREFIX}w{a}"
+        query = _with_linear(query, w, z, projection[:, a], 0.0)
+        query = _with_clamp(query, f"{w}c", col(w), -radius, radius)
+        scaled = (col(f"{w}c") + radius) * ((g - 1) / (2 * radius)) + float(shift[a])
+        cell = f"{_PREFIX}c{a}"
+        query = _with_clamp(query, cell, scaled.floor(), 0.0, g - 1.0)
+        terms.append(col(cell) * float(g ** (p - 1 - a)))
+    return _with_sum(query, label, terms)
+
+
+def _lattice_label(query: Any, z: Sequence[str], g: int, label: str) -> Any:
+    """Add column ``label``: the C-order index of the lattice cell of :func:`_grid_em` (cell_t =
+    floor((z_t + 1)/2·G) clipped to [0, G-1])."""
+    from dpkit.analytics import col, lit
+
+    query = query.with_column(label, lit(0.0))
+    for t in range(len(z)):
+        cell = f"{_PREFIX}g{t}"
+        query = _with_clamp(query, cell, ((col(z[t]) + 1.0) * (g / 2.0)).floor(), 0.0, g - 1.0)
+        query = query.with_column(label, col(label) * float(g) + col(cell))
+    return query
+
+
+def _counts_and_sums(
+    query: Any,
+    z: Sequence[str],
+    label: str,
+    keys: int,
+    count_weight: Fraction,
+    sum_weight: Fraction,
+) -> Any:
+    """One grouped aggregate over public keys 0..keys-1: a count and the clamped sum of every
+    z_t (bounds [-1, 1]) per key — one engine pass."""
+    from dpkit.analytics import count
+    from dpkit.analytics import sum as dp_sum
+
+    aggs: list[Any] = [count(name=f"{_PREFIX}n", weight=count_weight)]
+    aggs += [
+        dp_sum(name, (-1, 1), name=f"{_PREFIX}s{t}", weight=sum_weight) for t, name in enumerate(z)
+    ]
+    return query.group_by(label, keys=list(range(keys))).agg(*aggs)
+
+
+def _released(
+    tables: Any, accuracy: Any, label: str, keys: int, d: int
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(noisy counts, noisy sums (keys × d), count noise level) from a released table, in key
+    order (public keys: every key has a row)."""
+    table = tables["main"].set_index(label).reindex(range(keys))
+    counts = table[f"{_PREFIX}n"].to_numpy(dtype=np.float64)
+    sums = np.stack([table[f"{_PREFIX}s{t}"].to_numpy(dtype=np.float64) for t in range(d)], axis=1)
+    level = float(accuracy[f"{_PREFIX}n"].expected_abs)
+    return counts, sums, level
+
+
+def fit_kmeans(
+    session: Any,
+    features: Sequence[str],
+    n_clusters: int,
+    *,
+    bounds: Any,
+    epsilon: Any = None,
+    rho: Any = None,
+    method: str = "lloyd",
+    max_iter: int | None = None,
+    coreset_share: float = 0.4,
+    grid_size: int | None = None,
+    n_candidates: int = 2048,
+    em_radius: float = 0.1,
+    max_rows: int | None = None,
+) -> KMeans:
+    """Fit :class:`~dpkit.ml.KMeans` privately on a Session's columns, inside the engine.
+
+    Every read of the data is an aggregate query the Session's engine runs (DuckDB, Spark,
+    pandas, ...); no row reaches Python:
+
+    * ``"lloyd"`` (DPLloyd): ``max_iter`` (default 5) grouped queries. In each, the nearest
+      current centre of every row is a derived column computed by the engine
+      (:func:`_assignment`), and the query releases per cluster a noisy count and the noisy
+      clamped sum of every scaled feature (public keys 0..k-1: a partition, one group per row).
+      The first centres are public (a data-independent spread).
+    * ``"lsh"``: one grouped query over the public LSH-grid cells (a noisy count and sums per
+      cell, the private coreset), post-processed into k centres, then ``max_iter`` (default 1)
+      Lloyd queries as above.
+    * ``"grid_em"``: one engine pass computes the exact histogram of the rows over the public
+      candidate lattice; the k exponential-mechanism selections use it with sensitivity
+      (rows one unit may contribute) × cap.
+
+    Privacy: each query is one of the Session's own (per-unit contribution bounding by
+    ``max_rows`` or the session's defaults, clamping, exact noise), so under the Session's
+    privacy unit the fit is ε-DP (ρ-zCDP) by sequential composition of the queries (each gets
+    ε/steps, split between the count and the sums by public weights), and the public row map
+    (NULL/NaN → midpoint, clamp to ``bounds``, scale to [-1, 1]) is applied by the engine row by
+    row. The **whole** loss is reserved in the Session's ledger, once, before the first query
+    reads data; every parameter, column and bound is checked before that (by compiling the
+    first query). Whatever the data, the fit then releases (an empty cluster keeps its centre).
+
+    Returns a fitted :class:`~dpkit.ml.KMeans` (``cluster_centers_`` in original units,
+    ``privacy_loss_`` the loss charged, ``receipt_`` the ledger receipt).
+    """
+    from dpkit.analytics import Session
+    from dpkit.analytics.bounding import contribution
+    from dpkit.analytics.engines.base import Output
+    from dpkit.analytics.query import Bounding
+    from dpkit.analytics.session import _failed_after_reservation
+
+    if not isinstance(session, Session):
+        raise InvalidParameterError("session", session, "a dpkit.analytics.Session")
+    if isinstance(features, str):
+        features = [features]
+    names = list(features)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise InvalidParameterError("features", features, "a non-empty list of column names")
+    if len(set(names)) != len(names) or any(n.startswith(_PREFIX) for n in names):
+        raise InvalidParameterError(
+            "features", features, f"distinct column names not starting with {_PREFIX!r}"
+        )
+    model = KMeans(
+        n_clusters,
+        epsilon=epsilon,
+        rho=rho,
+        bounds=bounds,
+        method=method,
+        max_iter=max_iter,
+        coreset_share=coreset_share,
+        grid_size=grid_size,
+        n_candidates=n_candidates,
+        em_radius=em_radius,
+    )
+    budget, _, k, iters = model._validate()
+    d = len(names)
+    box = check_box(bounds, "bounds", d=d)
+    model._check_method_geometry(d, k)
+    session._check_open()
+    base = session.query()
+    if max_rows is not None:
+        base = base.bound(max_rows=max_rows)
+    base, z = _row_map(base, names, box)
+    label = f"{_PREFIX}label"
+    kind = "epsilon" if budget.kind == "pure" else "rho"
+    g = 2
+
+    # the budget plan: public, fixed before anything is read
+    ratio = Fraction(math.sqrt(d)).limit_denominator(64)  # sums : count (see _count_sum_shares)
+    count_weight, sum_weight = Fraction(1), ratio / d
+    steps: list[Fraction] = []
+    if method == "lloyd":
+        steps = [budget.total / iters] * iters
+    elif method == "lsh":
+        core = Fraction(coreset_share).limit_denominator(1000) if iters else Fraction(1)
+        steps = [budget.total * core]
+        steps += [budget.total * (1 - core) / iters] * iters if iters else []
+    start = _public_spread(k, d)
+
+    def compile_step(query: Any, share: Fraction) -> Any:
+        if kind == "epsilon":
+            return session.compile(query, epsilon=share)
+        return session.compile(query, rho=share)
+
+    def lloyd_query(centres: np.ndarray) -> Any:
+        return _counts_and_sums(
+            _assignment(base, z, centres, label), z, label, k, count_weight, sum_weight
+        )
+
+    em_plan: Any = None
+    em_rows = 1
+    em_output = ""
+    if method == "grid_em":
+        from dpkit.analytics import count
+
+        g = _lattice(d, int(n_candidates))
+        em_loss, em_step = model._loss_and_steps(budget, k)
+        hist = _lattice_label(base, z, g, label).group_by(label, keys=list(range(g**d)))
+        em_compiled = session.compile(hist.agg(count(name=f"{_PREFIX}n")), epsilon=1)
+        em_plan = em_compiled.plans[0]
+        # the rows one unit may hold after the bounding this very plan enforces
+        enforced = Bounding(em_plan.max_rows, em_plan.max_groups, em_plan.max_rows_per_group)
+        em_rows = contribution(enforced, grouped=True).rows_l1
+        em_output = em_plan.output_columns[em_plan.outputs.index(Output("rows"))]
+        total: PrivacyLoss = em_loss
+    else:
+        # compile the first queries now: columns, kinds and bounding are checked before the
+        # reservation, and their losses are the steps' losses (the later queries differ only
+        # in public constants: the released centres, a fresh public hash)
+        losses: list[PrivacyLoss] = []
+        lloyd_steps = steps
+        if method == "lsh":
+            probe, _ = _coreset_query(base, z, label, d, grid_size, count_weight, sum_weight)
+            losses.append(compile_step(probe, steps[0]).loss)
+            lloyd_steps = steps[1:]
+        if lloyd_steps:
+            step_loss = compile_step(lloyd_query(start), lloyd_steps[0]).loss
+            losses += [step_loss] * len(lloyd_steps)
+        total = compose(*losses)
+    what = f"KMeans({method}, k={k}) on {', '.join(names)}"
+    reservation = session.ledger.reserve(
+        session.dataset,
+        total,
+        analyst=session.analyst,
+        privacy_unit=session.privacy_unit,
+        query=what,
+        mechanism=f"kmeans-{method}",
+    )
+    try:
+        if method == "grid_em":
+            table = session.engine.run(em_plan).to_pydict()
+            keys = table[em_plan.group_columns[0]]
+            rows = table[em_output]
+            h = np.zeros(g**d, dtype=np.int64)
+            for key, value in zip(keys, rows, strict=True):
+                if key is not None and 0 <= int(key) < h.size:
+                    h[int(key)] = int(value)
+            centres = grid_em_select(h, k, d, g, em_step, float(em_radius), em_rows)
+        else:
+            centres = start
+            shares = list(steps)
+            if method == "lsh":
+                query, cells = _coreset_query(
+                    base, z, label, d, grid_size, count_weight, sum_weight
+                )
+                compiled = compile_step(query, shares.pop(0))
+                results = [session.engine.run(plan) for plan in compiled.plans]
+                tables, accuracy = compiled.release(results)
+                counts, sums, level = _released(tables, accuracy, label, cells, d)
+                centres = coreset_centres(counts, sums, level, k)
+            for share in shares:
+                compiled = compile_step(lloyd_query(centres), share)
+                results = [session.engine.run(plan) for plan in compiled.plans]
+                tables, accuracy = compiled.release(results)
+                counts, sums, level = _released(tables, accuracy, label, k, d)
+                centres = lloyd_update(centres, counts, sums, level)
+    except BaseException as error:
+        raise _failed_after_reservation(session.ledger, reservation, error) from None
+    model.receipt_ = session.ledger.commit(reservation)
+    model.cluster_centers_ = box.unscale(centres)
+    model.privacy_loss_ = total
+    model.n_features_in_ = d
+    model.n_iter_ = iters
+    model.feature_names_in_ = np.array(names, dtype=object)
+    return model
+
+
+def _coreset_query(
+    base: Any,
+    z: Sequence[str],
+    label: str,
+    d: int,
+    grid_size: int | None,
+    count_weight: Fraction,
+    sum_weight: Fraction,
+) -> tuple[Any, int]:
+    """The private coreset as one grouped query over the public LSH-grid cells (a fresh
+    public hash each call), and the number of cells."""
+    p, g = _grid_geometry(d, grid_size)
+    projection, radius, shift = lsh_hash(d, grid_size)
+    query = _cell_label(base, z, projection, radius, shift, g, label)
+    return _counts_and_sums(query, z, label, g**p, count_weight, sum_weight), g**p

@@ -3,10 +3,12 @@
 * :mod:`~dpkit.sensitivity.local` – local sensitivity LS_f(x), distance-k sensitivity A^(k)(x)
   and β-smooth sensitivity S* (NRS 2007), exact where stated, O(n log n) for order statistics;
 * :mod:`~dpkit.sensitivity.smooth` – releases calibrated to smooth sensitivity with admissible
-  noise (Cauchy-type: pure ε; Laplace: (ε, δ)) sampled exactly on a grid;
+  noise (Cauchy-type: pure ε; Laplace: (ε, δ); the Bun–Steinke zCDP families, calibrated in
+  :mod:`~dpkit.sensitivity.bun_steinke`) sampled exactly on a grid;
 * :mod:`~dpkit.sensitivity.ptr` – propose-test-release (Dwork & Lei 2009);
 * :mod:`~dpkit.sensitivity.inverse` – the inverse sensitivity mechanism (Asi & Duchi 2020);
-* :mod:`~dpkit.sensitivity.sample_aggregate` – sample-and-aggregate over privacy units;
+* :mod:`~dpkit.sensitivity.sample_aggregate` – sample-and-aggregate over privacy units (with
+  the centre-of-attention aggregator of :mod:`~dpkit.sensitivity.centre`);
 * :mod:`~dpkit.sensitivity.convexity` – a public-probability mixture of mechanisms;
 * :mod:`~dpkit.sensitivity.teaching` – the (non-private!) local-sensitivity Laplace mechanism.
 

@@ -18,7 +18,10 @@
      are winsorized to it and their mean is released with discrete Laplace noise for sensitivity
      (width/m) at ε/2 (adaptive composition: the interval is a released value);
    * ``"inverse_median"``: the median of the block values by the inverse sensitivity mechanism;
-   * ``"smooth_median"``: the median with β-smooth sensitivity and Cauchy-type noise (pure ε).
+   * ``"smooth_median"``: the median with β-smooth sensitivity and Cauchy-type noise (pure ε);
+   * ``"centre_of_attention"``: the mean of the block values clipped to their privately released
+     interquartile range (inverse-sensitivity quantiles, ε/4 each; Laplace at ε/2), without
+     widening (:mod:`dpkit.sensitivity.centre`).
 
 Guarantee: ε-DP for datasets that differ in all rows of one privacy unit (the block assignment
 is independent of the data, and conditioned on it one block value changes; each aggregator is
@@ -43,12 +46,13 @@ from dpkit.core.spaces import AtomDomain, SymmetricDistance, VectorDomain
 from dpkit.errors import InvalidParameterError
 from dpkit.noise import random_words, uniform_integers
 from dpkit.sensitivity._noise import discrete_laplace_wide
+from dpkit.sensitivity.centre import make_centre_of_attention
 from dpkit.sensitivity.inverse import make_inverse_sensitivity
 from dpkit.sensitivity.smooth import make_smooth_sensitivity
 
 __all__ = ["DuckDBBlocks", "assign_blocks", "choose_m", "make_sample_and_aggregate"]
 
-AGGREGATORS = ("winsorized_mean", "inverse_median", "smooth_median")
+AGGREGATORS = ("winsorized_mean", "inverse_median", "smooth_median", "centre_of_attention")
 
 
 def choose_m(
@@ -196,7 +200,8 @@ def make_sample_and_aggregate(
         output_shape: the shape of ``fn``'s output (d = its number of elements).
         output_range: (lo, hi) every coordinate is clamped into (declared, public).
         epsilon: the total ε.
-        aggregator: ``"winsorized_mean"``, ``"inverse_median"`` or ``"smooth_median"``.
+        aggregator: ``"winsorized_mean"``, ``"inverse_median"``, ``"smooth_median"`` or
+            ``"centre_of_attention"``.
         default: the public value used for a block whose function fails (default: midpoint).
         widen: w of the widened winsorized mean.
         probe: optional *public* example rows (e.g. synthetic or an empty frame with the
@@ -256,6 +261,8 @@ def make_sample_and_aggregate(
         quartile_hi = make_inverse_sensitivity(
             "quantile", q=Fraction(3, 4), lower=lo, upper=hi, n=m, epsilon=per_coordinate / 4
         )
+    elif aggregator == "centre_of_attention":
+        median = make_centre_of_attention(m=m, lower=lo, upper=hi, epsilon=per_coordinate)
     elif aggregator == "inverse_median":
         median = make_inverse_sensitivity("median", lower=lo, upper=hi, n=m, epsilon=per_coordinate)
     else:

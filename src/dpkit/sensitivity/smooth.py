@@ -24,9 +24,14 @@ charges ln((1 + η)/(1 − η)) in ε. docs/sensitivity.md §3 has the proof.
 
 Outputs are clamped to a public range around the statistic's range (post-processing).
 
-zCDP families (Bun & Steinke 2019) are not offered: their Rényi-divergence proofs do not transfer
-pointwise to the lattice, and dpkit refuses a family it cannot sample and prove exactly
-(``noise="student_t"`` etc. raise :class:`~dpkit.errors.UnsupportedQueryError`).
+**zCDP families (Bun & Steinke 2019)**, ``noise=`` ``"laplace_log_normal"``,
+``"uniform_log_normal"`` or ``"student_t"`` with ``rho=``: the release is the *exact grid
+rounding* ⌊(f̃(x) + (S(x)/s)·Z)/g⌋·g of the ideal continuous mechanism, clamped to the public
+range. Z is an explicit function of finitely many uniforms, evaluated lazily with certified
+interval arithmetic on the same uniforms until the floor is decided (``_lazy.py``), so the output
+is a deterministic function (post-processing) of the continuous mechanism's output and its
+½ε²-zCDP guarantee (``bun_steinke.py``: ε = t/σ + L·s, L the Lipschitz constant of ln p) holds
+unchanged: no lattice slack is needed. ``"arcsinh_normal"`` is refused (no verified bound).
 """
 
 from __future__ import annotations
@@ -40,11 +45,13 @@ import numpy as np
 
 from dpkit._exact import Number, check_delta, check_epsilon, exp_upper, log_upper
 from dpkit.core.framework import Measurement
-from dpkit.core.losses import ApproxDP, PrivacyLoss, PureDP
+from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.sensitivity._data import Bounds, Statistic, check_n, make_statistic, prepare
+from dpkit.sensitivity._lazy import floor_scaled_noise
 from dpkit.sensitivity._noise import cauchy_lattice, discrete_laplace_wide
+from dpkit.sensitivity.bun_steinke import ZCDPNoise, calibrate
 from dpkit.sensitivity.local import SMOOTH_SLACK, smooth_sensitivity_sorted
 
 __all__ = ["SmoothPlan", "make_smooth_sensitivity", "statistic_range", "statistic_value"]
@@ -104,6 +111,7 @@ class SmoothPlan:
     exponent: int
     min_scale: int  # s_min in grid steps
     loss: PrivacyLoss
+    zcdp: ZCDPNoise | None = None  # the Bun–Steinke calibration (alpha = s, beta + slack = t)
 
 
 def _lattice_slack(min_scale: int, integral_lower: Fraction) -> Fraction:
@@ -163,20 +171,53 @@ def plan_smooth(
             noise, gamma, alpha, beta, exponent, min_scale, ApproxDP(epsilon, delta_claim)
         )
     if noise in _BZ_FAMILIES:
-        raise UnsupportedQueryError(
-            f"noise={noise!r}: the Bun–Steinke zCDP families are not implemented, because their"
-            " Rényi bounds do not transfer pointwise to the output lattice and dpkit ships no"
-            " float noise. Use noise='cauchy' (pure ε-DP) or 'laplace' ((ε, δ)-DP)."
+        raise InvalidParameterError(
+            "noise", noise, "given with rho= (a zCDP budget) rather than epsilon/delta"
         )
-    raise InvalidParameterError("noise", noise, "'cauchy' or 'laplace'")
+    raise InvalidParameterError("noise", noise, "'cauchy', 'laplace' or a zCDP family")
+
+
+def plan_zcdp(
+    rho: Fraction,
+    noise: str,
+    exponent: int,
+    beta: Fraction | None = None,
+    sigma: Fraction | None = None,
+    degrees_of_freedom: int = 3,
+) -> SmoothPlan:
+    """Calibrate a Bun–Steinke family for ρ-zCDP (``bun_steinke.calibrate``)."""
+    if noise not in _BZ_FAMILIES:
+        raise InvalidParameterError("noise", noise, "one of " + ", ".join(_BZ_FAMILIES))
+    d = degrees_of_freedom
+    if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= 64:
+        raise InvalidParameterError("degrees_of_freedom", d, "an integer in [1, 64]")
+    eps = math.sqrt(2 * float(rho))
+    if beta is None:
+        share = eps / 8 if noise != "student_t" else eps / (4 * max(1, degrees_of_freedom))
+        beta = Fraction(share * (1 - 1e-6)) - _BETA_SLACK
+        if beta <= 0:
+            raise InvalidParameterError("rho", rho, "large enough for a positive smoothness β")
+    calibration = calibrate(noise, rho, beta + _BETA_SLACK, sigma, degrees_of_freedom)
+    return SmoothPlan(
+        noise,
+        0,
+        calibration.s,
+        beta,
+        exponent,
+        1,
+        ZCDP(calibration.rho),
+        calibration,
+    )
 
 
 def _group_map(loss: PrivacyLoss, d_in: Fraction) -> PrivacyLoss:
     if d_in == 0:
         return PureDP(0)
     k = math.ceil(d_in)
+    if isinstance(loss, ZCDP):
+        return ZCDP(k * k * loss.rho)  # group privacy of zCDP (Bun & Steinke 2016, Prop. 1.9)
     if k == 1 or isinstance(loss, PureDP):
-        return loss if k == 1 else PureDP(k * loss.epsilon)  # type: ignore[union-attr]
+        return loss if k == 1 else PureDP(k * loss.epsilon)
     assert isinstance(loss, ApproxDP)
     delta = k * exp_upper((k - 1) * loss.epsilon) * loss.delta
     if delta >= 1:
@@ -197,6 +238,12 @@ def release_smooth(
     centre = round(Fraction(value) / g)  # nearest grid point (ties to even: any rule works)
     raw = smooth_sensitivity_sorted(xp, stat, float(plan.beta), bounds)
     s_value = Fraction(raw * (1 + SMOOTH_SLACK)) + 2 * g
+    if plan.zcdp is not None:
+        z = plan.zcdp
+        steps = floor_scaled_noise(
+            z.family, z.sigma, z.d, s_value / (z.s * g), lo_idx - centre, hi_idx - centre, size
+        )
+        return np.ldexp(np.array([float(centre + k) for k in steps]), plan.exponent)
     scale = max(s_value / (plan.alpha * g), Fraction(plan.min_scale))
     if plan.noise == "cauchy":
         noise = cauchy_lattice(scale, plan.gamma, size)
@@ -212,7 +259,7 @@ def make_smooth_sensitivity(
     lower: Number,
     upper: Number,
     n: int,
-    epsilon: Number,
+    epsilon: Number | None = None,
     delta: Number = 0,
     noise: str = "cauchy",
     gamma: int = 4,
@@ -220,10 +267,16 @@ def make_smooth_sensitivity(
     trim: Number | None = None,
     beta: Number | None = None,
     grid_exponent: int | None = None,
+    rho: Number | None = None,
+    sigma: Number | None = None,
+    degrees_of_freedom: int = 3,
 ) -> Measurement[float]:
     """Release a statistic with noise scaled to its β-smooth sensitivity (NRS 2007).
 
-    Guarantee: ``noise="cauchy"``: ε-DP; ``noise="laplace"``: (ε, δ)-DP; for datasets of the
+    Guarantee: ``noise="cauchy"``: ε-DP; ``noise="laplace"``: (ε, δ)-DP;
+    ``noise="laplace_log_normal" | "uniform_log_normal" | "student_t"``: ρ-zCDP (Bun & Steinke
+    2019, module ``bun_steinke``; released as the exact grid rounding of the continuous
+    mechanism, module ``_lazy``); for datasets of the
     public size ``n`` differing in one unit's value (substitution), values clamped to
     [lower, upper] (NaN → lower). Proof sketch in the module docstring; full proof in
     docs/sensitivity.md §3. Every parameter is checked before any data is read.
@@ -234,10 +287,17 @@ def make_smooth_sensitivity(
         lower, upper: the declared bounds (public).
         n: the public number of units.
         epsilon, delta: the privacy target.
-        noise: ``"cauchy"`` (h ∝ 1/(1 + |z|^γ)) or ``"laplace"``.
+        noise: ``"cauchy"`` (h ∝ 1/(1 + |z|^γ)), ``"laplace"``, or a zCDP family
+            (``"laplace_log_normal"``, ``"uniform_log_normal"``, ``"student_t"``; these take
+            ``rho`` instead of ``epsilon``; ``"arcsinh_normal"`` is refused).
         gamma: γ for the Cauchy-type family, an integer in [2, 16].
         beta: the smoothness β (default: the largest the calibration allows).
-        grid_exponent: the output grid 2^k (default from the statistic's range).
+        grid_exponent: the output grid 2^k (default from the statistic's range: 2^-50 of its
+            magnitude, 2^-36 for the zCDP families).
+        rho: the zCDP budget for the zCDP families.
+        sigma: σ of the log-normal families (default: the σ minimising the noise's standard
+            deviation for the budget; a float64-exact value is used as given).
+        degrees_of_freedom: d of ``"student_t"``, an integer in [1, 64] (default 3).
 
     Example:
         >>> from dpkit.sensitivity import make_smooth_sensitivity
@@ -253,12 +313,30 @@ def make_smooth_sensitivity(
         )
     bounds = Bounds.of(lower, upper)
     size = check_n(n)
-    eps = check_epsilon(epsilon)
-    dlt = check_delta(delta)
+    zcdp_family = noise in _BZ_FAMILIES
+    if zcdp_family:
+        if rho is None or epsilon is not None or delta != 0:
+            raise InvalidParameterError(
+                "rho", rho, f"given (and epsilon/delta not) for the zCDP family {noise!r}"
+            )
+        eps = check_epsilon(rho, "rho")
+        dlt = Fraction(0)
+    else:
+        if epsilon is None or rho is not None:
+            raise InvalidParameterError(
+                "epsilon", epsilon, f"given (and rho not) for noise={noise!r}"
+            )
+        eps = check_epsilon(epsilon)
+        dlt = check_delta(delta)
     if isinstance(gamma, bool) or not isinstance(gamma, int) or not 2 <= gamma <= 16:
         raise InvalidParameterError("gamma", gamma, "an integer in [2, 16]")
     low, high = statistic_range(stat, bounds, size)
-    exponent = default_exponent(low, high) if grid_exponent is None else grid_exponent
+    if grid_exponent is not None:
+        exponent = grid_exponent
+    else:
+        # zCDP families: grid 2^-36 of the range's magnitude, so that noise up to about half of
+        # it is decided by the float path of _lazy (beyond, mpmath finishes the draw)
+        exponent = default_exponent(low, high) + (14 if noise in _BZ_FAMILIES else 0)
     if isinstance(exponent, bool) or not isinstance(exponent, int) or exponent < -1000:
         raise InvalidParameterError("grid_exponent", grid_exponent, "an integer >= -1000")
     if max(abs(low), abs(high), high - low) * 3 >= math.ldexp(1.0, exponent + 52):
@@ -266,7 +344,15 @@ def make_smooth_sensitivity(
             "grid_exponent", grid_exponent, "large enough that outputs fit the float grid"
         )
     beta_arg = None if beta is None else check_epsilon(beta, "beta")
-    plan = plan_smooth(eps, dlt, noise, gamma, exponent, beta_arg)
+    if zcdp_family:
+        sigma_arg = None
+        if sigma is not None:
+            sigma_arg = check_epsilon(sigma, "sigma")
+            if Fraction(float(sigma_arg)) != sigma_arg or sigma_arg > 16:
+                raise InvalidParameterError("sigma", sigma, "a float64 value in (0, 16]")
+        plan = plan_zcdp(eps, noise, exponent, beta_arg, sigma_arg, degrees_of_freedom)
+    else:
+        plan = plan_smooth(eps, dlt, noise, gamma, exponent, beta_arg)
     return build_smooth_measurement(stat, bounds, size, plan)
 
 
@@ -282,7 +368,13 @@ def build_smooth_measurement(
     return Measurement(
         input_domain=VectorDomain(AtomDomain("float"), size=n),
         input_metric=ChangeOneDistance(),
-        output_measure="pure" if isinstance(plan.loss, PureDP) else "approx",
+        output_measure=(
+            "pure"
+            if isinstance(plan.loss, PureDP)
+            else "zcdp"
+            if isinstance(plan.loss, ZCDP)
+            else "approx"
+        ),
         function=function,
         privacy_map=lambda d_in: _group_map(plan.loss, d_in),
         name=f"smooth_sensitivity({stat.name}, {plan.noise})",
@@ -292,6 +384,7 @@ def build_smooth_measurement(
             "beta": plan.beta,
             "gamma": plan.gamma,
             "grid_exponent": plan.exponent,
+            "zcdp_noise": plan.zcdp,  # family, σ, d, s, t and ε of a zCDP release (else None)
             "release_many": lambda data, k: release_smooth(
                 prepare(data, bounds, n), stat, bounds, n, plan, k
             ),

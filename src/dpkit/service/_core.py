@@ -8,6 +8,8 @@ the Session reserves before reading and commits the receipt before returning.
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import os
 import re
@@ -40,9 +42,13 @@ from dpkit.analytics.session import Session
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.ledger import AlertEvent, BudgetMonitor, BudgetStatus, Ledger, LedgerEntry
+from dpkit.service._engine import WarmDuckDBEngine
 from dpkit.service._registry import DatasetRecord, Principal, Registry
+from dpkit.service._webhooks import WebhookSender
 
 __all__ = ["NotFoundError", "PermissionDeniedError", "Service", "ServiceConfig", "check_name"]
+
+logger = logging.getLogger("dpkit.service")
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -100,18 +106,23 @@ def loss_from_parts(
 
 
 def loss_json(loss: PrivacyLoss | None) -> dict[str, Any]:
+    """A privacy loss on the wire: its kind, its numbers as floats (for reading), ``exact`` (each
+    number as an exact fraction string such as ``"1/10"``) and ``text``."""
     if loss is None:
         return {}
     if isinstance(loss, PureDP):
-        return {"kind": "pure", "epsilon": float(loss.epsilon), "text": str(loss)}
-    if isinstance(loss, ApproxDP):
-        return {
-            "kind": "approx",
-            "epsilon": float(loss.epsilon),
-            "delta": float(loss.delta),
-            "text": str(loss),
-        }
-    return {"kind": "zcdp", "rho": float(loss.rho), "text": str(loss)}
+        parts = {"epsilon": loss.epsilon}
+        out: dict[str, Any] = {"kind": "pure"}
+    elif isinstance(loss, ApproxDP):
+        parts = {"epsilon": loss.epsilon, "delta": loss.delta}
+        out = {"kind": "approx"}
+    else:
+        parts = {"rho": loss.rho}
+        out = {"kind": "zcdp"}
+    out.update({k: float(v) for k, v in parts.items()})
+    out["exact"] = {k: str(v) for k, v in parts.items()}
+    out["text"] = str(loss)
+    return out
 
 
 @dataclass
@@ -126,6 +137,9 @@ class ServiceConfig:
         bootstrap_token: if no officer exists yet, create ``officer`` with this token (else one
             is generated and printed once by ``dpkit serve``).
         engine: the Session engine that reads the sources (``"duckdb"`` or ``"pandas"``).
+        cache_mb: with DuckDB, a dataset whose files total at most this many MiB is kept in
+            memory per server process (see :mod:`dpkit.service._engine`); larger ones are read
+            in place on every query.
     """
 
     database: str = "sqlite:///dpkit-service.db"
@@ -134,6 +148,7 @@ class ServiceConfig:
     bootstrap_token: str | None = None
     thresholds: Sequence[float] = (0.5, 0.8, 1.0)
     engine: str = "duckdb"
+    cache_mb: float = 1024
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -145,11 +160,13 @@ class Service:
         self.data_root = Path(config.data_root).resolve()
         self.alerts: list[AlertEvent] = []
         self._alerts_lock = threading.Lock()
+        # webhooks are POSTed by a background thread, never inside the request that crossed
+        self.webhooks = WebhookSender(config.webhook_url) if config.webhook_url else None
+        callbacks: list[Any] = [self._remember_alert]
+        if self.webhooks is not None:
+            callbacks.append(self.webhooks)
         self.monitor = BudgetMonitor(
-            thresholds=tuple(config.thresholds),
-            callbacks=[self._remember_alert],
-            log=True,
-            webhook_url=config.webhook_url,
+            thresholds=tuple(config.thresholds), callbacks=callbacks, log=True
         )
         database = config.database
         sqlite_path: str | None = None
@@ -159,6 +176,10 @@ class Service:
         self.ledger = Ledger.open(database, monitor=self.monitor)
         self.registry = Registry(database, sqlite_path=sqlite_path)
         self._sessions: dict[tuple[str, str], tuple[Session, threading.Lock]] = {}
+        self._engines: dict[str, WarmDuckDBEngine] = {}
+        self._closed = False
+        self._records: dict[str, DatasetRecord] = {}
+        self._allowances: set[tuple[str, str]] = set()
         self._sessions_lock = threading.Lock()
         self.bootstrap_token: str | None = None
         if not any(role == "officer" for _, role in self.registry.principals()):
@@ -166,12 +187,18 @@ class Service:
             _, self.bootstrap_token = self.registry.issue_token("officer", config.bootstrap_token)
 
     def close(self) -> None:
+        self._closed = True
         with self._sessions_lock:
-            for session, _ in self._sessions.values():
-                session.engine.close() if hasattr(session.engine, "close") else None
+            engines = {id(s.engine): s.engine for s, _ in self._sessions.values()}
+            engines.update((id(e), e) for e in self._engines.values())
+            for engine in engines.values():
+                engine.close()
             self._sessions.clear()
+            self._engines.clear()
         self.registry.close()
         self.ledger.close()
+        if self.webhooks is not None:
+            self.webhooks.close()
 
     def _remember_alert(self, event: AlertEvent) -> None:
         with self._alerts_lock:
@@ -312,21 +339,32 @@ class Service:
         )
         self.ledger.create_budget(name, budget, privacy_unit=privacy_unit, actor=officer.name)
         self.registry.add_dataset(record)
+        self.prewarm([record])
         self.registry.audit(
             officer.name, "officer", "register_dataset", name, "ok", {"budget": str(budget)}
         )
         return record
 
     def dataset_for(self, principal: Principal, name: str) -> DatasetRecord:
-        record = self.registry.dataset(name) if _NAME.match(name or "") else None
-        if record is None:
+        if not _NAME.match(name or ""):
             raise NotFoundError(f"no dataset named {name!r}")
+        record = self._records.get(name)
+        if record is None:
+            record = self.registry.dataset(name)
+            if record is None:
+                raise NotFoundError(f"no dataset named {name!r}")
+            self._records[name] = record  # registered datasets are never changed or removed
         if principal.role == "analyst" and not self._has_allowance(name, principal.name):
             raise NotFoundError(f"no dataset named {name!r}")  # do not confirm it exists
         return record
 
     def _has_allowance(self, dataset: str, analyst: str) -> bool:
-        return any(b.analyst == analyst for b in self.ledger.budgets(dataset))
+        if (dataset, analyst) in self._allowances:
+            return True  # an allowance, once created, is never removed (only adjusted)
+        found = any(b.analyst == analyst for b in self.ledger.budgets(dataset))
+        if found:
+            self._allowances.add((dataset, analyst))
+        return found
 
     def visible_datasets(self, principal: Principal) -> list[DatasetRecord]:
         records = self.registry.datasets()
@@ -418,12 +456,54 @@ class Service:
             return built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
         return built.agg(*parsed.aggregations)
 
+    def _engine(self, record: DatasetRecord) -> Any:
+        """The dataset's engine, shared by its analysts' sessions in this process: for DuckDB a
+        :class:`WarmDuckDBEngine` (warm data, cached SQL, a cursor per thread), else the engine's
+        name (each session opens its own)."""
+        if self.config.engine != "duckdb":
+            return self.config.engine
+        with self._sessions_lock:
+            found = self._engines.get(record.name)
+        if found is not None:
+            return found
+        engine = WarmDuckDBEngine(
+            self.data_root / record.source,
+            schema=record.schema,
+            max_bytes=int(self.config.cache_mb * 2**20),
+        )
+        with self._sessions_lock:
+            kept = self._engines.setdefault(record.name, engine)
+        if kept is not engine or self._closed:
+            engine.close()
+        return kept
+
+    def prewarm(self, records: Sequence[DatasetRecord] | None = None) -> threading.Thread | None:
+        """Load datasets into this process's engines on a background thread, so that no
+        analyst's query waits for it (DuckDB only; a failure is logged and left to the first
+        query, which reports it as usual)."""
+        if self.config.engine != "duckdb":
+            return None
+
+        def work() -> None:
+            for record in self.registry.datasets() if records is None else records:
+                if self._closed:
+                    return
+                try:
+                    self._engine(record)
+                except Exception:
+                    logger.exception("could not preload dataset %s", record.name)
+
+        thread = threading.Thread(target=work, name="dpkit-prewarm", daemon=True)
+        thread.start()
+        return thread
+
     def _session(self, record: DatasetRecord, analyst: str) -> tuple[Session, threading.Lock]:
         key = (record.name, analyst)
         with self._sessions_lock:
             found = self._sessions.get(key)
             if found is not None:
                 return found
+        engine = self._engine(record)
         session = Session(
             str(self.data_root / record.source),
             record.privacy_unit,
@@ -431,8 +511,8 @@ class Service:
             ledger=self.ledger,
             dataset=record.name,
             analyst=analyst,
-            schema=record.schema,
-            engine=self.config.engine,
+            schema=None if isinstance(engine, WarmDuckDBEngine) else record.schema,
+            engine=engine,
             **record.bounds.get("contribution", {}),
         )
         with self._sessions_lock:
@@ -448,14 +528,18 @@ class Service:
         model: Mapping[str, Any] | None = None,
         keys: Mapping[str, Sequence[Any]] | None = None,
         alpha: float = 0.05,
-    ) -> tuple[Release, BudgetStatus]:
+    ) -> tuple[Release, PrivacyLoss | None]:
+        """Answer a query; returns the release and the analyst's remaining allowance."""
         self.require(analyst, "analyst")
         record = self.dataset_for(analyst, dataset)
         built = self.build_query(record, sql, model, keys)
         session, lock = self._session(record, analyst.name)
-        with lock:
+        if isinstance(session.engine, WarmDuckDBEngine):  # thread-safe: no lock
             release = session.evaluate(built, loss=loss, alpha=alpha)
-        return release, self.ledger.budget(dataset, analyst.name)
+        else:
+            with lock:
+                release = session.evaluate(built, loss=loss, alpha=alpha)
+        return release, release.remaining
 
     # -- reading the books --
 
@@ -511,6 +595,12 @@ def _check_bounds(bounds: Mapping[str, Any]) -> dict[str, Any]:
 def _parse_sql(sql: str, record: DatasetRecord) -> ParsedQuery:
     if not isinstance(sql, str) or len(sql) > 10_000:
         raise UnsupportedQueryError("the query text must be a string of at most 10,000 characters")
+    return _parse_sql_text(sql, record.name, record.privacy_unit)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_sql_text(sql: str, dataset: str, privacy_unit: str) -> ParsedQuery:
+    """The parsed query (public text only; refusals are raised, never cached)."""
     import sqlglot
     from sqlglot import exp
 
@@ -526,13 +616,13 @@ def _parse_sql(sql: str, record: DatasetRecord) -> ParsedQuery:
                 table.args.get("db")
                 or table.args.get("catalog")
                 or not isinstance(table.this, exp.Identifier)
-                or table.name != record.name
+                or table.name != dataset
             ):
                 raise UnsupportedQueryError(
                     "FROM may only name the dataset itself (or be left out); files, paths, "
                     "functions and other tables are refused"
                 )
-    return parse_query(sql, record.privacy_unit)
+    return parse_query(sql, privacy_unit)
 
 
 _MODEL_KINDS = (

@@ -115,6 +115,12 @@ class Registry:
 
     def __init__(self, database: str, *, sqlite_path: str | None = None) -> None:
         self._lock = threading.Lock()
+        self._audit_turn = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._pending: list[_Pending] = []
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._epoch = 0
         self._pg = database.startswith(("postgresql://", "postgres://"))
         self._conn: Any = None
         if self._pg:
@@ -170,8 +176,38 @@ class Registry:
                         ) from exc
                 raise
 
+    @property
+    def local_reads(self) -> bool:
+        """Whether reads are local and quick (SQLite), fine to run on an event loop."""
+        return not self._pg
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[Any]:
+        """A cursor for reads: on SQLite a connection of this thread's own (WAL readers do not
+        block each other or the writer), on PostgreSQL the shared one."""
+        if self._pg:
+            with self._cursor() as c:
+                yield c
+            return
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is None or getattr(local, "epoch", None) != self._epoch:
+            conn = sqlite3.connect(
+                self._sqlite_path, timeout=60, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA busy_timeout = 60000")
+            local.conn, local.epoch = conn, self._epoch
+            with self._lock:
+                self._readers.append(conn)
+        yield _Adapter(conn, False)
+
     def close(self) -> None:
         with self._lock:
+            self._epoch += 1
+            for reader in self._readers:
+                with contextlib.suppress(Exception):
+                    reader.close()
+            self._readers.clear()
             if self._conn is not None:
                 with contextlib.suppress(Exception):
                     self._conn.close()
@@ -193,7 +229,7 @@ class Registry:
             return True
 
     def principal_role(self, name: str) -> Role | None:
-        with self._cursor() as c:
+        with self._reader() as c:
             row = c.one(f"SELECT role FROM {self._p}svc_principals WHERE name = ?", (name,))
         return None if row is None else row[0]
 
@@ -243,7 +279,7 @@ class Registry:
 
     def authenticate(self, token: str) -> Principal | None:
         digest = hash_token(token)
-        with self._cursor() as c:
+        with self._reader() as c:
             row = c.one(
                 f"SELECT t.token_id, p.name, p.role FROM {self._p}svc_tokens t JOIN "
                 f"{self._p}svc_principals p ON p.name = t.principal "
@@ -273,7 +309,7 @@ class Registry:
             )
 
     def dataset(self, name: str) -> DatasetRecord | None:
-        with self._cursor() as c:
+        with self._reader() as c:
             row = c.one(f"SELECT * FROM {self._p}svc_datasets WHERE name = ?", (name,))
         return None if row is None else _dataset(row)
 
@@ -294,20 +330,42 @@ class Registry:
         outcome: str,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        with self._cursor() as c:
-            c.execute(
-                f"INSERT INTO {self._p}svc_audit (ts, actor, role, action, dataset, outcome, "
-                "detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    time.time(),
-                    actor,
-                    role,
-                    action,
-                    dataset,
-                    outcome,
-                    json.dumps(detail or {}, sort_keys=True, default=str),
-                ),
-            )
+        """Append one record to the audit log; it is written when this returns.
+
+        Concurrent callers share writes (group commit): records queue, and whichever caller
+        holds the writer's turn writes every queued record in one transaction; each caller
+        returns once its own record is written (or raises the write's error).
+        """
+        row = (
+            time.time(),
+            actor,
+            role,
+            action,
+            dataset,
+            outcome,
+            json.dumps(detail or {}, sort_keys=True, default=str),
+        )
+        item = _Pending(row)
+        with self._queue_lock:
+            self._pending.append(item)
+        with self._audit_turn:
+            if not item.done:
+                with self._queue_lock:
+                    batch, self._pending = self._pending, []
+                error: BaseException | None = None
+                try:
+                    with self._cursor() as c:
+                        c.many(
+                            f"INSERT INTO {self._p}svc_audit (ts, actor, role, action, dataset, "
+                            "outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [pending.row for pending in batch],
+                        )
+                except BaseException as exc:
+                    error = exc
+                for pending in batch:
+                    pending.error, pending.done = error, True
+        if item.error is not None:
+            raise item.error
 
     def audit_log(
         self, limit: int = 200, actor: str | None = None, action: str | None = None
@@ -346,6 +404,17 @@ def _dataset(row: Sequence[Any]) -> DatasetRecord:
     )
 
 
+class _Pending:
+    """An audit record waiting to be written by whichever caller holds the writer's turn."""
+
+    __slots__ = ("done", "error", "row")
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.row = row
+        self.done = False
+        self.error: BaseException | None = None
+
+
 class _Adapter:
     """``?`` placeholders on both SQLite and psycopg (which wants ``%s``)."""
 
@@ -359,6 +428,20 @@ class _Adapter:
         if self._pg:
             sql = sql.replace("?", "%s")
         return self._conn.execute(sql, tuple(args))
+
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Execute ``sql`` for every row, in one transaction."""
+        if self._pg:
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(sql, [tuple(r) for r in rows])
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
 
     def one(self, sql: str, args: Sequence[Any] = ()) -> Any:
         return self.execute(sql, args).fetchone()

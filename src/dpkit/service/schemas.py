@@ -132,6 +132,7 @@ class ReceiptOut(BaseModel):
 
 class QueryOut(BaseModel):
     tables: dict[str, list[dict[str, Any]]]
+    columns: dict[str, list[str]] = {}
     accuracy: dict[str, dict[str, Any]]
     loss: dict[str, Any]
     receipt: ReceiptOut

@@ -6,13 +6,15 @@
 * strategies: :func:`identity`, :func:`hierarchical`, :func:`wavelet`, HDMM's OPT_0
   (:func:`optimize_p_identity`) and OPT_⊗ (:func:`optimize_kron`); :func:`expected_error`,
   :func:`svd_bound`, :func:`choose_strategy` (with ``explain()``);
-* ResidualPlanner for marginals: :func:`plan_residuals`;
+* ResidualPlanner for marginals: :func:`plan_residuals`; HDMM's OPT_M marginals optimiser
+  (:func:`optimize_marginals`, exact release and :func:`verify_marginals_exact`);
 * measurement with exact noise and reconstruction: :func:`make_strategy_measurement`,
   :func:`reconstruct`, :func:`nonnegative`, :func:`verify_exact`;
 * the data vector from one engine GROUP BY: :func:`histogram_from_duckdb`,
   :func:`marginal_tables`.
 """
 
+from dpkit.workloads._marginals_opt import MarginalsStrategy, optimize_marginals
 from dpkit.workloads._measure import (
     QuantisedStrategy,
     WorkloadRelease,
@@ -49,7 +51,7 @@ from dpkit.workloads._strategies import (
     wavelet,
 )
 from dpkit.workloads._table import histogram_from_duckdb, marginal_tables
-from dpkit.workloads._verify import verify_exact
+from dpkit.workloads._verify import verify_exact, verify_marginals_exact
 
 __all__ = [
     "AllRange",
@@ -60,6 +62,7 @@ __all__ = [
     "KronStrategy",
     "MarginalRelease",
     "Marginals",
+    "MarginalsStrategy",
     "Prefix",
     "QuantisedStrategy",
     "ResidualPlan",
@@ -78,6 +81,7 @@ __all__ = [
     "marginal_tables",
     "nonnegative",
     "optimize_kron",
+    "optimize_marginals",
     "optimize_p_identity",
     "p_identity",
     "plan_residuals",
@@ -86,5 +90,6 @@ __all__ = [
     "reconstruct",
     "svd_bound",
     "verify_exact",
+    "verify_marginals_exact",
     "wavelet",
 ]

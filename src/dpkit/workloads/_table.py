@@ -69,19 +69,48 @@ def _index_sql(name: str, values: list[Any]) -> str:
 def _bounded_source(
     source_sql: str, doms: list[tuple[str, list[Any]]], privacy_unit: str | None, max_rows: int
 ) -> str:
-    idx = ", ".join(f"{_index_sql(n, v)} AS __i{k}" for k, (n, v) in enumerate(doms))
+    """Rows (__i0, __i1, …, __w): domain indices of the kept rows, aggregated, with their count
+    __w. The kept rows are grouped on the raw declared columns first and mapped to indices on
+    the (small) grouped result: the CASE mapping then runs once per distinct value combination
+    instead of once per row (0.4 s instead of 1.5 s at 10⁷ rows). Out-of-domain values, NULL
+    and NaN map to NULL and are dropped after the bounding, as before."""
+    names = ", ".join(_quote(n) for n, _ in doms)
+    kept = _raw_bounded(source_sql, names, privacy_unit, max_rows)
+    grouped = f"SELECT {names}, COUNT(*) AS __w FROM ({kept}) AS __kept GROUP BY ALL"
+    # each index also reads the count __w, so the optimiser cannot push the domain filter (and
+    # its CASE) below the grouping, where it would run once per row again
+    idx = ", ".join(
+        f"CASE WHEN __w > 0 THEN {_index_sql(n, v)} END AS __i{k}" for k, (n, v) in enumerate(doms)
+    )
     inside = " AND ".join(f"__i{k} IS NOT NULL" for k in range(len(doms)))
-    return f"SELECT * FROM ({_raw_bounded(source_sql, idx, privacy_unit, max_rows)}) WHERE {inside}"
+    return f"SELECT * FROM (SELECT {idx}, __w FROM ({grouped}) AS __g) AS __m WHERE {inside}"
 
 
-def _raw_bounded(source_sql: str, idx: str, privacy_unit: str | None, max_rows: int) -> str:
+def _raw_bounded(source_sql: str, cols: str, privacy_unit: str | None, max_rows: int) -> str:
+    """Rows kept: every row of a unit with at most ``max_rows`` rows; for a larger unit, its
+    ``max_rows`` rows of smallest hash(row). Both depend on the unit's own rows only, so a
+    neighbouring table changes the histogram by at most ``max_rows`` in L1. This equals one
+    ROW_NUMBER() window over all rows (light units keep everything either way) but sorts only
+    the heavy units' rows: the per-unit counts are one hash aggregate and an equality hash
+    join (the single window took 18–31 s at 10⁷ rows, this 3 s). NULL units form one unit,
+    as in a PARTITION BY: they match no count and always go through the window."""
     if privacy_unit is None:
-        return f"SELECT {idx} FROM ({source_sql}) AS __src"
+        return f"SELECT {cols} FROM ({source_sql}) AS __src"
     unit = _quote(privacy_unit)
+    k = int(max_rows)
+    heavy = (
+        f"SELECT * FROM ({source_sql}) AS __s SEMI JOIN (SELECT __u FROM __k WHERE __n > {k}) "
+        f"AS __hk ON __s.{unit} = __hk.__u UNION ALL "
+        f"SELECT * FROM ({source_sql}) AS __s WHERE __s.{unit} IS NULL"
+    )
     return (
-        f"SELECT {idx} FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} "
-        f"ORDER BY hash(__src)) AS __rn FROM ({source_sql}) AS __src) AS __b "
-        f"WHERE __rn <= {int(max_rows)}"
+        f"WITH __k AS MATERIALIZED (SELECT {unit} AS __u, COUNT(*) AS __n "
+        f"FROM ({source_sql}) AS __c WHERE {unit} IS NOT NULL GROUP BY {unit}) "
+        f"SELECT {cols} FROM ({source_sql}) AS __src JOIN __k ON __src.{unit} = __k.__u "
+        f"WHERE __k.__n <= {k} "
+        f"UNION ALL "
+        f"SELECT {cols} FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {unit} "
+        f"ORDER BY hash(__h)) AS __rn FROM ({heavy}) AS __h) AS __src WHERE __rn <= {k}"
     )
 
 
@@ -150,14 +179,14 @@ def histogram_from_duckdb(
     bounded = _bounded_source(source_sql, doms, privacy_unit, contributions)
     keys = ", ".join(f"__i{k}" for k in range(len(doms)))
     not_null = " AND ".join(f"__i{k} IS NOT NULL" for k in range(len(doms)))
-    sql = f"SELECT {keys}, COUNT(*) FROM ({bounded}) WHERE {not_null} GROUP BY {keys}"
+    sql = f"SELECT {keys}, SUM(__w) AS __n FROM ({bounded}) WHERE {not_null} GROUP BY {keys}"
     rows = _run(con, sql)
     out = np.zeros(n, dtype=np.int64)
-    if len(rows["count_star()"]):
+    if len(rows["__n"]):
         flat = np.ravel_multi_index(
             tuple(np.asarray(rows[f"__i{k}"], dtype=np.int64) for k in range(len(doms))), shape
         )
-        out[flat] = np.asarray(rows["count_star()"], dtype=np.int64)
+        out[flat] = np.asarray(rows["__n"], dtype=np.int64)
     return out, contributions
 
 
@@ -188,7 +217,7 @@ def marginal_tables_from_duckdb(
     # a row counts in marginal S only if its S-attributes are in the domain
     gid = f"GROUPING({keys})" if k > 1 else "GROUPING(__i0)"
     sql = (
-        f"SELECT {keys}, {gid} AS __g, COUNT(*) AS __n FROM ({bounded}) "
+        f"SELECT {keys}, {gid} AS __g, SUM(__w) AS __n FROM ({bounded}) "
         f"GROUP BY GROUPING SETS ({grouping})"
     )
     rows = _run(con, sql)

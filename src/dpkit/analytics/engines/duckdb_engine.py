@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 from sqlglot import exp
@@ -31,12 +32,23 @@ from dpkit.analytics.engines._columns import (
     prepare_pandas,
     resolve_kinds,
 )
+from dpkit.analytics.engines._heavy import (
+    MAX_RANGE,
+    candidate_threshold,
+    heavy_candidates,
+    integer_chunks,
+    unit_is_raw,
+)
 from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
 from dpkit.analytics.engines.sql import build_query, ident
 from dpkit.analytics.expr import ColumnKind
 from dpkit.errors import InvalidDataError
 
 __all__ = ["DuckDBEngine"]
+
+_IN_LIST = 256
+"""Up to this many candidate units are written into the SQL as an IN list; more are registered
+as an Arrow table and semi-joined."""
 
 
 def _threads() -> int:
@@ -74,6 +86,7 @@ class DuckDBEngine:
                 self._con.execute("SET TimeZone = 'UTC'")
         self._view = f"dpkit_src_{secrets.token_hex(8)}"
         self._keepalive: Any = None
+        self._integers: set[str] = set()  # columns stored as integers
         # a pandas source is registered when a plan first runs (see _prepare_pandas)
         self._pandas: Any = source if isinstance(source, pd.DataFrame) else None
         declared = check_declared_schema(schema)
@@ -138,6 +151,7 @@ class DuckDBEngine:
         arrow_schema = described.to_arrow_table().schema
         storage = {field.name: kind_of_arrow(field.type) for field in arrow_schema}
         floats = {field.name for field in arrow_schema if pa.types.is_floating(field.type)}
+        self._integers = {field.name for field in arrow_schema if pa.types.is_integer(field.type)}
         return table, storage, floats
 
     def _prepare_pandas(self) -> None:
@@ -146,14 +160,20 @@ class DuckDBEngine:
         if self._pandas is None or self._keepalive is not None:
             return
         frame = prepare_pandas(self._pandas, self._schema)
+        self._integers = {
+            str(name)
+            for name, dtype in frame.dtypes.items()
+            if pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+        }
         self._keepalive = frame
         self._con.register(self._view, frame)
 
     def schema(self) -> dict[str, ColumnKind]:
         return dict(self._schema)
 
-    def sql(self, plan: BoundedPlan) -> str:
-        """The SQL text that :meth:`run` executes (for inspection and tests)."""
+    def sql(self, plan: BoundedPlan, candidates: exp.Expr | None = None) -> str:
+        """The SQL text that :meth:`run` executes (for inspection and tests); ``candidates``
+        as in :func:`~dpkit.analytics.engines.sql.build_query`."""
         query = build_query(
             plan,
             self._source_sql.copy(),
@@ -162,13 +182,82 @@ class DuckDBEngine:
             self._floats,
             "duckdb",
             self._conversions,
+            candidates,
+            self._integers,
         )
         return query.sql(dialect="duckdb")
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         self._prepare_pandas()
-        result: pa.Table = self._con.sql(self.sql(plan)).to_arrow_table()
+        candidates = self._candidates(plan)
+        view = None
+        predicate: exp.Expr | None = None
+        if candidates is not None:
+            if candidates.size == 0:
+                predicate = exp.false()
+            elif candidates.size <= _IN_LIST:
+                predicate = exp.In(
+                    this=exp.column("__u", quoted=True),
+                    expressions=[exp.Literal.number(int(u)) for u in candidates],
+                )
+            else:
+                view = f"{self._view}_heavy"
+                self._con.register(view, pa.table({"__u": candidates}))
+                sub = exp.select(exp.column("__u", quoted=True)).from_(exp.to_table(view))
+                predicate = exp.In(this=exp.column("__u", quoted=True), query=sub.subquery())
+        try:
+            result: pa.Table = self._con.sql(self.sql(plan, predicate)).to_arrow_table()
+        finally:
+            if view is not None:
+                self._con.unregister(view)
         return result
+
+    def _candidates(self, plan: BoundedPlan) -> Any:
+        """The units that may exceed a bound (a sorted int64 array, a superset of those that
+        do: see :mod:`dpkit.analytics.engines._heavy`), or None when they cannot be found
+        more cheaply than by the query's own per-unit aggregate."""
+        self._prepare_pandas()
+        threshold = candidate_threshold(plan)
+        unit = plan.unit
+        if threshold is None or not unit_is_raw(plan) or unit in self._conversions:
+            return None
+        if isinstance(self._keepalive, pa.Table):
+            chunks = integer_chunks(self._keepalive.column(unit))
+            if chunks is None:
+                return None
+            if not chunks:
+                return heavy_candidates([], 0, 0, threshold)
+            low = min(int(c.min()) for c in chunks)
+            high = max(int(c.max()) for c in chunks)
+            return heavy_candidates(chunks, low, high, threshold)
+        return self._candidates_from_sql(unit, threshold)
+
+    def _candidates_from_sql(self, unit: str, threshold: int) -> Any:
+        """:meth:`_candidates` for a source DuckDB reads (a file, a pandas frame): the unit's
+        range first, then its values streamed in batches."""
+        ref = exp.column(unit, quoted=True)
+        source = self._source_sql.copy()
+        probe = self._con.sql(exp.select(ref).from_(source.copy()).limit(0).sql("duckdb"))
+        if not pa.types.is_integer(probe.to_arrow_table().schema.field(0).type):
+            return None
+        bounds = exp.select(exp.Min(this=ref.copy()), exp.Max(this=ref.copy())).from_(source.copy())
+        low, high = self._con.sql(bounds.sql("duckdb")).fetchall()[0]
+        if low is None or high is None:
+            return heavy_candidates([], 0, 0, threshold)
+        if int(high) - int(low) + 1 > MAX_RANGE or int(high) >= 1 << 63:
+            return None
+        query = (
+            exp.select(ref.copy())
+            .from_(source)
+            .where(exp.Not(this=exp.Is(this=ref.copy(), expression=exp.Null())))
+        )
+        reader = self._con.sql(query.sql("duckdb")).to_arrow_reader(1 << 20)
+
+        def batches() -> Any:
+            for batch in reader:
+                yield np.asarray(batch.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+        return heavy_candidates(batches(), int(low), int(high), threshold)
 
     def close(self) -> None:
         if self._own:

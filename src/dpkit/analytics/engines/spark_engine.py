@@ -33,12 +33,22 @@ from dpkit.analytics.engines._columns import (
     prepare_pandas,
     resolve_kinds,
 )
+from dpkit.analytics.engines._heavy import (
+    candidate_threshold,
+    heavy_candidates,
+    integer_chunks,
+    unit_is_raw,
+)
 from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
 from dpkit.analytics.engines.sql import build_query, ident
 from dpkit.analytics.expr import ColumnKind
 from dpkit.errors import InvalidDataError
 
 __all__ = ["SparkEngine", "default_spark_session"]
+
+_IN_LIST = 256
+"""Up to this many candidate units are written into the SQL as an IN list; more are a temporary
+view, semi-joined."""
 
 
 def default_spark_session() -> Any:
@@ -181,8 +191,16 @@ class SparkEngine:
     def schema(self) -> dict[str, ColumnKind]:
         return dict(self._schema)
 
-    def sql(self, plan: BoundedPlan) -> str:
-        """The Spark SQL text that :meth:`run` executes."""
+    def _integers(self) -> set[str]:
+        """Columns the Spark frame stores as integers (byte, short, int, long)."""
+        from pyspark.sql import types as T
+
+        integral = T.ByteType | T.ShortType | T.IntegerType | T.LongType
+        return {f.name for f in self._frame.schema.fields if isinstance(f.dataType, integral)}
+
+    def sql(self, plan: BoundedPlan, candidates: exp.Expr | None = None) -> str:
+        """The Spark SQL text that :meth:`run` executes; ``candidates`` as in
+        :func:`~dpkit.analytics.engines.sql.build_query`."""
         self._prepare()
         query = build_query(
             plan,
@@ -192,15 +210,66 @@ class SparkEngine:
             self._floats,
             "spark",
             self._conversions,
+            candidates,
+            self._integers(),
         )
         return query.sql(dialect="spark")
 
     def run(self, plan: BoundedPlan) -> pa.Table:
-        frame = self._spark.sql(self.sql(plan))
-        if hasattr(frame, "toArrow"):
-            table: pa.Table = frame.toArrow()
-            return table
-        return pa.Table.from_pandas(frame.toPandas(), preserve_index=False)  # pragma: no cover
+        self._prepare()
+        candidates = self._candidates(plan)
+        view = None
+        predicate: exp.Expr | None = None
+        if candidates is not None:
+            unit = exp.column("__u", quoted=True)
+            if candidates.size == 0:
+                predicate = exp.false()
+            elif candidates.size <= _IN_LIST:
+                values = [exp.Literal.number(int(u)) for u in candidates]
+                predicate = exp.In(this=unit, expressions=values)
+            else:
+                view = f"{self._view}_heavy"
+                heavy = self._spark.createDataFrame(pa.table({"__u": candidates}).to_pandas())
+                heavy.createOrReplaceTempView(view)
+                sub = exp.select(unit.copy()).from_(exp.to_table(view))
+                predicate = exp.In(this=unit, query=sub.subquery())
+        try:
+            frame = self._spark.sql(self.sql(plan, predicate))
+            if hasattr(frame, "toArrow"):
+                table: pa.Table = frame.toArrow()
+                return table
+            return pa.Table.from_pandas(frame.toPandas(), preserve_index=False)  # pragma: no cover
+        finally:
+            if view is not None:
+                self._spark.catalog.dropTempView(view)
+
+    def _candidates(self, plan: BoundedPlan) -> Any:
+        """The units that may exceed a bound (see :mod:`dpkit.analytics.engines._heavy`): the
+        unit column is collected to the driver as Arrow and counted with one ``bincount``,
+        instead of a per-unit aggregate over every row (a shuffle of every unit); None when
+        that does not apply (no integer unit column of moderate range)."""
+        self._prepare()
+        threshold = candidate_threshold(plan)
+        unit = plan.unit
+        if threshold is None or not unit_is_raw(plan) or unit in self._conversions:
+            return None
+        if unit not in self._integers() or not hasattr(self._frame, "toArrow"):
+            return None
+        ref = exp.column(unit, quoted=True)
+        query = (
+            exp.select(ref)
+            .from_(exp.Table(this=ident(self._view)))
+            .where(exp.Not(this=exp.Is(this=ref.copy(), expression=exp.Null())))
+        )
+        values = self._spark.sql(query.sql(dialect="spark")).toArrow()
+        chunks = integer_chunks(values.column(0))
+        if chunks is None:
+            return None
+        if not chunks:
+            return heavy_candidates([], 0, 0, threshold)
+        low = min(int(c.min()) for c in chunks)
+        high = max(int(c.max()) for c in chunks)
+        return heavy_candidates(chunks, low, high, threshold)
 
     def close(self) -> None:
         if self._frame is not None:

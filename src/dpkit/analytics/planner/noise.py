@@ -6,10 +6,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm
 
 from dpkit._exact import sqrt_upper
 from dpkit.analytics.bounding import Contribution
@@ -22,6 +22,8 @@ from dpkit.errors import UnsupportedQueryError
 from dpkit.mechanisms import make_geometric
 from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace, GridNoise
 from dpkit.noise.grid import choose_exponent
+
+_NORMAL = NormalDist()  # quantiles via the stdlib (Wichura AS241): scipy.stats costs ~2 s to import
 
 
 # ------------------------------------------------------------------ helpers
@@ -140,7 +142,7 @@ def noise_halfwidth(measurement: Measurement[Any], alpha: float) -> float:
     """The smallest h with P(|noise| > h) <= alpha, in the measurement's output units."""
     sigma = _wide_gaussian(measurement)
     if sigma is not None:
-        return float(math.ceil(float(norm.ppf(1 - alpha / 2)) * sigma))
+        return float(math.ceil(float(_NORMAL.inv_cdf(1 - alpha / 2)) * sigma))
     return float(measurement.noise.interval_halfwidth(alpha))
 
 
@@ -179,7 +181,7 @@ def linear_noise_halfwidth(
 
     def tail(a: float) -> float:
         if sigma is not None:
-            return float(math.ceil(float(norm.ppf(1 - a / 2)) * sigma))
+            return float(math.ceil(float(_NORMAL.inv_cdf(1 - a / 2)) * sigma))
         assert lattice is not None
         return float(lattice.tail_bound(a))
 

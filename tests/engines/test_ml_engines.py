@@ -1,0 +1,119 @@
+"""dpkit.ml on every engine (pandas, DuckDB, Spark): k-means and linear regression fitted on a
+Session's columns, every read an aggregate query the engine runs, through the Session's ledger.
+
+Uses the one shared local SparkSession of tests/engines/conftest.py. Sizes are tiny: these
+tests check that each engine runs the same queries (assignment to the nearest centre, LSH cells,
+lattice cells, sufficient statistics) and gives the same exact aggregates; accuracy is tested on
+the pandas engine in tests/unit/test_ml_session.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpkit as dp
+from dpkit.analytics import Engine, Session
+from dpkit.ml import fit_kmeans, fit_linear_regression
+
+pytestmark = pytest.mark.usefixtures("seeded")
+
+
+def table() -> pd.DataFrame:
+    rng = np.random.default_rng(3)  # test data only
+    n = 400
+    centres = np.array([[-3.0, -3.0], [3.0, 3.0]])
+    points = centres[np.arange(n) % 2] + rng.normal(0, 0.2, (n, 2))
+    df = pd.DataFrame({"u": np.arange(n) // 2, "a": points[:, 0], "b": points[:, 1]})
+    df["y"] = 1.0 + 0.5 * df["a"] - 0.25 * df["b"]
+    # edge values the engines must clamp or map identically (one unit, a handful of rows)
+    df.loc[0, "a"] = np.inf
+    df.loc[1, "b"] = np.nan
+    df.loc[2, "a"] = -1e308
+    return df
+
+
+METHODS = {
+    "lloyd": {"max_iter": 1},
+    "lsh": {"max_iter": 1, "grid_size": 8},
+    "grid_em": {"n_candidates": 64},
+}
+
+
+def fit_on(engine: Engine, method: str) -> None:
+    df = table()
+    session = Session(df, "u", dp.PureDP(20), engine=engine, max_rows=2)
+    model = fit_kmeans(
+        session, ["a", "b"], 2, bounds=(-5, 5), epsilon=10, method=method, **METHODS[method]
+    )
+    found = np.sort(model.cluster_centers_[:, 0])
+    tolerance = 0.7 if method == "grid_em" else 0.5  # the lattice's spacing is 1.25
+    assert np.allclose(found, [-3, 3], atol=tolerance), model.cluster_centers_
+    assert model.privacy_loss_ == dp.PureDP(10)
+    assert session.remaining == dp.PureDP(10)
+    kinds = [e.kind for e in session.ledger.history(session.dataset) if e.kind != "alert"]
+    assert kinds == ["create", "reserve", "commit"]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_kmeans_on_every_engine(make: Callable[..., Engine], engine_name: str, method: str) -> None:
+    if engine_name == "spark" and method != "lloyd":
+        pytest.skip("Spark runs these in test_kmeans_every_method_on_spark (slow)")
+    fit_on(make(table()), method)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["lsh", "grid_em"])
+def test_kmeans_every_method_on_spark(spark: Any, method: str) -> None:
+    from dpkit.analytics.engines.spark_engine import SparkEngine
+
+    fit_on(SparkEngine(table(), spark=spark), method)
+
+
+def test_engines_agree_on_the_exact_lloyd_aggregates(make: Callable[..., Engine]) -> None:
+    """The engine-side assignment gives the reference engine's exact per-cluster counts."""
+    from dpkit.ml._common import check_box
+    from dpkit.ml._session import _assignment, _counts_and_sums, _row_map
+
+    df = table()
+    session = Session(df, "u", dp.PureDP(1), engine=make(df), max_rows=2)
+    base, z = _row_map(session.query(), ["a", "b"], check_box((-5, 5), d=2))
+    centres = np.array([[-0.6, -0.6], [0.6, 0.6], [0.9, -0.9]])
+    query = _counts_and_sums(
+        _assignment(base, z, centres, "__ml_label"), z, "__ml_label", 3, Fraction(1), Fraction(1)
+    )
+    plan = session.compile(query, epsilon=1).plans[0]
+    exact = session.engine.run(plan).to_pydict()
+    counts = dict(zip(exact[plan.group_columns[0]], exact[plan.output_columns[0]], strict=True))
+    # the reference: the public row map and nearest centre in numpy (first index on ties)
+    x = np.nan_to_num(df[["a", "b"]].to_numpy(), nan=0.0)
+    scaled = np.clip(x, -5, 5) / 5
+    labels = np.argmin(((scaled[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+    expected = np.bincount(labels, minlength=3)
+    assert [int(counts.get(j, 0)) for j in range(3)] == expected.tolist()
+
+
+def test_linear_regression_on_every_engine(make: Callable[..., Engine]) -> None:
+    df = table().iloc[3:]
+    session = Session(df, "u", dp.PureDP(40), engine=make(df), max_rows=2)
+    plans: list[Any] = []
+    run = session.engine.run
+
+    def spy(plan: Any) -> Any:
+        plans.append(plan)
+        return run(plan)
+
+    session.engine.run = spy  # type: ignore[method-assign]
+    model = fit_linear_regression(
+        session, ["a", "b"], "y", bounds_X=(-5, 5), bounds_y=(-5, 5), epsilon=20
+    )
+    assert len(plans) == 1  # the sufficient statistics: one engine pass
+    # a ≈ b in this table (two clusters on the diagonal): check predictions, not coefficients
+    x = np.clip(df[["a", "b"]].to_numpy(), -5, 5)
+    assert np.sqrt(np.mean((model.predict(x) - df["y"].to_numpy()) ** 2)) < 0.3
+    assert model.privacy_loss_ == dp.PureDP(20)
