@@ -12,7 +12,8 @@ partition is computed **by the engine**:
   - DuckDB: ``hash(unit, salt) % m`` in SQL; rows come back ordered by block and are cut into
     per-block pandas frames in Python;
   - pandas (the reference engine): :func:`pandas.util.hash_pandas_object` with the salt as its
-    SipHash key;
+    SipHash key (used by pandas for text only), then the 64-bit hash XOR the salt hashed again
+    (pandas' unkeyed 64-bit mix), so numeric ids are salted too;
   - Spark: ``pmod(xxhash64(unit, salt), m)`` and ``groupBy(block).applyInPandas``: the function
     runs on the executors, one pandas frame per block, and only the m output vectors come back.
 
@@ -29,7 +30,19 @@ partition is computed **by the engine**:
   a block that returned it. Blocks with no rows are computed too (on an empty frame with the
   columns), in the driver for Spark, where ``applyInPandas`` never calls a function for an
   empty group. What cannot be contained: a function that kills its process (``os._exit``), never
-  returns, or writes what it saw somewhere; a function's run time is also not hidden.
+  returns, or writes what it saw somewhere (including state it keeps between calls, e.g. a
+  scikit-learn estimator with ``warm_start=True`` reused across blocks), or raises
+  ``KeyboardInterrupt`` (re-raised, so that Ctrl-C still stops a release; a function that raises
+  it on purpose is in the same class as one that writes what it saw); a function's run time is
+  also not hidden.
+
+* **Row order.** ``fn`` receives a block's rows in a canonical order: sorted by a hash of each
+  row's content (:func:`canonical_order`), on every engine. Without it an order-sensitive ``fn``
+  (the first row, an SGD pass, ``head()``) would see rows in an order that DuckDB's parallel sort
+  and Spark's shuffle choose from the *whole* table, so a unit in one block could change the
+  output of another block, which the privacy argument rules out. The order is a function of the
+  block's rows alone (rows with equal hashes are equal, up to a 2^-64 collision of the
+  content hash).
 """
 
 from __future__ import annotations
@@ -46,7 +59,7 @@ from dpkit.analytics.engines.base import Step
 from dpkit.analytics.expr import ColumnKind
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["BLOCK_ENGINES", "BlockCall", "engine_blocks", "safe_call"]
+__all__ = ["BLOCK_ENGINES", "BlockCall", "canonical_order", "engine_blocks", "safe_call"]
 
 BLOCK_ENGINES = ("duckdb", "pandas", "spark")
 """The engines that compute blocks (checked before any reservation)."""
@@ -112,12 +125,34 @@ def engine_blocks(
     )
 
 
+def canonical_order(frame: pd.DataFrame) -> np.ndarray:
+    """A permutation putting ``frame``'s rows in an order that depends on their content only:
+    ascending 64-bit content hash (:func:`pandas.util.hash_pandas_object`, index excluded), ties
+    (equal rows) kept in place. Never raises: a frame pandas cannot hash keeps its order."""
+    if len(frame) < 2:
+        return np.arange(len(frame))
+    try:
+        hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
+    except Exception:  # pragma: no cover - the Session's column types are all hashable
+        return np.arange(len(frame))
+    return np.argsort(hashed, kind="stable")
+
+
 def _split_sorted(
     frame: pd.DataFrame, blocks: np.ndarray, m: int, call: BlockCall, columns: Sequence[str]
 ) -> np.ndarray:
-    """Rows sorted by block -> one call per block (empty blocks get an empty frame)."""
-    bounds = np.searchsorted(blocks, np.arange(m + 1), side="left")
+    """Rows -> one call per block, each block's rows in :func:`canonical_order` (empty blocks
+    get an empty frame)."""
     data = frame[list(columns)].reset_index(drop=True)
+    blocks = np.asarray(blocks, dtype=np.int64)
+    if len(data) > 1:
+        try:
+            hashed = pd.util.hash_pandas_object(data, index=False).to_numpy(dtype=np.uint64)
+        except Exception:  # pragma: no cover - the Session's column types are all hashable
+            hashed = np.zeros(len(data), dtype=np.uint64)
+        order = np.lexsort((hashed, blocks))
+        data, blocks = data.iloc[order].reset_index(drop=True), blocks[order]
+    bounds = np.searchsorted(blocks, np.arange(m + 1), side="left")
     out = np.empty((m, call.fill.size))
     for b in range(m):
         out[b] = call(data.iloc[int(bounds[b]) : int(bounds[b + 1])])
@@ -155,6 +190,10 @@ def _pandas_blocks(
     hashed = pd.util.hash_pandas_object(
         units.reset_index(drop=True), index=False, hash_key=key
     ).to_numpy(dtype=np.uint64)
+    # pandas uses hash_key for text only (numbers get a fixed, unkeyed mix): mix the salt in
+    # again so that numeric ids get a fresh partition per release too
+    salted = pd.Series(hashed ^ np.uint64(salt & ((1 << 64) - 1)))
+    hashed = pd.util.hash_pandas_object(salted, index=False).to_numpy(dtype=np.uint64)
     blocks = (hashed % np.uint64(m)).astype(np.int64)
     order = np.argsort(blocks, kind="stable")
     frame = df.reset_index(drop=True).iloc[order]
@@ -283,7 +322,8 @@ def _spark_blocks(
 
     def per_block(part: pd.DataFrame) -> pd.DataFrame:
         block = int(part["__dpkit_block"].iloc[0])
-        values = call(part[wanted].reset_index(drop=True))
+        rows = part[wanted].reset_index(drop=True)
+        values = call(rows.iloc[canonical_order(rows)].reset_index(drop=True))
         row = {"__dpkit_block": [block], **{n: [float(values[j])] for j, n in enumerate(names)}}
         return pd.DataFrame(row)
 
