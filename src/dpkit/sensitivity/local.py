@@ -99,13 +99,33 @@ def _a_k_sorted(xp: np.ndarray, stat: Statistic, k: int, bounds: Bounds) -> floa
             )
         )
     if name == "variance":
-        return _variance_ls(xp, bounds) if k == 0 else (hi - lo) ** 2 / n
+        return _variance_ak(xp, bounds, k)
     raise InvalidParameterError("statistic", name, "a supported statistic")  # pragma: no cover
 
 
 def _variance_ls(xp: np.ndarray, bounds: Bounds) -> float:
-    """Exact LS of the population variance: replacing x_i by v changes n·Var by a quadratic in v,
-    so the largest change is at v = L, v = U (increase) or v = mean of the others (decrease)."""
+    """Exact LS of the population variance (= :func:`_variance_ak` with k = 0)."""
+    return _variance_ak(xp, bounds, 0)
+
+
+def _variance_ak(xp: np.ndarray, bounds: Bounds, k: int) -> float:
+    """Exact A^(k) of the population variance Var = (1/n)·Σ(y_i − ȳ)², O(n) after sorting.
+
+    Substituting y_i = a by b changes Var by ((n−1)/n²)·((b − m)² − (a − m)²), with m the mean of
+    the other n − 1 values. Over b ∈ [L, U] the largest |change| is
+    g(a, m) = max(D(m)² − (a − m)², (a − m)²), D(m) = max(U − m, m − L), so
+    LS(y) = ((n−1)/n²)·max_i g(y_i, m_i) and A^(k) = ((n−1)/n²)·max over y in the k-ball and i.
+    Two cases for the maximising (y, i):
+
+    * i is one of the substituted units (k ≥ 1): y_i is free, so g = D(m)², largest when m is
+      extreme: drop the top (bottom) k values of x and put k − 1 values at L (U) among the others.
+    * i is an unchanged unit, y_i = x_j: the others hold k' = min(k, n−1) substitutions, so m
+      ranges over the interval [m_min(j), m_max(j)] (the k' largest / smallest others moved to
+      L / U). For fixed a = x_j, (U−m)² − (a−m)² and (m−L)² − (a−m)² are monotone in m and
+      (a−m)² is convex, so the maximum of g is at m = m_min(j) or m_max(j).
+
+    Both cases are vectorised over j with prefix sums of the sorted data.
+    """
     x = xp[1:-1]
     n = x.size
     if n == 1:
@@ -114,14 +134,30 @@ def _variance_ls(xp: np.ndarray, bounds: Bounds) -> float:
     centre = float(np.mean(x))
     y = x - centre
     lo, hi = bounds.lower - centre, bounds.upper - centre
-    s, q = float(np.sum(y)), float(np.sum(y * y))
-    var = q / n - (s / n) ** 2
-    s_rest, q_rest = s - y, q - y * y
+    prefix = np.concatenate([[0.0], np.cumsum(y)])
+    total = float(prefix[n])
+
+    def g(a: np.ndarray, m: np.ndarray) -> np.ndarray:
+        d = np.maximum(hi - m, m - lo)
+        e2 = (a - m) ** 2
+        return np.maximum(d * d - e2, e2)
+
     best = 0.0
-    for v in (np.full(n, lo), np.full(n, hi), s_rest / (n - 1)):
-        new = (q_rest + v * v) / n - ((s_rest + v) / n) ** 2
-        best = max(best, float(np.max(np.abs(new - var))))
-    return min(best, (bounds.upper - bounds.lower) ** 2 / n)
+    if k >= 1:
+        kk = min(k, n)
+        m_lo = (prefix[n - kk] + (kk - 1) * lo) / (n - 1)
+        m_hi = (total - prefix[kk] + (kk - 1) * hi) / (n - 1)
+        best = max(hi - m_lo, m_hi - lo) ** 2
+    kp = min(k, n - 1)
+    j = np.arange(1, n + 1)
+    top = np.where(j > n - kp, total - prefix[n - kp - 1] - y, total - prefix[n - kp])
+    bottom = np.where(j <= kp, prefix[min(kp + 1, n)] - y, prefix[kp])
+    rest = total - y
+    m_min = (rest - top + kp * lo) / (n - 1)
+    m_max = (rest - bottom + kp * hi) / (n - 1)
+    best = max(best, float(np.max(g(y, m_min))), float(np.max(g(y, m_max))))
+    gs = bounds.width**2 * (n - 1) / n**2
+    return min(best * (n - 1) / n**2, gs)
 
 
 def _resolve(statistic: str | Statistic, q: Number | None, trim: Number | None) -> Statistic:
