@@ -56,6 +56,11 @@ __all__ = [
 SMOOTH_SLACK = 2.0**-30
 """Relative inflation applied to every computed smooth sensitivity (covers float error)."""
 
+VARIANCE_SMOOTH_K = 256
+"""Largest k for which the variance's smooth sensitivity evaluates the exact A^(k) (public);
+beyond it the global sensitivity stands in, so S is exact for n <= 256 and a smooth upper bound
+(exact whenever the max is reached at k <= 256, e.g. β >= 0.1 on non-degenerate data) above."""
+
 
 def _at(xp: np.ndarray, index: np.ndarray | int) -> np.ndarray:
     n = xp.size - 2
@@ -260,7 +265,14 @@ def smooth_sensitivity_sorted(
     if name in ("count", "distinct"):
         return _a_k_sorted(xp, stat, 0, bounds)
     if name == "variance":
-        return max(_variance_ls(xp, bounds), math.exp(-beta) * bounds.width**2 / n)
+        # exact A^(k) for k <= K, then the global sensitivity A^(k) <= GS = (U−L)²(n−1)/n² for
+        # k > K: a β-smooth upper bound (B^(k)(y) <= B^(k+1)(x) holds at k = K since
+        # A^(K)(y) <= GS), equal to S* when K = n (A^(k) = GS for k >= n). O(n·K).
+        cap = min(n, VARIANCE_SMOOTH_K)
+        best = math.exp(-beta * (cap + 1)) * bounds.width**2 * (n - 1) / n**2
+        for k in range(cap + 1):
+            best = max(best, math.exp(-beta * k) * _variance_ak(xp, bounds, k))
+        return best
     if name == "quantile":
         r = stat.rank(n)
         return math.exp(_rect_max(xp, 0, r, r, n + 1, beta, 1))
