@@ -26,7 +26,18 @@ CASES = [
     ("distinct", {}),
     ("count", {}),
 ]
-EXACT = {"median", "quantile", "max", "min", "mean", "sum", "distinct", "count", "range", "trimmed_mean"}
+EXACT = {
+    "median",
+    "quantile",
+    "max",
+    "min",
+    "mean",
+    "sum",
+    "distinct",
+    "count",
+    "range",
+    "trimmed_mean",
+}
 
 
 def _f(name: str, x: list[float], q: float = 0.5, trim: float = 0.0) -> float:

@@ -11,18 +11,24 @@ count (0/1 rows)   1                                               O(n)
 sum / mean         trimmed mean with t = 0 (below), ×n for sum     O(n log n)
 quantile rank r    max_{0≤s≤k+1} x_(r+s) − x_(r+s−k−1)   [NRS07]   O(n log n) (exact)
 max / min          quantile with r = n / r = 1                     O(n log n) (exact)
-trimmed mean (t)   max_{−1≤s≤k} (x_(h+s) − x_(l+s−k))/(n−2t)        O(n log n) (upper bound)
+trimmed mean (t)   max_{−1≤s≤k} (x_(h+s) − x_(l+s−k))/(n−2t)        O(n log n) (exact)
 range              max(U−x_(n−k), x_(n)−x_(n−1−k),
-                       x_(1+k)−L, x_(2+k)−x_(1))                   O(n)  (upper bound)
-variance (1/n)     LS exact; (U−L)²/n for k ≥ 1                    O(n)  (upper bound)
+                       x_(1+k)−L, x_(2+k)−x_(1))                   O(n)  (exact)
+variance (1/n)     exact, O(n) per k (:func:`_variance_ak`)       O(n·min(n, 256)) (exact
+                                                                   for k ≤ 256, GS beyond)
 distinct values    1 (n ≥ 2)                                       O(1)
 =================  =============================================  ==========================
 
-(h = n−t+1, l = t+1.) Rows marked *upper bound* return B^(k)(x) >= A^(k)(x) satisfying
-B^(k)(y) <= B^(k+1)(x) for neighbours y of x, so S = max_k e^{-kβ} B^(k) is a β-smooth upper
-bound on LS (Nissim, Raskhodnikova & Smith 2007, Lemma 3.2); the others are exact. The
-order-statistic bounds all come from one lemma (docs/sensitivity.md §2): if y is k substitutions
-from x and i < j then y_(j) − y_(i) <= max_{0≤s≤k} x_(j+s) − x_(i−k+s).
+(h = n−t+1, l = t+1.) Every A^(k) above is exact (docs/sensitivity.md §2 has the proofs; the unit
+tests compare each with brute force over whole k-balls). S* is exact except for the variance at
+n > 256, where A^(k) for k > 256 is replaced by the global sensitivity (U−L)²(n−1)/n²: that B^(k)
+satisfies B^(k)(y) <= B^(k+1)(x) for neighbours, so it is a β-smooth upper bound (Nissim,
+Raskhodnikova & Smith 2007, Lemma 3.2). The order-statistic bounds all come from one lemma
+(docs/sensitivity.md §2): if y is k substitutions from x and i < j then
+y_(j) − y_(i) <= max_{0≤s≤k} x_(j+s) − x_(i−k+s), and the bound is attained (move k − s of
+x_(i−k+s+1..j+s−1) to L and s to U). The range's LS is a maximum of two end distances and two
+end gaps, the trimmed mean's of two gaps y_(h) − y_(l), y_(h−1) − y_(l−1) (it is monotone in
+each value), so the tight lemma makes their A^(k) exact.
 
 The O(n log n) algorithm for the order-statistic family (NRS07 §3.1) writes
 S* = max over a rectangle of index pairs (a, b) of (x_(b) − x_(a))·e^{−β(b−a−c)}; for a fixed a the
@@ -59,7 +65,7 @@ SMOOTH_SLACK = 2.0**-30
 VARIANCE_SMOOTH_K = 256
 """Largest k for which the variance's smooth sensitivity evaluates the exact A^(k) (public);
 beyond it the global sensitivity stands in, so S is exact for n <= 256 and a smooth upper bound
-(exact whenever the max is reached at k <= 256, e.g. β >= 0.1 on non-degenerate data) above."""
+above (exact whenever max_{k<=256} e^{-kβ}A^(k) >= e^{-257β}·GS)."""
 
 
 def _at(xp: np.ndarray, index: np.ndarray | int) -> np.ndarray:
@@ -270,8 +276,8 @@ def smooth_sensitivity_sorted(
         # A^(K)(y) <= GS), equal to S* when K = n (A^(k) = GS for k >= n). O(n·K).
         cap = min(n, VARIANCE_SMOOTH_K)
         best = math.exp(-beta * (cap + 1)) * bounds.width**2 * (n - 1) / n**2
-        for k in range(cap + 1):
-            best = max(best, math.exp(-beta * k) * _variance_ak(xp, bounds, k))
+        for dist in range(cap + 1):
+            best = max(best, math.exp(-beta * dist) * _variance_ak(xp, bounds, dist))
         return best
     if name == "quantile":
         r = stat.rank(n)
