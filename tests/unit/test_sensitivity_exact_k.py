@@ -185,17 +185,28 @@ def test_local_sensitivity_alone_is_flagged_as_not_smooth() -> None:
     assert _smoothness_violations(ls_only, 3)
 
 
-def test_variance_smooth_with_small_k_cap_is_an_upper_bound(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Above the public cap K the global sensitivity stands in: still >= S* and β-smooth."""
-    rng = np.random.default_rng(4)
-    xs = [tuple(float(v) for v in rng.choice(DOMAIN, int(rng.integers(3, 6)))) for _ in range(5)]
-    exact = [_smooth(x, "variance", None, 0.05) for x in xs]
-    monkeypatch.setattr(local, "VARIANCE_SMOOTH_K", 1)
-    for x, s in zip(xs, exact, strict=True):
-        assert _smooth(x, "variance", None, 0.05) >= s * (1 - 1e-12)
-    assert _smoothness_violations(_smooth, 6) == []
+def _all_vs_each(fast: Callable[[np.ndarray, Bounds], np.ndarray], seed: int) -> int:
+    rng = np.random.default_rng(seed)
+    bounds = Bounds.of(L, U)
+    bad = 0
+    for it in range(60):
+        n = int(rng.integers(1, 30))
+        x = rng.choice((*DOMAIN, 0.5, 2.7), n) if it % 2 else rng.uniform(-1, 7, n)
+        xp = prepare(x, bounds)
+        each = np.array([local._variance_ak(xp, bounds, k) for k in range(n + 1)])
+        bad += not np.allclose(fast(xp, bounds), each, rtol=1e-12, atol=1e-12)
+    return bad
+
+
+def _ends_only(xp: np.ndarray, bounds: Bounds) -> np.ndarray:
+    """Broken: no vertex search (candidates only at the ends of each index range)."""
+    return local._variance_ak_all(xp, bounds, vertex_search=False)
+
+
+def test_variance_all_k_matches_per_k_formula() -> None:
+    """The O(n log n) all-k algorithm (vertex candidates) equals the O(n)-per-k formula."""
+    assert _all_vs_each(local._variance_ak_all, 8) == 0
+    assert _all_vs_each(_ends_only, 8) > 0
 
 
 def test_variance_k_is_linear_time() -> None:

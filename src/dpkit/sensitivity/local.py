@@ -14,17 +14,13 @@ max / min          quantile with r = n / r = 1                     O(n log n) (e
 trimmed mean (t)   max_{−1≤s≤k} (x_(h+s) − x_(l+s−k))/(n−2t)        O(n log n) (exact)
 range              max(U−x_(n−k), x_(n)−x_(n−1−k),
                        x_(1+k)−L, x_(2+k)−x_(1))                   O(n)  (exact)
-variance (1/n)     exact, O(n) per k (:func:`_variance_ak`)       O(n·min(n, 256)) (exact
-                                                                   for k ≤ 256, GS beyond)
+variance (1/n)     two-case formula (:func:`_variance_ak`), O(n)   O(n log n) (exact)
 distinct values    1 (n ≥ 2)                                       O(1)
 =================  =============================================  ==========================
 
-(h = n−t+1, l = t+1.) Every A^(k) above is exact (docs/sensitivity.md §2 has the proofs; the unit
-tests compare each with brute force over whole k-balls). S* is exact except for the variance at
-n > 256, where A^(k) for k > 256 is replaced by the global sensitivity (U−L)²(n−1)/n²: that B^(k)
-satisfies B^(k)(y) <= B^(k+1)(x) for neighbours, so it is a β-smooth upper bound (Nissim,
-Raskhodnikova & Smith 2007, Lemma 3.2). The order-statistic bounds all come from one lemma
-(docs/sensitivity.md §2): if y is k substitutions from x and i < j then
+(h = n−t+1, l = t+1.) Every A^(k) and S* above is exact (docs/sensitivity.md §2 has the proofs;
+the unit tests compare each with brute force over whole k-balls). The order-statistic bounds
+all come from one lemma (docs/sensitivity.md §2): if y is k substitutions from x and i < j then
 y_(j) − y_(i) <= max_{0≤s≤k} x_(j+s) − x_(i−k+s), and the bound is attained (move k − s of
 x_(i−k+s+1..j+s−1) to L and s to U). The range's LS is a maximum of two end distances and two
 end gaps, the trimmed mean's of two gaps y_(h) − y_(l), y_(h−1) − y_(l−1) (it is monotone in
@@ -61,11 +57,6 @@ __all__ = [
 
 SMOOTH_SLACK = 2.0**-30
 """Relative inflation applied to every computed smooth sensitivity (covers float error)."""
-
-VARIANCE_SMOOTH_K = 256
-"""Largest k for which the variance's smooth sensitivity evaluates the exact A^(k) (public);
-beyond it the global sensitivity stands in, so S is exact for n <= 256 and a smooth upper bound
-above (exact whenever max_{k<=256} e^{-kβ}A^(k) >= e^{-257β}·GS)."""
 
 
 def _at(xp: np.ndarray, index: np.ndarray | int) -> np.ndarray:
@@ -171,6 +162,74 @@ def _variance_ak(xp: np.ndarray, bounds: Bounds, k: int) -> float:
     return min(best * (n - 1) / n**2, gs)
 
 
+def _variance_ak_all(xp: np.ndarray, bounds: Bounds, *, vertex_search: bool = True) -> np.ndarray:
+    """[A^(0), ..., A^(n)] of the variance at once, O(n log n), equal to :func:`_variance_ak`.
+
+    In the "unchanged unit x_j" case of :func:`_variance_ak` the mean m of the others is, on each
+    of four index regions, either constant or m = c − a/(n−1) in a = x_j. There e = a − m is
+    affine in a, so (a−m)² is convex (maximum at the region's ends) and (U−m)² − (a−m)², (m−L)² −
+    (a−m)² are concave quadratics (maximum at the data points either side of their vertex). So
+    per k only about 24 candidate j are needed (binary search for the vertices): O(log n) per k.
+    ``vertex_search=False`` is the deliberately broken variant the tests flag.
+    """
+    x = xp[1:-1]
+    n = x.size
+    out = np.zeros(n + 1)
+    if n == 1:
+        return out
+    centre = float(np.mean(x))
+    y = x - centre
+    lo, hi = bounds.lower - centre, bounds.upper - centre
+    prefix = np.concatenate([[0.0], np.cumsum(y)])
+    total = float(prefix[n])
+    p, q = 1.0 / (n - 1), n / (n - 1)
+    denom = q * q - p * p
+    gs = bounds.width**2 * (n - 1) / n**2
+    for start in range(0, n + 1, 1 << 15):
+        k = np.arange(start, min(n + 1, start + (1 << 15)))
+        kk = np.minimum(k, n)
+        m_lo = (prefix[n - kk] + (kk - 1) * lo) / (n - 1)
+        m_hi = (total - prefix[kk] + (kk - 1) * hi) / (n - 1)
+        best = np.where(k >= 1, np.maximum(hi - m_lo, m_hi - lo) ** 2, 0.0)
+        kp = np.minimum(k, n - 1)
+        # (first j, last j, c, slope): m = c − slope·x_j on the region
+        regions = [
+            (np.ones_like(kp), n - kp, (prefix[n - kp] + kp * lo) / (n - 1), p),
+            (
+                n - kp + 1,
+                np.full_like(kp, n),
+                (prefix[np.maximum(n - kp - 1, 0)] + kp * lo) / (n - 1),
+                0.0,
+            ),
+            (kp + 1, np.full_like(kp, n), (total - prefix[kp] + kp * hi) / (n - 1), p),
+            (
+                np.ones_like(kp),
+                kp,
+                (total - prefix[np.minimum(kp + 1, n)] + kp * hi) / (n - 1),
+                0.0,
+            ),
+        ]
+        for j_lo, j_hi, c, slope in regions:
+            if slope:
+                vertices = [(p * (hi - c) + q * c) / denom, (q * c - p * (c - lo)) / denom]
+            else:
+                vertices = [c]
+            cands = [j_lo, j_hi]
+            for v in vertices if vertex_search else []:
+                below = np.searchsorted(y, v)  # 1-based index of the last y < v
+                cands += [below, below + 1]
+            j = np.clip(np.stack(cands, axis=1), j_lo[:, None], j_hi[:, None])
+            valid = (j_lo <= j_hi)[:, None]
+            a = y[np.clip(j, 1, n) - 1]
+            m = c[:, None] - slope * a
+            d = np.maximum(hi - m, m - lo)
+            e2 = (a - m) ** 2
+            g = np.where(valid, np.maximum(d * d - e2, e2), 0.0)
+            best = np.maximum(best, g.max(axis=1))
+        out[start : start + k.size] = np.minimum(best * (n - 1) / n**2, gs)
+    return out
+
+
 def _resolve(statistic: str | Statistic, q: Number | None, trim: Number | None) -> Statistic:
     if isinstance(statistic, Statistic):
         return statistic
@@ -271,14 +330,9 @@ def smooth_sensitivity_sorted(
     if name in ("count", "distinct"):
         return _a_k_sorted(xp, stat, 0, bounds)
     if name == "variance":
-        # exact A^(k) for k <= K, then the global sensitivity A^(k) <= GS = (U−L)²(n−1)/n² for
-        # k > K: a β-smooth upper bound (B^(k)(y) <= B^(k+1)(x) holds at k = K since
-        # A^(K)(y) <= GS), equal to S* when K = n (A^(k) = GS for k >= n). O(n·K).
-        cap = min(n, VARIANCE_SMOOTH_K)
-        best = math.exp(-beta * (cap + 1)) * bounds.width**2 * (n - 1) / n**2
-        for dist in range(cap + 1):
-            best = max(best, math.exp(-beta * dist) * _variance_ak(xp, bounds, dist))
-        return best
+        # exact S* = max_k e^{−kβ}A^(k) over k = 0..n (A^(k) = GS for k >= n): O(n log n)
+        a_k = _variance_ak_all(xp, bounds)
+        return float(np.max(a_k * np.exp(-beta * np.arange(n + 1))))
     if name == "quantile":
         r = stat.rank(n)
         return math.exp(_rect_max(xp, 0, r, r, n + 1, beta, 1))
