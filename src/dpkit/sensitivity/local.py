@@ -105,11 +105,6 @@ def _a_k_sorted(xp: np.ndarray, stat: Statistic, k: int, bounds: Bounds) -> floa
     raise InvalidParameterError("statistic", name, "a supported statistic")  # pragma: no cover
 
 
-def _variance_ls(xp: np.ndarray, bounds: Bounds) -> float:
-    """Exact LS of the population variance (= :func:`_variance_ak` with k = 0)."""
-    return _variance_ak(xp, bounds, 0)
-
-
 def _variance_ak(xp: np.ndarray, bounds: Bounds, k: int) -> float:
     """Exact A^(k) of the population variance Var = (1/n)·Σ(y_i − ȳ)², O(n) after sorting.
 
