@@ -26,7 +26,18 @@ CASES = [
     ("distinct", {}),
     ("count", {}),
 ]
-EXACT = {"median", "quantile", "max", "min", "mean", "sum", "distinct", "count"}
+EXACT = {
+    "median",
+    "quantile",
+    "max",
+    "min",
+    "mean",
+    "sum",
+    "distinct",
+    "count",
+    "range",
+    "trimmed_mean",
+}
 
 
 def _f(name: str, x: list[float], q: float = 0.5, trim: float = 0.0) -> float:
@@ -96,10 +107,7 @@ def test_smooth_matches_definition(name: str, kw: dict[str, float]) -> None:
                 for k in range(n + 3)
             )
             smooth = smooth_sensitivity(x, name, beta, lower=0, upper=10, **kw)
-            if name == "variance":  # smooth upper bound max(LS, e^-β·GS)
-                assert smooth >= direct * (1 - 1e-12)
-            else:
-                assert direct <= smooth <= direct * (1 + 1e-8) + 1e-12
+            assert direct <= smooth <= direct * (1 + 1e-8) + 1e-12  # exact for every statistic
 
 
 def test_median_smooth_large_n_matches_quadratic() -> None:

@@ -11,18 +11,20 @@ count (0/1 rows)   1                                               O(n)
 sum / mean         trimmed mean with t = 0 (below), ×n for sum     O(n log n)
 quantile rank r    max_{0≤s≤k+1} x_(r+s) − x_(r+s−k−1)   [NRS07]   O(n log n) (exact)
 max / min          quantile with r = n / r = 1                     O(n log n) (exact)
-trimmed mean (t)   max_{−1≤s≤k} (x_(h+s) − x_(l+s−k))/(n−2t)        O(n log n) (upper bound)
+trimmed mean (t)   max_{−1≤s≤k} (x_(h+s) − x_(l+s−k))/(n−2t)        O(n log n) (exact)
 range              max(U−x_(n−k), x_(n)−x_(n−1−k),
-                       x_(1+k)−L, x_(2+k)−x_(1))                   O(n)  (upper bound)
-variance (1/n)     LS exact; (U−L)²/n for k ≥ 1                    O(n)  (upper bound)
+                       x_(1+k)−L, x_(2+k)−x_(1))                   O(n)  (exact)
+variance (1/n)     two-case formula (:func:`_variance_ak`), O(n)   O(n log n) (exact)
 distinct values    1 (n ≥ 2)                                       O(1)
 =================  =============================================  ==========================
 
-(h = n−t+1, l = t+1.) Rows marked *upper bound* return B^(k)(x) >= A^(k)(x) satisfying
-B^(k)(y) <= B^(k+1)(x) for neighbours y of x, so S = max_k e^{-kβ} B^(k) is a β-smooth upper
-bound on LS (Nissim, Raskhodnikova & Smith 2007, Lemma 3.2); the others are exact. The
-order-statistic bounds all come from one lemma (docs/sensitivity.md §2): if y is k substitutions
-from x and i < j then y_(j) − y_(i) <= max_{0≤s≤k} x_(j+s) − x_(i−k+s).
+(h = n−t+1, l = t+1.) Every A^(k) and S* above is exact (docs/sensitivity.md §2 has the proofs;
+the unit tests compare each with brute force over whole k-balls). The order-statistic bounds
+all come from one lemma (docs/sensitivity.md §2): if y is k substitutions from x and i < j then
+y_(j) − y_(i) <= max_{0≤s≤k} x_(j+s) − x_(i−k+s), and the bound is attained (move k − s of
+x_(i−k+s+1..j+s−1) to L and s to U). The range's LS is a maximum of two end distances and two
+end gaps, the trimmed mean's of two gaps y_(h) − y_(l), y_(h−1) − y_(l−1) (it is monotone in
+each value), so the tight lemma makes their A^(k) exact.
 
 The O(n log n) algorithm for the order-statistic family (NRS07 §3.1) writes
 S* = max over a rectangle of index pairs (a, b) of (x_(b) − x_(a))·e^{−β(b−a−c)}; for a fixed a the
@@ -99,13 +101,28 @@ def _a_k_sorted(xp: np.ndarray, stat: Statistic, k: int, bounds: Bounds) -> floa
             )
         )
     if name == "variance":
-        return _variance_ls(xp, bounds) if k == 0 else (hi - lo) ** 2 / n
+        return _variance_ak(xp, bounds, k)
     raise InvalidParameterError("statistic", name, "a supported statistic")  # pragma: no cover
 
 
-def _variance_ls(xp: np.ndarray, bounds: Bounds) -> float:
-    """Exact LS of the population variance: replacing x_i by v changes n·Var by a quadratic in v,
-    so the largest change is at v = L, v = U (increase) or v = mean of the others (decrease)."""
+def _variance_ak(xp: np.ndarray, bounds: Bounds, k: int) -> float:
+    """Exact A^(k) of the population variance Var = (1/n)·Σ(y_i − ȳ)², O(n) after sorting.
+
+    Substituting y_i = a by b changes Var by ((n−1)/n²)·((b − m)² − (a − m)²), with m the mean of
+    the other n − 1 values. Over b ∈ [L, U] the largest |change| is
+    g(a, m) = max(D(m)² − (a − m)², (a − m)²), D(m) = max(U − m, m − L), so
+    LS(y) = ((n−1)/n²)·max_i g(y_i, m_i) and A^(k) = ((n−1)/n²)·max over y in the k-ball and i.
+    Two cases for the maximising (y, i):
+
+    * i is one of the substituted units (k ≥ 1): y_i is free, so g = D(m)², largest when m is
+      extreme: drop the top (bottom) k values of x and put k − 1 values at L (U) among the others.
+    * i is an unchanged unit, y_i = x_j: the others hold k' = min(k, n−1) substitutions, so m
+      ranges over the interval [m_min(j), m_max(j)] (the k' largest / smallest others moved to
+      L / U). For fixed a = x_j, (U−m)² − (a−m)² and (m−L)² − (a−m)² are monotone in m and
+      (a−m)² is convex, so the maximum of g is at m = m_min(j) or m_max(j).
+
+    Both cases are vectorised over j with prefix sums of the sorted data.
+    """
     x = xp[1:-1]
     n = x.size
     if n == 1:
@@ -114,14 +131,98 @@ def _variance_ls(xp: np.ndarray, bounds: Bounds) -> float:
     centre = float(np.mean(x))
     y = x - centre
     lo, hi = bounds.lower - centre, bounds.upper - centre
-    s, q = float(np.sum(y)), float(np.sum(y * y))
-    var = q / n - (s / n) ** 2
-    s_rest, q_rest = s - y, q - y * y
+    prefix = np.concatenate([[0.0], np.cumsum(y)])
+    total = float(prefix[n])
+
+    def g(a: np.ndarray, m: np.ndarray) -> np.ndarray:
+        d = np.maximum(hi - m, m - lo)
+        e2 = (a - m) ** 2
+        return np.maximum(d * d - e2, e2)
+
     best = 0.0
-    for v in (np.full(n, lo), np.full(n, hi), s_rest / (n - 1)):
-        new = (q_rest + v * v) / n - ((s_rest + v) / n) ** 2
-        best = max(best, float(np.max(np.abs(new - var))))
-    return min(best, (bounds.upper - bounds.lower) ** 2 / n)
+    if k >= 1:
+        kk = min(k, n)
+        m_lo = (prefix[n - kk] + (kk - 1) * lo) / (n - 1)
+        m_hi = (total - prefix[kk] + (kk - 1) * hi) / (n - 1)
+        best = max(hi - m_lo, m_hi - lo) ** 2
+    kp = min(k, n - 1)
+    j = np.arange(1, n + 1)
+    top = np.where(j > n - kp, total - prefix[n - kp - 1] - y, total - prefix[n - kp])
+    bottom = np.where(j <= kp, prefix[min(kp + 1, n)] - y, prefix[kp])
+    rest = total - y
+    m_min = (rest - top + kp * lo) / (n - 1)
+    m_max = (rest - bottom + kp * hi) / (n - 1)
+    best = max(best, float(np.max(g(y, m_min))), float(np.max(g(y, m_max))))
+    gs = bounds.width**2 * (n - 1) / n**2
+    return min(best * (n - 1) / n**2, gs)
+
+
+def _variance_ak_all(xp: np.ndarray, bounds: Bounds, *, vertex_search: bool = True) -> np.ndarray:
+    """[A^(0), ..., A^(n)] of the variance at once, O(n log n), equal to :func:`_variance_ak`.
+
+    In the "unchanged unit x_j" case of :func:`_variance_ak` the mean m of the others is, on each
+    of four index regions, either constant or m = c − a/(n−1) in a = x_j. There e = a − m is
+    affine in a, so (a−m)² is convex (maximum at the region's ends) and (U−m)² − (a−m)², (m−L)² −
+    (a−m)² are concave quadratics (maximum at the data points either side of their vertex). So
+    per k only about 24 candidate j are needed (binary search for the vertices): O(log n) per k.
+    ``vertex_search=False`` is the deliberately broken variant the tests flag.
+    """
+    x = xp[1:-1]
+    n = x.size
+    out = np.zeros(n + 1)
+    if n == 1:
+        return out
+    centre = float(np.mean(x))
+    y = x - centre
+    lo, hi = bounds.lower - centre, bounds.upper - centre
+    prefix = np.concatenate([[0.0], np.cumsum(y)])
+    total = float(prefix[n])
+    p, q = 1.0 / (n - 1), n / (n - 1)
+    denom = q * q - p * p
+    gs = bounds.width**2 * (n - 1) / n**2
+    for start in range(0, n + 1, 1 << 15):
+        k = np.arange(start, min(n + 1, start + (1 << 15)))
+        kk = np.minimum(k, n)
+        m_lo = (prefix[n - kk] + (kk - 1) * lo) / (n - 1)
+        m_hi = (total - prefix[kk] + (kk - 1) * hi) / (n - 1)
+        best = np.where(k >= 1, np.maximum(hi - m_lo, m_hi - lo) ** 2, 0.0)
+        kp = np.minimum(k, n - 1)
+        # (first j, last j, c, slope): m = c − slope·x_j on the region
+        regions = [
+            (np.ones_like(kp), n - kp, (prefix[n - kp] + kp * lo) / (n - 1), p),
+            (
+                n - kp + 1,
+                np.full_like(kp, n),
+                (prefix[np.maximum(n - kp - 1, 0)] + kp * lo) / (n - 1),
+                0.0,
+            ),
+            (kp + 1, np.full_like(kp, n), (total - prefix[kp] + kp * hi) / (n - 1), p),
+            (
+                np.ones_like(kp),
+                kp,
+                (total - prefix[np.minimum(kp + 1, n)] + kp * hi) / (n - 1),
+                0.0,
+            ),
+        ]
+        for j_lo, j_hi, c, slope in regions:
+            if slope:
+                vertices = [(p * (hi - c) + q * c) / denom, (q * c - p * (c - lo)) / denom]
+            else:
+                vertices = [c]
+            cands = [j_lo, j_hi]
+            for v in vertices if vertex_search else []:
+                below = np.searchsorted(y, v)  # 1-based index of the last y < v
+                cands += [below, below + 1]
+            j = np.clip(np.stack(cands, axis=1), j_lo[:, None], j_hi[:, None])
+            valid = (j_lo <= j_hi)[:, None]
+            a = y[np.clip(j, 1, n) - 1]
+            m = c[:, None] - slope * a
+            d = np.maximum(hi - m, m - lo)
+            e2 = (a - m) ** 2
+            g = np.where(valid, np.maximum(d * d - e2, e2), 0.0)
+            best = np.maximum(best, g.max(axis=1))
+        out[start : start + k.size] = np.minimum(best * (n - 1) / n**2, gs)
+    return out
 
 
 def _resolve(statistic: str | Statistic, q: Number | None, trim: Number | None) -> Statistic:
@@ -224,7 +325,9 @@ def smooth_sensitivity_sorted(
     if name in ("count", "distinct"):
         return _a_k_sorted(xp, stat, 0, bounds)
     if name == "variance":
-        return max(_variance_ls(xp, bounds), math.exp(-beta) * bounds.width**2 / n)
+        # exact S* = max_k e^{−kβ}A^(k) over k = 0..n (A^(k) = GS for k >= n): O(n log n)
+        a_k = _variance_ak_all(xp, bounds)
+        return float(np.max(a_k * np.exp(-beta * np.arange(n + 1))))
     if name == "quantile":
         r = stat.rank(n)
         return math.exp(_rect_max(xp, 0, r, r, n + 1, beta, 1))
