@@ -131,11 +131,16 @@ def canonical_order(frame: pd.DataFrame) -> np.ndarray:
     (equal rows) kept in place. Never raises: a frame pandas cannot hash keeps its order."""
     if len(frame) < 2:
         return np.arange(len(frame))
+    return np.argsort(_content_hash(frame), kind="stable")
+
+
+def _content_hash(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's 64-bit content hash (index excluded); zeros (the given order) for a frame
+    pandas cannot hash."""
     try:
-        hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
+        return pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
     except Exception:  # pragma: no cover - the Session's column types are all hashable
-        return np.arange(len(frame))
-    return np.argsort(hashed, kind="stable")
+        return np.zeros(len(frame), dtype=np.uint64)
 
 
 def _split_sorted(
@@ -146,11 +151,7 @@ def _split_sorted(
     data = frame[list(columns)].reset_index(drop=True)
     blocks = np.asarray(blocks, dtype=np.int64)
     if len(data) > 1:
-        try:
-            hashed = pd.util.hash_pandas_object(data, index=False).to_numpy(dtype=np.uint64)
-        except Exception:  # pragma: no cover - the Session's column types are all hashable
-            hashed = np.zeros(len(data), dtype=np.uint64)
-        order = np.lexsort((hashed, blocks))
+        order = np.lexsort((_content_hash(data), blocks))
         data, blocks = data.iloc[order].reset_index(drop=True), blocks[order]
     bounds = np.searchsorted(blocks, np.arange(m + 1), side="left")
     out = np.empty((m, call.fill.size))
@@ -168,19 +169,9 @@ def _pandas_blocks(
     salt: int,
     call: BlockCall,
 ) -> np.ndarray:
-    from dpkit.analytics.engines.pandas_engine import _as_boolean, evaluate
+    from dpkit.analytics.engines.pandas_engine import apply_steps
 
-    df = engine._data()
-    for step in steps:
-        if step.kind == "derive":
-            assert step.expr is not None
-            df = df.assign(**{step.name: evaluate(step.expr, df)})
-        elif step.kind == "filter":
-            assert step.expr is not None
-            keep = _as_boolean(evaluate(step.expr, df)).to_numpy(dtype=bool, na_value=False)
-            df = df[keep]
-        else:
-            df = df[list(step.columns)]
+    df = apply_steps(engine._data(), steps)
     units = df[unit]
     if pd.api.types.is_float_dtype(units.dtype):
         units = units.astype("float64") + 0.0  # -0.0 is 0.0
@@ -195,9 +186,7 @@ def _pandas_blocks(
     salted = pd.Series(hashed ^ np.uint64(salt & ((1 << 64) - 1)))
     hashed = pd.util.hash_pandas_object(salted, index=False).to_numpy(dtype=np.uint64)
     blocks = (hashed % np.uint64(m)).astype(np.int64)
-    order = np.argsort(blocks, kind="stable")
-    frame = df.reset_index(drop=True).iloc[order]
-    return _split_sorted(frame, blocks[order], m, call, columns)
+    return _split_sorted(df.reset_index(drop=True), blocks, m, call, columns)
 
 
 def _rows_select(

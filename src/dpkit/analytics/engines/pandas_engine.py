@@ -33,6 +33,7 @@ from dpkit.analytics.engines.base import (
     SEPARATOR,
     BoundedPlan,
     Output,
+    Step,
     escape_part,
     kind_of_arrow,
     project_to_ranges,
@@ -206,6 +207,21 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
     raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
 
 
+def apply_steps(df: pd.DataFrame, steps: Sequence[Step]) -> pd.DataFrame:
+    """A plan's relational steps (derive, filter, select) on a frame, in order."""
+    for step in steps:
+        if step.kind == "derive":
+            assert step.expr is not None
+            df = df.assign(**{step.name: evaluate(step.expr, df)})
+        elif step.kind == "filter":
+            assert step.expr is not None
+            keep = _as_boolean(evaluate(step.expr, df)).to_numpy(dtype=bool, na_value=False)
+            df = df[keep]
+        else:
+            df = df[list(step.columns)]
+    return df
+
+
 def _naive_utc(values: Any) -> Any:
     """Time-zone-aware timestamps as naive UTC (how temporal literals and keys compare)."""
     if isinstance(getattr(values, "dtype", None), pd.DatetimeTZDtype):
@@ -301,17 +317,7 @@ class PandasEngine:
         return self._loaded
 
     def run(self, plan: BoundedPlan) -> pa.Table:
-        df = self._data()
-        for step in plan.steps:
-            if step.kind == "derive":
-                assert step.expr is not None
-                df = df.assign(**{step.name: evaluate(step.expr, df)})
-            elif step.kind == "filter":
-                assert step.expr is not None
-                keep = _as_boolean(evaluate(step.expr, df)).to_numpy(dtype=bool, na_value=False)
-                df = df[keep]
-            else:
-                df = df[list(step.columns)]
+        df = apply_steps(self._data(), plan.steps)
         return self._aggregate(df.reset_index(drop=True), plan)
 
     def _aggregate(self, df: pd.DataFrame, plan: BoundedPlan) -> pa.Table:
