@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 from fractions import Fraction
 from pathlib import Path
@@ -432,3 +433,14 @@ def test_closed_ledger_refuses(tmp_path: Path) -> None:
     ledger.close()
     with pytest.raises(LedgerError, match="closed"):
         ledger.reserve("d", PureDP(0.1))
+
+
+def test_a_closed_or_inherited_store_refuses_and_names_the_ledger(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "l.db")
+    store._pid = -1  # as if opened by the parent of a forked child
+    with pytest.raises(DPError, match=r"ledger '.*l\.db' was opened in another process"):
+        store.write(lambda tx: None)
+    store._pid = os.getpid()
+    store.close()
+    with pytest.raises(DPError, match=r"ledger '.*l\.db' is closed"):
+        store.write(lambda tx: None)

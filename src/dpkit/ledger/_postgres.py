@@ -301,7 +301,6 @@ class PostgresStore(GroupCommitStore):
             hashlib.sha256(f"dpkit-ledger:{self.schema}".encode()).digest()[:8], "big", signed=True
         )
         self._read_lock = threading.Lock()
-        self._pid = os.getpid()
         self._wconn: Any = None
         self._rconn: Any = None
         self._fconn: Any = None  # runs the flushes (see _await_durable), beside the writer
@@ -427,14 +426,8 @@ class PostgresStore(GroupCommitStore):
             )
         return LedgerError(f"{where}: {str(exc).strip()}; nothing was recorded.")
 
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise LedgerError(f"ledger {self.schema!r} is closed; open it again with Ledger.open.")
-        if os.getpid() != self._pid:
-            raise LedgerError(
-                f"ledger {self.schema!r} was opened in another process (pid {self._pid}); a "
-                "forked child must open its own Ledger."
-            )
+    def _describe(self) -> str:
+        return f"ledger {self.schema!r}"
 
     @property
     def ledger_id(self) -> str:

@@ -387,7 +387,6 @@ class SQLiteStore(GroupCommitStore):
         self._memory = self.path == ":memory:"
         self._init_group_commit(group_commit)
         self._read_lock = threading.Lock()
-        self._pid = os.getpid()
         self._wconn = self._connect()
         self._ledger_id = self._initialise()
         self._rconn = self._wconn if self._memory else self._connect()
@@ -498,14 +497,8 @@ class SQLiteStore(GroupCommitStore):
             )
         return LedgerError(f"ledger {self.path!r}: {message}; nothing was recorded.")
 
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise LedgerError(f"ledger {self.path!r} is closed; open it again with Ledger.open.")
-        if os.getpid() != self._pid:
-            raise LedgerError(
-                f"ledger {self.path!r} was opened in another process (pid {self._pid}); a forked "
-                "child must open its own Ledger."
-            )
+    def _describe(self) -> str:
+        return f"ledger {self.path!r}"
 
     @property
     def ledger_id(self) -> str:

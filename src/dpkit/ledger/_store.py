@@ -17,13 +17,14 @@ flush), which the stores share across processes too (see docs/ledger.md).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from dpkit.core.losses import PrivacyLoss
-from dpkit.ledger._model import EntryKind, LedgerEntry, Spend
+from dpkit.ledger._model import EntryKind, LedgerEntry, LedgerError, Spend
 
 __all__ = ["BudgetRow", "GroupCommitStore", "LedgerStore", "NewEntry", "StoreTransaction"]
 
@@ -162,10 +163,21 @@ class GroupCommitStore:
         self._leader = False
         self._in_flight = 0  # batches committed but not yet answered (waiting to be durable)
         self._closed = False
+        self._pid = os.getpid()
         self.transactions = 0  # write transactions run by this store (tests, benchmarks)
 
-    def _check_usable(self) -> None:  # pragma: no cover - every store overrides it
+    def _describe(self) -> str:  # pragma: no cover - every store overrides it
+        """How errors name this ledger, e.g. ``ledger '/path/to/file'``."""
         raise NotImplementedError
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise LedgerError(f"{self._describe()} is closed; open it again with Ledger.open.")
+        if os.getpid() != self._pid:
+            raise LedgerError(
+                f"{self._describe()} was opened in another process (pid {self._pid}); a forked "
+                "child must open its own Ledger."
+            )
 
     def _run_batch(self, batch: list[_Request]) -> object | None:  # pragma: no cover
         raise NotImplementedError
