@@ -385,18 +385,28 @@ def _public_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+# (exception type, HTTP status, error code): the message is the exception's own (DPError and
+# the service's errors are written for the caller). Starlette picks the most specific class.
+_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
+    (AuthError, 401, "unauthenticated"),
+    (PermissionDeniedError, 403, "forbidden"),
+    (NotFoundError, 404, "not_found"),
+    (UnknownBudgetError, 404, "not_found"),
+    (BudgetExceededError, 409, "budget_exceeded"),
+    (LedgerError, 409, "ledger_refused"),
+    (DPError, 400, "invalid_request"),
+)
+
+
 def _install_handlers(app: FastAPI) -> None:
-    @app.exception_handler(AuthError)
-    def _auth(request: Request, exc: AuthError) -> JSONResponse:
-        return _error(401, "unauthenticated", str(exc))
+    for kind, status, code in _ERRORS:
 
-    @app.exception_handler(PermissionDeniedError)
-    def _denied(request: Request, exc: PermissionDeniedError) -> JSONResponse:
-        return _error(403, "forbidden", str(exc))
+        def handle(
+            request: Request, exc: Exception, status: int = status, code: str = code
+        ) -> JSONResponse:
+            return _error(status, code, str(exc))
 
-    @app.exception_handler(NotFoundError)
-    def _missing(request: Request, exc: NotFoundError) -> JSONResponse:
-        return _error(404, "not_found", str(exc))
+        app.add_exception_handler(kind, handle)
 
     @app.exception_handler(LedgerUnavailableError)
     def _unavailable(request: Request, exc: LedgerUnavailableError) -> JSONResponse:
@@ -406,22 +416,6 @@ def _install_handlers(app: FastAPI) -> None:
             "the ledger database is unavailable; nothing was "
             "charged or recorded by this request. Retry shortly.",
         )
-
-    @app.exception_handler(BudgetExceededError)
-    def _budget(request: Request, exc: BudgetExceededError) -> JSONResponse:
-        return _error(409, "budget_exceeded", str(exc))
-
-    @app.exception_handler(UnknownBudgetError)
-    def _unknown(request: Request, exc: UnknownBudgetError) -> JSONResponse:
-        return _error(404, "not_found", str(exc))
-
-    @app.exception_handler(LedgerError)
-    def _ledger(request: Request, exc: LedgerError) -> JSONResponse:
-        return _error(409, "ledger_refused", str(exc))
-
-    @app.exception_handler(DPError)
-    def _dp(request: Request, exc: DPError) -> JSONResponse:
-        return _error(400, "invalid_request", str(exc))
 
     @app.exception_handler(ValueError)
     def _value(request: Request, exc: ValueError) -> JSONResponse:
