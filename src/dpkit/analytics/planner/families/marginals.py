@@ -2,7 +2,7 @@
 
 ``marginals(cliques, domains=...)`` and ``ranges(column, domain=..., kind=...)`` (built and
 checked in :mod:`dpkit.analytics._declared`) are answered from ONE bounded plan whose group keys
-are the declared columns and whose public key set is the product of their declared domains. The
+are the declared columns, after a filter ``col IN (declared values)`` per declared column. The
 engine (DuckDB, pandas or Spark: the same :class:`BoundedPlan` semantics) therefore:
 
 * keeps at most ``k`` rows per privacy unit, ``k`` = the query's row bound (``max_rows``, or
@@ -61,7 +61,9 @@ from dpkit.analytics.engines._columns import canonical
 from dpkit.analytics.planner.compiled import Context, GroupKey, OutputRegistry
 from dpkit.analytics.planner.noise import Share
 from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
-from dpkit.analytics.query import KeySet, MarginalCounts, RangeCounts
+from dpkit.analytics.engines.base import Step
+from dpkit.analytics.expr import Expr, col
+from dpkit.analytics.query import MarginalCounts, RangeCounts
 from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import UnsupportedQueryError
@@ -120,7 +122,7 @@ def _histogram(
     rows: Mapping[GroupKey, Mapping[int, list[int]]], index: Mapping[GroupKey, int], n: int
 ) -> np.ndarray:
     """The exact histogram from the engine's groups (keys outside the declared product cannot
-    occur: the key set filters them; any that did would be ignored, never raised on)."""
+    occur: the filter drops them; any that did would be ignored, never raised on)."""
     x = np.zeros(n, dtype=np.int64)
     for key, bins in rows.items():
         i = index.get(key)
@@ -166,8 +168,9 @@ class MarginalsPlan:
         self.index = _cell_index(agg.domains)
         self.ratio = 1.0 if self.pure else _gaussian_ratio(list(self.noise.values()))
 
-    def key_set(self) -> KeySet:
-        return KeySet(self.agg.columns, tuple(itertools.product(*self.agg.domains)))
+    def declared(self) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]:
+        """The declared columns and their domains (the engine's filter and group keys)."""
+        return self.agg.columns, self.agg.domains
 
     def histogram(self, rows: Mapping[GroupKey, Mapping[int, list[int]]]) -> np.ndarray:
         return _histogram(rows, self.index, self.cells)
@@ -298,8 +301,9 @@ class RangesPlan:
         self.ratio = 1.0 if self.pure else _gaussian_ratio([self.lattice])
         self._solved: tuple[np.ndarray, np.ndarray] | None = None
 
-    def key_set(self) -> KeySet:
-        return KeySet.from_values(self.agg.column, self.agg.domain)
+    def declared(self) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]:
+        """The declared column and its domain (the engine's filter and group key)."""
+        return (self.agg.column,), (self.agg.domain,)
 
     def histogram(self, rows: Mapping[GroupKey, Mapping[int, list[int]]]) -> np.ndarray:
         return _histogram(rows, self.index, self.n)
@@ -392,13 +396,21 @@ def _compile(plan: MarginalsPlan | RangesPlan, ctx: FamilyContext) -> Compiled:
     registry = OutputRegistry()
     registry.output("rows")
     base = ctx.make_plan(registry)
-    key_set = plan.key_set()
+    columns, domains = plan.declared()
+    # rows whose value of a declared column is NULL or undeclared are dropped by a filter
+    # (one IN list per column: the product of the domains, never a key table of every cell)
+    predicate: Expr | None = None
+    for column, values in zip(columns, domains, strict=True):
+        test = col(column).is_in(values)
+        predicate = test if predicate is None else predicate & test
+    assert predicate is not None
     # one GROUP BY over the declared columns; at most `c` rows per unit in total (the
     # ungrouped bound), whatever group limits the session declares for grouped queries
     bounded = replace(
         base,
-        keys=key_set.columns,
-        key_set=key_set,
+        steps=(*base.steps, Step("filter", expr=predicate)),
+        keys=columns,
+        key_set=None,
         max_rows=plan.contributions,
         max_groups=None,
         max_rows_per_group=None,
