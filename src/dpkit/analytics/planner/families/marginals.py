@@ -58,11 +58,11 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit.analytics.engines._columns import canonical
+from dpkit.analytics.engines.base import Step
+from dpkit.analytics.expr import Expr, col
 from dpkit.analytics.planner.compiled import Context, GroupKey, OutputRegistry
 from dpkit.analytics.planner.noise import Share
 from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
-from dpkit.analytics.engines.base import Step
-from dpkit.analytics.expr import Expr, col
 from dpkit.analytics.query import MarginalCounts, RangeCounts
 from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import PrivacyLoss
