@@ -106,7 +106,16 @@ def test_release_on_every_engine(engine_name: str, request: pytest.FixtureReques
     release = session.evaluate(query, rho=0.5)
     table = release.tables["m"]
     assert len(table) == 3 * 2 + 4
-    assert list(table.columns) == ["marginal", "age", "sex", "n", "value", "std_error", "low", "high"]
+    assert list(table.columns) == [
+        "marginal",
+        "age",
+        "sex",
+        "n",
+        "value",
+        "std_error",
+        "low",
+        "high",
+    ]
     assert (table["low"] <= table["value"]).all() and (table["value"] <= table["high"]).all()
     spent = session.spent
     assert isinstance(spent, dp.ZCDP) and 0 < spent.rho <= 0.5
