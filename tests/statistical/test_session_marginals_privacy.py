@@ -27,7 +27,7 @@ from dpkit.analytics.engines import DuckDBEngine, PandasEngine
 from dpkit.analytics.planner import _rows_by_group
 from dpkit.analytics.planner.families.marginals import plan_marginals, plan_ranges
 from dpkit.analytics.planner.noise import Share
-from dpkit.core.losses import PureDP, ZCDP
+from dpkit.core.losses import ZCDP, PureDP
 from dpkit.testing import DEFAULT_ALPHAS, check_tiered_pure_dp
 from dpkit.testing.exact import _radius, _renyi
 from dpkit.workloads import verify_marginals_exact
