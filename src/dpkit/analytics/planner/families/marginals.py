@@ -68,6 +68,7 @@ from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import UnsupportedQueryError
 from dpkit.noise.distributions import DiscreteGaussian, LatticeNoise
+from dpkit.workloads._residual import _subsets
 
 __all__ = ["MarginalsPlan", "RangesPlan", "plan_marginals", "plan_ranges"]
 
@@ -184,17 +185,64 @@ class MarginalsPlan:
             out[a] = np.asarray(cube.sum(axis=drop) if drop else cube)
         return out
 
-    def release_arrays(self, x: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
-        """One release: the workload's marginal tables (in clique order) and per-cell
-        variances."""
-        budget = {"epsilon": self.share.amount} if self.pure else {"rho": self.share.amount}
-        released = self.strategy.release(
-            self.measured_tables(x), contributions=self.contributions, **budget
+    def release_arrays(
+        self, x: np.ndarray, runs: int | None = None
+    ) -> tuple[list[np.ndarray], list[float]]:
+        """One release (``runs=None``), or ``runs`` independent releases on the same histogram
+        (tables with a leading axis of length ``runs``): the workload's marginal tables in
+        clique order, and their per-cell variances.
+
+        The measured marginal a is its exact table plus iid lattice noise ``noise[a]`` (as
+        :meth:`MarginalsStrategy.release`, vectorised over runs); generalised least squares in
+        the residual basis with the exact lattice variances v_a: residual b is
+        (1/κ_b)·Σ_{a⊇b} t_{a,b}/v_a, κ_b = Σ_{a⊇b} 1/(v_a·cells_a), and marginal B is
+        Σ_{b⊆B} residual b / cells_B, each cell with variance Σ_{b⊆B} dim_b/(cells_B²·κ_b).
+        """
+        n_runs = 1 if runs is None else int(runs)
+        dom = self.domain
+        exact = self.measured_tables(x)
+        noisy: dict[tuple[int, ...], np.ndarray] = {}
+        var: dict[tuple[int, ...], float] = {}
+        for a, lattice in self.noise.items():
+            table = np.clip(exact[a], 0, 2**52)
+            z = lattice.sample(n_runs * max(1, table.size)).reshape((n_runs, *table.shape))
+            noisy[a] = (table[None] + z).astype(np.float64)
+            var[a] = float(lattice.variance())
+        subsets = _subsets
+        closure = sorted(
+            {b for c in self.agg.cliques for b in subsets(c)}, key=lambda t: (len(t), t)
         )
-        return (
-            [np.asarray(released.tables[c]) for c in self.agg.cliques],
-            [float(released.cell_variance[c]) for c in self.agg.cliques],
-        )
+        resid: dict[tuple[int, ...], np.ndarray] = {}
+        kappa: dict[tuple[int, ...], float] = {}
+        for b in closure:
+            acc: np.ndarray | float = 0.0
+            k = 0.0
+            for a, y in noisy.items():
+                if not set(b) <= set(a):
+                    continue
+                drop = tuple(1 + pos for pos, i in enumerate(a) if i not in b)
+                t = y.sum(axis=drop) if drop else y
+                t = t / math.prod(dom[i] for i in a if i not in b)
+                for axis in range(len(b)):
+                    t = t - t.mean(axis=1 + axis, keepdims=True)
+                acc = acc + t / var[a]
+                k += 1.0 / (var[a] * math.prod(dom[i] for i in a))
+            kappa[b] = k  # > 0: the strategy covers every residual of the workload
+            resid[b] = np.asarray(acc) / k
+        tables: list[np.ndarray] = []
+        variances: list[float] = []
+        for clique in self.agg.cliques:
+            shape = tuple(dom[i] for i in clique)
+            cells = math.prod(shape)
+            out = np.zeros((n_runs, *shape))
+            v = 0.0
+            for b in subsets(clique):
+                idx = (slice(None), *(slice(None) if i in b else None for i in clique))
+                out = out + resid[b][idx] / cells
+                v += math.prod(dom[i] - 1 for i in b) / (cells * cells * kappa[b])
+            tables.append(out[0] if runs is None else out)
+            variances.append(v)
+        return tables, variances
 
     def expected_error(self) -> float:
         """The analytic expected total squared error of the released cells."""
@@ -321,13 +369,22 @@ class RangesPlan:
             self._solved = (np.asarray(cov), v * query_variances(self.workload, cov))
         return self._solved
 
-    def release_arrays(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One release: the answers (unbiased) and their variances."""
+    def release_arrays(
+        self, x: np.ndarray, runs: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One release (``runs=None``), or ``runs`` independent releases on the same histogram
+        (answers with a leading axis of length ``runs``): the answers (unbiased) and their
+        variances. The measurement is the one :meth:`make_strategy_measurement` defines:
+        y = B·clip(x, 0, cap) + Z, Z iid lattice noise (vectorised over runs)."""
+        n_runs = 1 if runs is None else int(runs)
         cov, variances = self._solve()
-        y = np.asarray(self.measurement(np.asarray(x, dtype=np.int64)), dtype=np.float64)
-        a = self.quantised.matrix()
-        x_hat = cov @ np.asarray(a.T @ (y * math.ldexp(1.0, -self.quantised.exponent)))
-        return np.asarray(self.workload.matmat(x_hat)).reshape(-1), variances
+        q = self.quantised
+        clipped = np.clip(np.asarray(x, dtype=np.int64).reshape(-1), 0, q.cap)
+        exact = np.asarray(q.integer_matrix @ clipped, dtype=np.int64)
+        y = exact[None, :] + self.lattice.sample(n_runs * exact.size).reshape(n_runs, -1)
+        rhs = q.matrix().T @ (y.T.astype(np.float64) * math.ldexp(1.0, -q.exponent))
+        answers = np.asarray(self.workload.matmat(cov @ np.asarray(rhs))).T  # runs × queries
+        return (answers[0] if runs is None else answers), variances
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """The first and last cell index of every query, in answer order."""
