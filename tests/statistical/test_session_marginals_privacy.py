@@ -8,7 +8,9 @@ of the pair is the sum over coordinates of the lattice's loss at that coordinate
 computed from the noise pmf by :mod:`dpkit.testing.exact` (exact Fractions for ε, Rényi
 divergences summed over coordinates for ρ). It must not exceed the claimed loss — and the same
 check must FAIL when the engine keeps one row more per unit than the noise was calibrated for
-(the contribution bound under-declared by one).
+(the contribution bound under-declared by one). A statistical audit on the same neighbours
+(releases projected on the cell the heavy unit moves) passes, and fails for a bound declared
+8× too small.
 """
 
 from __future__ import annotations
@@ -167,3 +169,52 @@ def test_marginal_noise_verifies_and_fails_one_row_over() -> None:
         plan = plan_marginals(agg, share, K)
         assert verify_marginals_exact(plan.noise, plan.loss, K).passed
         assert not verify_marginals_exact(plan.noise, plan.loss, K + 1).passed
+
+
+# ----------------------------------------------------------------- statistical audit
+def _audit_samples(
+    kind: str, share: Share, engine_rows: int, runs: int
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Released values of the cell (or query) the heavy unit moves, on the table with and
+    without the heavy unit; the noise is calibrated for k = 1, the engine keeps
+    ``engine_rows`` rows per unit."""
+    heavy = pd.DataFrame([(9, "young", "f", 0, 3.0)] * 8, columns=["uid", "age", "sex", "n", "v"])
+    df = pd.concat([_table()[lambda t: t["uid"] != 9], heavy], ignore_index=True)
+    session = Session(df, privacy_unit="uid", budget=dp.PureDP(10), max_rows=1)
+    agg = (
+        marginals([("age", "sex")], DOMAINS, "m")
+        if kind == "marginals"
+        else ranges("v", (0, 7, 1), kind="prefix", name="r")
+    )
+    query = session.query().agg(agg)
+    compiled = session.compile(query, epsilon=1)
+    validated = query.plan.aggregations[0]  # type: ignore[union-attr]
+    plan: Any = (plan_marginals if kind == "marginals" else plan_ranges)(validated, share, 1)
+    bounded = replace(compiled.plans[1], max_rows=engine_rows)
+    out = []
+    for table in (df, df[df["uid"] != 9]):
+        x = plan.histogram(_rows_by_group(PandasEngine(table).run(bounded), bounded)[0])
+        released, _ = plan.release_arrays(x, runs=runs)
+        # marginals: the (young, f) cell; ranges: the prefix count up to 3 (v = 3 moves it)
+        out.append(released[0][:, 0, 0] if kind == "marginals" else released[:, 3])
+    return out[0], out[1], plan.loss
+
+
+@pytest.mark.usefixtures("seeded")
+@pytest.mark.parametrize("kind", ["marginals", "ranges"])
+@pytest.mark.parametrize("family", ["pure", "zcdp"])
+def test_audit_on_neighbouring_tables(kind: str, family: str) -> None:
+    from dpkit.testing import audit_samples, audit_samples_zcdp
+
+    share = Share(family, Fraction(1) if family == "pure" else Fraction(1, 8))  # type: ignore[arg-type]
+
+    def audit(a: np.ndarray, b: np.ndarray, loss: Any) -> Any:
+        if family == "pure":
+            return audit_samples(a, b, loss.epsilon, events="real")
+        return audit_samples_zcdp(a, b, loss.rho, events="real")
+
+    a, b, loss = _audit_samples(kind, share, 1, 20_000)
+    assert audit(a, b, loss).passed
+    # broken: the engine keeps all 8 rows of the heavy unit, the noise is for one row
+    a, b, loss = _audit_samples(kind, share, 8, 20_000)
+    assert not audit(a, b, loss).passed
