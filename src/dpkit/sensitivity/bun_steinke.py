@@ -53,7 +53,16 @@ from fractions import Fraction
 from dpkit._exact import exp_upper
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
-__all__ = ["ZCDP_FAMILIES", "ZCDPNoise", "calibrate", "epsilon_upper", "lipschitz_upper"]
+__all__ = [
+    "OFFERED",
+    "ZCDP_FAMILIES",
+    "ZCDPNoise",
+    "calibrate",
+    "epsilon_upper",
+    "lipschitz_upper",
+    "noise_sd",
+    "smallest_sd",
+]
 
 ZCDP_FAMILIES = ("laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_normal")
 OFFERED = ("laplace_log_normal", "uniform_log_normal", "student_t")
@@ -159,3 +168,39 @@ def calibrate(
     claimed = epsilon_upper(family, sig, d, s, t)
     assert claimed <= eps
     return ZCDPNoise(family, sig, d if family == "student_t" else 0, s, t, claimed)
+
+
+def noise_sd(noise: ZCDPNoise) -> float:
+    """The standard deviation of Z/s, the noise in units of the smooth bound S (inf if none).
+
+    Var Z: LLN 2·e^{2σ²} (Var X = 2, E e^{2σY} = e^{2σ²}); ULN e^{2σ²}/3; Student's t d/(d − 2)
+    for d > 2 (infinite otherwise).
+    """
+    sigma = float(noise.sigma)
+    if noise.family == "laplace_log_normal":
+        sd = math.sqrt(2.0) * math.exp(sigma**2)
+    elif noise.family == "uniform_log_normal":
+        sd = math.exp(sigma**2) / math.sqrt(3.0)
+    elif noise.d > 2:
+        sd = math.sqrt(noise.d / (noise.d - 2))
+    else:
+        return math.inf
+    return sd / float(noise.s)
+
+
+def smallest_sd(rho: Fraction, t: Fraction, d: int = 3) -> ZCDPNoise:
+    """The offered family whose calibrated noise Z/s has the smallest standard deviation at
+    (ρ, t), each with its sd-minimising σ (Student's t with ``d`` degrees of freedom); families
+    that cannot be calibrated at this t (t too large for them) are skipped. Public inputs only.
+    """
+    best: ZCDPNoise | None = None
+    for family in OFFERED:
+        try:
+            candidate = calibrate(family, rho, t, d=d)
+        except InvalidParameterError:
+            continue
+        if best is None or noise_sd(candidate) < noise_sd(best):
+            best = candidate
+    if best is None:
+        raise InvalidParameterError("beta", t, "small enough for some zCDP family at this ρ")
+    return best
