@@ -37,7 +37,7 @@ from dpkit.testing import EXTREME_FLOATS, add_one_unit, audit_samples_zcdp, chec
 
 HALF = Fraction(1, 2)
 RHO = Fraction(1, 2)
-FAMILIES = ["laplace_log_normal", "uniform_log_normal", "student_t"]
+FAMILIES = ["laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_normal"]
 # the median 0 sits next to a gap of 1000; the neighbour's extra unit (k rows at 0) closes it
 K = 2
 X = [0] * 5 + [1000] * 4
@@ -83,7 +83,8 @@ def test_session_calibration_passes_the_quadrature_check(noise: str) -> None:
     assert z == calibrate(z.family, RHO, z.t, None if noise == "student_t" else z.sigma, 3)
     args = (z.family, float(z.sigma), z.d, float(z.s), float(z.t))
     assert worst_ratio(*args, float(z.rho), points=500, y_points=801) < 0.6
-    shrink = 3.0 if z.family == "student_t" else 2.0  # the claim with ε/2 (ε/3 for t)
+    # the claim with ε/2 (ε/3 for t, ε/4 for the arcsinh-normal, whose bounds are looser)
+    shrink = {"student_t": 3.0, "arcsinh_normal": 4.0}.get(z.family, 2.0)
     assert worst_ratio(*args, float(z.rho) / shrink**2, points=500, y_points=801) > 1.0
 
 
@@ -134,8 +135,8 @@ def _session_releases(df: pd.DataFrame, size: int, noise: str) -> tuple[np.ndarr
 
 def test_session_level_audit(seeded: None) -> None:
     a_table, b_table = _tables()
-    a, compiled = _session_releases(a_table, 1500, "auto")
-    b, _ = _session_releases(b_table, 1500, "auto")
+    a, compiled = _session_releases(a_table, 1000, "auto")
+    b, _ = _session_releases(b_table, 1000, "auto")
     assert compiled.loss <= ZCDP(RHO)
     for first, second in ((a, b), (b, a)):
         assert audit_samples_zcdp(first, second, RHO).passed
@@ -191,8 +192,8 @@ def test_parameter_errors_before_anything_is_charged() -> None:
         median("x", (0, 1), method="smooth", noise="gaussian")
     with pytest.raises(InvalidParameterError):
         median("x", (0, 1), method="inverse", noise="student_t")  # noise only for smooth
-    with pytest.raises(UnsupportedQueryError):
-        quantile("x", 0.9, (0, 1), method="smooth", noise="arcsinh_normal")
+    with pytest.raises(InvalidParameterError):
+        quantile("x", 0.9, (0, 1), method="exponential", noise="arcsinh_normal")
     session = Session(_wide_table(), privacy_unit="user", budget=dp.PureDP(10), max_rows=1)
     query = session.query().agg(median("x", (0, 1), method="smooth", noise="laplace_log_normal"))
     with pytest.raises(UnsupportedQueryError):
@@ -223,3 +224,11 @@ def test_neighbours_fail_alike() -> None:
     )
     assert result.passed, result
     assert result.released_pairs == len(pairs)
+
+
+def test_auto_takes_the_arcsinh_normal_at_small_rho() -> None:
+    plan = build(
+        "smooth", HALF, 0, 1023, 0, Fraction(1), Fraction(0), 1, 1, 1, None, rho=Fraction(1, 20000)
+    )
+    assert plan.params["plan"].zcdp.family == "arcsinh_normal"
+    assert "arcsinh-normal noise" in plan.text

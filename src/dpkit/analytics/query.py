@@ -382,16 +382,17 @@ def std(
 
 
 QUANTILE_METHODS = ("auto", "exponential", "inverse", "smooth", "ptr")
-SMOOTH_NOISES = ("auto", "cauchy", "laplace_log_normal", "uniform_log_normal", "student_t")
+SMOOTH_NOISES = (
+    "auto",
+    "cauchy",
+    "laplace_log_normal",
+    "uniform_log_normal",
+    "student_t",
+    "arcsinh_normal",
+)
 
 
 def _check_smooth_noise(noise: object, method: str) -> str:
-    if noise == "arcsinh_normal":
-        raise UnsupportedQueryError(
-            "noise='arcsinh_normal': dpkit has no verified zCDP calibration for the "
-            "arcsinh-normal family (docs/sensitivity.md §3b); use 'laplace_log_normal', "
-            "'uniform_log_normal' or 'student_t'"
-        )
     if noise not in SMOOTH_NOISES:
         raise InvalidParameterError("noise", noise, "one of " + ", ".join(SMOOTH_NOISES))
     if noise != "auto" and method != "smooth":
@@ -460,7 +461,8 @@ def quantile(
     and ``explain()`` says which mechanism runs and why.
 
     ``noise`` (``method="smooth"`` only): ``"cauchy"`` (h ∝ 1/(1 + |z|⁴), pure ε),
-    ``"laplace_log_normal"``, ``"uniform_log_normal"`` or ``"student_t"`` (Bun & Steinke 2019,
+    ``"laplace_log_normal"``, ``"uniform_log_normal"``, ``"student_t"`` or
+    ``"arcsinh_normal"`` (Bun & Steinke 2019,
     zCDP: needs a ρ budget, or an (ε, δ) budget answered in zCDP), or ``"auto"``: Cauchy under a
     pure-ε share, and under a zCDP share the zCDP family whose noise has the smallest standard
     deviation for the group's (ρ, β) (docs/sensitivity.md §10)."""

@@ -36,7 +36,8 @@ range. Z is an explicit function of finitely many uniforms, evaluated lazily wit
 interval arithmetic on the same uniforms until the floor is decided (``_lazy.py``), so the output
 is a deterministic function (post-processing) of the continuous mechanism's output and its
 ½ε²-zCDP guarantee (``bun_steinke.py``: ε = t/σ + L·s, L the Lipschitz constant of ln p) holds
-unchanged: no lattice slack is needed. ``"arcsinh_normal"`` is refused (no verified bound).
+unchanged: no lattice slack is needed. ``"arcsinh_normal"`` is calibrated by the Lipschitz
+constant of its privacy loss as a function of the Gaussian (``bun_steinke``; docs §3d).
 """
 
 from __future__ import annotations
@@ -323,7 +324,7 @@ def make_smooth_sensitivity(
         epsilon, delta: the privacy target.
         noise: ``"cauchy"`` (h ∝ 1/(1 + |z|^γ)), ``"laplace"``, or a zCDP family
             (``"laplace_log_normal"``, ``"uniform_log_normal"``, ``"student_t"``; these take
-            ``rho`` instead of ``epsilon``; ``"arcsinh_normal"`` is refused).
+            ``rho`` instead of ``epsilon``; ``"arcsinh_normal"`` too, docs §3d).
         gamma: γ for the Cauchy-type family, an integer in [2, 16].
         beta: the smoothness β (default: the largest the calibration allows).
         grid_exponent: the output grid 2^k (default from the statistic's range: 2^-50 of its

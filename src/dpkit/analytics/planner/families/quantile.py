@@ -250,7 +250,7 @@ def build(
     return DataDependentQuantile(method, q, exponent, lo, hi, ptr_loss, text, params)
 
 
-ZCDP_NOISES = ("laplace_log_normal", "uniform_log_normal", "student_t")
+ZCDP_NOISES = ("laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_normal")
 ZCDP_BETA_SHARE = Fraction(1, 8)
 """Under a zCDP share the smooth method's unit-level β is ε_g/8, ε_g = √(2ρ_g) (the default of
 :func:`dpkit.sensitivity.smooth.plan_zcdp` for the log-normal families), for every family."""
@@ -259,6 +259,7 @@ _FAMILY_TEXT = {
     "laplace_log_normal": "Laplace log-normal",
     "uniform_log_normal": "uniform log-normal",
     "student_t": "Student's t",
+    "arcsinh_normal": "arcsinh-normal",
 }
 
 
@@ -316,6 +317,8 @@ def _build_smooth_zcdp(
         rule += f" (ρ={float(rho):.4g} converted to (ε, δ={float(delta):.3g}))"
     if chosen == "student_t":
         law = f"d={z.d}, ε = (d+1)/(2√d)·s + d·t"
+    elif chosen == "arcsinh_normal":
+        law = f"σ={float(z.sigma):.4g}, ε = K, the privacy loss's Lipschitz constant in Y"
     else:
         lip = float(lipschitz_upper(chosen, z.sigma, z.d))
         law = f"σ={float(z.sigma):.4g}, ε = t/σ + L·s with L={lip:.4g}"
