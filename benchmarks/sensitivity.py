@@ -13,8 +13,9 @@ median absolute error (over --reps releases) of
 * ``EM-1024``: the exponential-mechanism quantile the analytics layer uses (1024 candidates);
 * ``smooth-C``: smooth sensitivity, Cauchy-type noise γ = 4 (pure ε);
 * ``smooth-L``: smooth sensitivity, Laplace noise ((ε, 1e-6));
-* ``sm-LLN``, ``sm-ULN``, ``sm-t3``: smooth sensitivity with the Bun–Steinke zCDP noises
-  (Laplace log-normal, uniform log-normal, Student's t with 3 degrees of freedom) at the zCDP
+* ``sm-LLN``, ``sm-ULN``, ``sm-t3``, ``sm-ASN``: smooth sensitivity with the Bun–Steinke zCDP
+  noises (Laplace log-normal, uniform log-normal, Student's t with 3 degrees of freedom,
+  arcsinh-normal) at the zCDP
   equivalent ρ = ε²/2 (what pure ε-DP implies), released as exact grid roundings;
 * ``PTR``: propose-test-release proposing b = 0.1 (ε split in half, δ = 1e-6); the error is over
   the releases that were not refused (nan if all were), and the refusals are counted;
@@ -71,7 +72,8 @@ def em_1024(x: np.ndarray, epsilon: Fraction, reps: int) -> np.ndarray:
 
 def median_table(sizes: list[int], reps: int) -> None:
     rng = np.random.default_rng(2026)
-    names = ["global", "EM-1024", "smooth-C", "smooth-L", "sm-LLN", "sm-ULN", "sm-t3", "PTR"]
+    names = ["global", "EM-1024", "smooth-C", "smooth-L", "sm-LLN", "sm-ULN", "sm-t3", "sm-ASN"]
+    names.append("PTR")
     names.append("inverse")
     ratios: dict[str, list[float]] = {name: [] for name in names[2:]}
     print(f"\nMedian, bounds [{LOW:g}, {HIGH:g}]: median |error| over {reps} releases")
@@ -90,7 +92,12 @@ def median_table(sizes: list[int], reps: int) -> None:
                         "median", lower=LOW, upper=HIGH, n=n, epsilon=eps, delta=delta, noise=noise
                     )
                     row.append(m.info["release_many"](x, reps))
-                for family in ("laplace_log_normal", "uniform_log_normal", "student_t"):
+                for family in (
+                    "laplace_log_normal",
+                    "uniform_log_normal",
+                    "student_t",
+                    "arcsinh_normal",
+                ):
                     m = make_smooth_sensitivity(
                         "median", lower=LOW, upper=HIGH, n=n, rho=eps**2 / 2, noise=family
                     )
