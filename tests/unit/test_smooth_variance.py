@@ -89,6 +89,19 @@ def test_integer_ak_equals_the_verified_float_formula() -> None:
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-300)
 
 
+def test_integer_ak_matches_on_larger_data() -> None:
+    """n up to 60 with clustered data: the vertex candidates (exact rationals) matter here."""
+    rng = np.random.default_rng(2)
+    for _ in range(40):
+        n, big_m = int(rng.integers(10, 60)), 64
+        centre = int(rng.integers(0, big_m + 1))
+        j = np.sort(np.clip(rng.normal(centre, 3, n).round(), 0, big_m)).astype(np.int64)
+        xp = np.concatenate([[0.0], j / big_m, [1.0]])
+        ref = np.array([local._variance_ak(xp, Bounds.of(0, 1), k) for k in range(n + 1)])
+        got = variance_ak_scaled(j, big_m) / big_m**2 / (n * n * (n - 1))
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-300)
+
+
 def _grid_variance(j: tuple[int, ...], big_m: int) -> Fraction:
     return _fraction_variance([Fraction(v, big_m) for v in j])
 

@@ -32,10 +32,11 @@ integer over (n − 1): D(m)·(n − 1) and e·(n − 1) = (n − 1)·a − N ar
 with relative error below 2^-50; no subtraction follows them, so every A^(k) and S* = max_k
 e^{−kβ}A^(k) has relative error below 2^-40, which the 1 + 2^-30 inflation (charged as
 β + 2^-29, as for every smooth release, docs/sensitivity.md §3) covers. The concave
-parts' vertices (which data points to try) are computed in float with an absolute error far
-below one grid unit; dpkit tries the data points either side of *each* of the three integers
-⌊v⌋, ⌊v⌋ + 1, ⌊v⌋ + 2, which contain the two either side of the exact vertex whenever the float
-vertex is within 1 of it. Cost: O(n log n) (sorting, and a binary search per k).
+parts' vertices (which data points to try) are exact rationals too: on a region where
+m·(n − 1) = C − a, the vertex of (U − m)² − (a − m)² is (C + M)/(n + 1) and that of
+(m − L)² − (a − m)² is C/(n + 1); where m is constant it is C/(n − 1). Integer floor and
+ceiling division give the data points either side exactly. Cost: O(n log n) (sorting, and a
+binary search per k).
 
 The noise families and the exact output grid are those of :mod:`dpkit.sensitivity.smooth`.
 """
@@ -125,9 +126,6 @@ def variance_ak_scaled(
     prefix = np.concatenate([[0], np.cumsum(j)]).astype(np.int64)  # <= n·M <= 2^60
     total = prefix[n]
     gs = float(m_top) ** 2 * float(n - 1) ** 2
-    p, q = 1.0 / (n - 1), n / (n - 1)
-    denom = q * q - p * p
-    jf = j.astype(np.float64)
 
     def g_of(a: np.ndarray, num: np.ndarray) -> np.ndarray:
         e = n1 * a - num  # (n − 1)(a − m), exact
@@ -157,17 +155,15 @@ def variance_ak_scaled(
             (ones, kp, total - prefix[np.minimum(kp + 1, n)] + kp * big_m, 0),
         ]
         for j_lo, j_hi, c_num, slope in regions:
-            c = c_num.astype(np.float64) / (n - 1)
-            if slope:
-                vertices = [(p * (m_top - c) + q * c) / denom, (q * c - p * c) / denom]
-            else:
-                vertices = [c]
+            # the concave parts' vertices, exact rationals N/D (module docstring)
+            vertices = [(c_num + big_m, n + 1), (c_num, n + 1)] if slope else [(c_num, n - 1)]
             cands = [j_lo, j_hi]
-            for v in vertices:
-                base = np.floor(v)
-                for w in (base, base + 1, base + 2):
-                    first = np.searchsorted(jf, w, side="left")  # 1-based last j < w
-                    cands += [first, first + 1]
+            for num_v, den in vertices:
+                below = num_v // den  # ⌊v⌋ (num_v >= 0)
+                above = -((-num_v) // den)  # ⌈v⌉
+                last_le = np.searchsorted(j, below, side="right")  # 1-based last j <= v
+                first_ge = np.searchsorted(j, above, side="left") + 1  # 1-based first j >= v
+                cands += [last_le, first_ge]
             idx = np.clip(np.stack(cands, axis=1), j_lo[:, None], j_hi[:, None])
             valid = (j_lo <= j_hi)[:, None]
             a = j[np.clip(idx, 1, n) - 1]
