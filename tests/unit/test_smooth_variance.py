@@ -160,6 +160,18 @@ def test_edges_are_clamped_not_raised() -> None:
     assert m(np.array(data)) is not None and m([None, 0, 0, 0, 0, 2]) is not None
 
 
+@pytest.mark.parametrize("noise", ["cauchy", "student_t"])
+def test_neighbours_with_extreme_values_fail_alike(noise: str) -> None:
+    from dpkit.testing import EXTREME_FLOATS, check_failure_behaviour
+
+    extra = {"epsilon": 1} if noise == "cauchy" else {"rho": 0.5}
+    m = make_smooth_sensitivity("variance", lower=-1, upper=1, n=4, noise=noise, **extra)
+    base = [0.5, -0.25, 0.0]
+    pairs = [(np.array([*base, 0.1]), np.array([*base, v])) for v in EXTREME_FLOATS]
+    result = check_failure_behaviour(m, pairs)
+    assert result.passed and result.released_pairs == len(pairs), result
+
+
 def test_parameter_errors_before_data() -> None:
     with pytest.raises(InvalidParameterError):
         make_smooth_sensitivity("variance", lower=0, upper=1, n=5, epsilon=1, grid_bits=0)
