@@ -100,7 +100,7 @@ def test_calibration_holds_numerically(family: str, rho: Fraction, t: Fraction) 
 def test_wrong_calibration_fails_the_check(family: str, rho: Fraction, t: Fraction) -> None:
     fam, sigma, d, s, tt, claimed = _args(family, rho, t)
     # ε/shrink, i.e. ρ/shrink²; Student's t's pure-DP bound is loose by about 2 in ε and the
-    # arcsinh-normal's Lipschitz bound by about 3 (measured D_α/(ρα) 0.12-0.42)
+    # arcsinh-normal's Lipschitz bound by about 3 (measured D_α/(ρα) 0.12-0.43)
     shrink = {"student_t": 3.0, "arcsinh_normal": 4.0}.get(family, 2.0)
     ratio = worst_ratio(fam, sigma, d, s, tt, claimed / shrink**2, points=700, y_points=1201)
     assert ratio > 1.0, ratio
