@@ -13,12 +13,19 @@ median absolute error (over --reps releases) of
 * ``EM-1024``: the exponential-mechanism quantile the analytics layer uses (1024 candidates);
 * ``smooth-C``: smooth sensitivity, Cauchy-type noise γ = 4 (pure ε);
 * ``smooth-L``: smooth sensitivity, Laplace noise ((ε, 1e-6));
-* ``sm-LLN``, ``sm-ULN``, ``sm-t3``: smooth sensitivity with the Bun–Steinke zCDP noises
-  (Laplace log-normal, uniform log-normal, Student's t with 3 degrees of freedom) at the zCDP
+* ``sm-LLN``, ``sm-ULN``, ``sm-t3``, ``sm-ASN``: smooth sensitivity with the Bun–Steinke zCDP
+  noises (Laplace log-normal, uniform log-normal, Student's t with 3 degrees of freedom,
+  arcsinh-normal) at the zCDP
   equivalent ρ = ε²/2 (what pure ε-DP implies), released as exact grid roundings;
 * ``PTR``: propose-test-release proposing b = 0.1 (ε split in half, δ = 1e-6); the error is over
   the releases that were not refused (nan if all were), and the refusals are counted;
 * ``inverse``: the inverse sensitivity mechanism (2^40 candidates).
+
+Variance table: the population variance with bounds [-10, 10] (normal and lognormal data), global-
+sensitivity Laplace on the clamped variance (GS = (U − L)²(n − 1)/n²) against the smooth-sensitivity
+release of the exact variance of the values rounded to 2^-20 of the width (Cauchy, and uniform
+log-normal at ρ = ε²/2). The variance's local sensitivity is never below GS/8 (a value can always
+move to the farther bound), so smooth sensitivity gains at most a small constant here.
 
 Sample-and-aggregate table: mean of a lognormal and the slope of y = 2x + noise, against the
 non-private estimate, with the widened winsorized mean and m = choose_m(...), and global-
@@ -65,7 +72,8 @@ def em_1024(x: np.ndarray, epsilon: Fraction, reps: int) -> np.ndarray:
 
 def median_table(sizes: list[int], reps: int) -> None:
     rng = np.random.default_rng(2026)
-    names = ["global", "EM-1024", "smooth-C", "smooth-L", "sm-LLN", "sm-ULN", "sm-t3", "PTR"]
+    names = ["global", "EM-1024", "smooth-C", "smooth-L", "sm-LLN", "sm-ULN", "sm-t3", "sm-ASN"]
+    names.append("PTR")
     names.append("inverse")
     ratios: dict[str, list[float]] = {name: [] for name in names[2:]}
     print(f"\nMedian, bounds [{LOW:g}, {HIGH:g}]: median |error| over {reps} releases")
@@ -84,7 +92,12 @@ def median_table(sizes: list[int], reps: int) -> None:
                         "median", lower=LOW, upper=HIGH, n=n, epsilon=eps, delta=delta, noise=noise
                     )
                     row.append(m.info["release_many"](x, reps))
-                for family in ("laplace_log_normal", "uniform_log_normal", "student_t"):
+                for family in (
+                    "laplace_log_normal",
+                    "uniform_log_normal",
+                    "student_t",
+                    "arcsinh_normal",
+                ):
                     m = make_smooth_sensitivity(
                         "median", lower=LOW, upper=HIGH, n=n, rho=eps**2 / 2, noise=family
                     )
@@ -116,6 +129,33 @@ def median_table(sizes: list[int], reps: int) -> None:
         for name, values in ratios.items():
             ok = "yes" if min(values) >= 10 else "NO"
             print(f"  {name:<9} min {min(values):.3g}x  (>= 10x in every cell: {ok})")
+
+
+def variance_table(sizes: list[int], reps: int) -> None:
+    rng = np.random.default_rng(11)
+    lo, hi = -10.0, 10.0
+    heads = ("global", "smooth-C", "sm-ULN")
+    print(f"\nVariance, bounds [{lo:g}, {hi:g}]: median |error| over {reps} releases")
+    print(f"{'data':<10}{'n':>8}{'eps':>5} " + "".join(f"{h:>11}" for h in heads) + "  S* secs")
+    for kind in ("normal", "lognormal"):
+        for n in sizes:
+            x = np.clip(dataset(kind, n, rng), lo, hi)
+            truth = float(np.var(x))
+            for eps in (Fraction(1, 10), Fraction(1)):
+                gs = (hi - lo) ** 2 * (n - 1) / n**2
+                lap = dp.make_laplace(gs, epsilon=eps)
+                row = [np.array([lap(truth) for _ in range(reps)])]
+                start = time.perf_counter()
+                cauchy = make_smooth_sensitivity("variance", lower=lo, upper=hi, n=n, epsilon=eps)
+                row.append(cauchy.info["release_many"](x, reps))
+                secs = time.perf_counter() - start
+                uln = make_smooth_sensitivity(
+                    "variance", lower=lo, upper=hi, n=n, rho=eps**2 / 2, noise="uniform_log_normal"
+                )
+                row.append(uln.info["release_many"](x, reps))
+                errors = [float(np.median(np.abs(np.asarray(r) - truth))) for r in row]
+                cells = "".join(f"{e:>11.3g}" for e in errors)
+                print(f"{kind:<10}{n:>8}{float(eps):>5} {cells}  {secs:.2f}", flush=True)
 
 
 def sa_table(sizes: list[int], reps: int) -> None:
@@ -203,8 +243,17 @@ def speed() -> None:
         t_duck = time.perf_counter() - start
     except ImportError:
         pass
+    start = time.perf_counter()
+    smooth_sensitivity(x, "variance", 0.01, lower=LOW, upper=HIGH)
+    t_var = time.perf_counter() - start
+    var = make_smooth_sensitivity("variance", lower=LOW, upper=HIGH, n=10**6, epsilon=1)
+    start = time.perf_counter()
+    var(x)
+    t_var_release = time.perf_counter() - start
     print("\nSpeed (n = 10^6):")
     print(f"  smooth sensitivity of the median (sort + O(n log n)): {t_smooth:.2f} s (target <= 2)")
+    print(f"  smooth sensitivity of the variance, float analysis:   {t_var:.2f} s")
+    print(f"  variance release (grid, exact value, integer S*):     {t_var_release:.2f} s")
     print(f"  sample-and-aggregate, m = 1000, numpy blocks:         {t_sa:.2f} s (target <= 10)")
     print(f"  sample-and-aggregate, m = 1000, DuckDB blocks:        {t_duck:.2f} s (target <= 10)")
 
@@ -221,6 +270,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     speed()
     median_table(sizes, args.reps)
+    variance_table(sizes, args.reps)
     sa_table(sizes, args.sa_reps)
 
 

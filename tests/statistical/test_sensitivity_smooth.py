@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from dpkit.core.losses import ApproxDP, PureDP
-from dpkit.errors import UnsupportedQueryError
 from dpkit.sensitivity import local_sensitivity
 from dpkit.sensitivity._data import Bounds, make_statistic
 from dpkit.sensitivity.smooth import (
@@ -86,9 +85,10 @@ def test_beta_too_large_is_flagged(noise: str) -> None:
     assert not result.passed  # type: ignore[attr-defined]
 
 
-def test_unverified_zcdp_family_refused() -> None:
-    with pytest.raises(UnsupportedQueryError):
-        make_smooth_sensitivity("median", lower=0, upper=1, n=5, rho=1, noise="arcsinh_normal")
+def test_arcsinh_normal_is_offered() -> None:
+    """Calibrated since issue 10's follow-up (docs/sensitivity.md §3d)."""
+    m = make_smooth_sensitivity("median", lower=0, upper=1, n=5, rho=1, noise="arcsinh_normal")
+    assert m.info["zcdp_noise"].family == "arcsinh_normal"
 
 
 def test_claims() -> None:

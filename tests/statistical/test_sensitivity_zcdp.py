@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dpkit.core.losses import ZCDP
-from dpkit.errors import InvalidParameterError, UnsupportedQueryError
+from dpkit.errors import InvalidParameterError
 from dpkit.sensitivity._data import Bounds, make_statistic
 from dpkit.sensitivity.smooth import (
     SmoothPlan,
@@ -26,7 +26,7 @@ from dpkit.testing import audit_samples_zcdp
 X = np.array([0.0, 0.0, 1.0, 1.0, 100.0])
 Y = np.array([0.0, 1.0, 1.0, 1.0, 100.0])
 SAMPLES = 20_000
-FAMILIES = ["laplace_log_normal", "uniform_log_normal", "student_t"]
+FAMILIES = ["laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_normal"]
 
 
 def _audit(m: object, a: np.ndarray, b: np.ndarray) -> object:
@@ -75,8 +75,10 @@ def test_other_statistic_and_group_map() -> None:
 
 
 def test_parameters_are_checked_before_data() -> None:
-    with pytest.raises(UnsupportedQueryError):
-        make_smooth_sensitivity("median", lower=0, upper=1, n=5, rho=1, noise="arcsinh_normal")
+    with pytest.raises(InvalidParameterError):  # t = β too large for the arcsinh-normal
+        make_smooth_sensitivity(
+            "median", lower=0, upper=1, n=5, rho=1, noise="arcsinh_normal", beta=2
+        )
     with pytest.raises(InvalidParameterError):  # epsilon instead of rho
         make_smooth_sensitivity("median", lower=0, upper=1, n=5, epsilon=1, noise="student_t")
     with pytest.raises(InvalidParameterError):  # rho with an (ε, δ) family

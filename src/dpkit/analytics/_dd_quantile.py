@@ -51,6 +51,7 @@ __all__ = [
     "run_lengths",
     "smooth_bound",
     "smooth_release",
+    "smooth_release_many",
 ]
 
 
@@ -338,19 +339,40 @@ def ptr_release(
 
 
 def smooth_release(group: GroupCounts, q: Fraction, k: int, plan: Any, shift: int) -> int:
-    """f(x) + (S(x)/α)·Z on the output grid (2^shift output steps per grid step), Z from the
-    Cauchy-type lattice family of ``plan`` (:func:`dpkit.sensitivity.smooth.plan_smooth`), S the
-    unit-level β-smooth bound inflated by 1 + 2^-30 (the plan charges β + 2^-29 for it), the
-    scale at least the plan's lattice minimum; clamped to a public range (post-processing)."""
+    """One draw of :func:`smooth_release_many`."""
+    return smooth_release_many(group, q, k, plan, shift, 1)[0]
+
+
+def smooth_release_many(
+    group: GroupCounts, q: Fraction, k: int, plan: Any, shift: int, size: int
+) -> list[int]:
+    """``size`` independent releases of f(x) + (S(x)/α)·Z on the output grid (2^shift output
+    steps per grid step), clamped to a public range (post-processing). S is the unit-level
+    β-smooth bound inflated by 1 + 2^-30 (the plan charges β + 2^-29 for it).
+
+    * Cauchy-type plan (:func:`dpkit.sensitivity.smooth.plan_smooth`): Z from the exact lattice
+      family, the scale at least the plan's lattice minimum.
+    * Bun–Steinke zCDP plan (``plan.zcdp``, :func:`dpkit.sensitivity.smooth.plan_zcdp`): the exact
+      grid rounding ⌊(f·2^shift + 2^shift·(S/s)·Z)⌋ = f·2^shift + ⌊c·Z⌋ with c = 2^shift·S/s a
+      Fraction, drawn by :func:`dpkit.sensitivity._lazy.floor_scaled_noise` (certified interval
+      arithmetic, so the output is a deterministic function of the ideal continuous release and
+      the continuous ½ε²-zCDP calibration applies as is)."""
+    from dpkit.sensitivity._lazy import floor_scaled_noise
     from dpkit.sensitivity._noise import cauchy_lattice, discrete_laplace_wide
 
     log_t = smooth_bound(group, q, float(plan.beta), k)
     s_steps = math.exp(float(plan.beta) + log_t) * (1 + 2.0**-30)
-    scale = max(Fraction(s_steps) * 2**shift / plan.alpha, Fraction(plan.min_scale))
-    if plan.noise == "cauchy":
-        z = int(cauchy_lattice(scale, plan.gamma, 1)[0])
-    else:
-        z = int(discrete_laplace_wide(scale, 1)[0])
     width = (group.hi - group.lo) << shift
     low, high = (group.lo << shift) - width, (group.hi << shift) + width
-    return min(max((group.statistic(q) << shift) + z, low), high)
+    centre = group.statistic(q) << shift
+    if plan.zcdp is not None:
+        z = plan.zcdp
+        c = Fraction(s_steps) * 2**shift / z.s
+        steps = floor_scaled_noise(z.family, z.sigma, z.d, c, low - centre, high - centre, size)
+        return [centre + v for v in steps]
+    scale = max(Fraction(s_steps) * 2**shift / plan.alpha, Fraction(plan.min_scale))
+    if plan.noise == "cauchy":
+        noise = cauchy_lattice(scale, plan.gamma, size)
+    else:
+        noise = [int(v) for v in discrete_laplace_wide(scale, size)]
+    return [min(max(centre + int(v), low), high) for v in noise]

@@ -190,6 +190,8 @@ class Quantile:
     from public parameters: see :func:`dpkit.analytics.planner` and docs/analytics.md).
     ``n_range``: a declared (public) range of the number of rows in each group, used only to
     choose the method. ``ptr_bound``: PTR's proposed sensitivity, in the column's units.
+    ``noise``: the noise family of ``method="smooth"`` (``"auto"``: Cauchy-type under a pure
+    share, the Bun–Steinke zCDP family with the smallest noise sd under a zCDP share).
     """
 
     column: str
@@ -201,6 +203,7 @@ class Quantile:
     method: str = "auto"
     n_range: tuple[int, int] | None = None
     ptr_bound: Fraction | None = None
+    noise: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,6 +420,24 @@ def std(
 
 
 QUANTILE_METHODS = ("auto", "exponential", "inverse", "smooth", "ptr")
+SMOOTH_NOISES = (
+    "auto",
+    "cauchy",
+    "laplace_log_normal",
+    "uniform_log_normal",
+    "student_t",
+    "arcsinh_normal",
+)
+
+
+def _check_smooth_noise(noise: object, method: str) -> str:
+    if noise not in SMOOTH_NOISES:
+        raise InvalidParameterError("noise", noise, "one of " + ", ".join(SMOOTH_NOISES))
+    if noise != "auto" and method != "smooth":
+        raise InvalidParameterError(
+            "noise", noise, "'auto' unless method='smooth' (only smooth sensitivity adds it)"
+        )
+    return str(noise)
 
 
 def _check_quantile_method(
@@ -463,6 +484,7 @@ def quantile(
     method: str = "auto",
     n_range: tuple[int, int] | None = None,
     ptr_bound: Number | None = None,
+    noise: str = "auto",
 ) -> Quantile:
     """The ``q``-quantile of ``column``, values clamped into ``bounds``.
 
@@ -474,7 +496,14 @@ def quantile(
     makes its rank error small against the rows on the thin side of q, else
     ``"exponential"``. The data-dependent methods release the q-quantile of the values rounded
     to a fine public grid (2^-32 of the bounds' width); docs/sensitivity.md §10 has the proofs
-    and ``explain()`` says which mechanism runs and why."""
+    and ``explain()`` says which mechanism runs and why.
+
+    ``noise`` (``method="smooth"`` only): ``"cauchy"`` (h ∝ 1/(1 + |z|⁴), pure ε),
+    ``"laplace_log_normal"``, ``"uniform_log_normal"``, ``"student_t"`` or
+    ``"arcsinh_normal"`` (Bun & Steinke 2019,
+    zCDP: needs a ρ budget, or an (ε, δ) budget answered in zCDP), or ``"auto"``: Cauchy under a
+    pure-ε share, and under a zCDP share the zCDP family whose noise has the smallest standard
+    deviation for the group's (ρ, β) (docs/sensitivity.md §10)."""
     column_name = _check_column(column)
     q_f = fraction_of("q", q)
     if not 0 <= q_f <= 1:
@@ -490,6 +519,7 @@ def quantile(
         raise InvalidParameterError("candidates", candidates, "an integer in [2, 65536]")
     label = name or quantile_name(q_f, column_name)
     chosen, rows, bound = _check_quantile_method(method, n_range, ptr_bound)
+    family = _check_smooth_noise(noise, chosen)
     return Quantile(
         column_name,
         (low, high),
@@ -500,6 +530,7 @@ def quantile(
         chosen,
         rows,
         bound,
+        family,
     )
 
 
@@ -522,6 +553,7 @@ def median(
     method: str = "auto",
     n_range: tuple[int, int] | None = None,
     ptr_bound: Number | None = None,
+    noise: str = "auto",
 ) -> Quantile:
     """The median of ``column`` (the 0.5-quantile; ``method`` etc. as in :func:`quantile`)."""
     column_name = _check_column(column)
@@ -535,6 +567,7 @@ def median(
         method=method,
         n_range=n_range,
         ptr_bound=ptr_bound,
+        noise=noise,
     )
 
 
@@ -848,6 +881,8 @@ def _render_agg(agg: Aggregation) -> str:
     extra = f", q={agg.q}" if isinstance(agg, Quantile) else ""
     if isinstance(agg, Quantile) and agg.method != "auto":
         extra += f", method={agg.method}"
+    if isinstance(agg, Quantile) and agg.noise != "auto":
+        extra += f", noise={agg.noise}"
     if isinstance(agg, Variance) and agg.std:
         kind = "std"
     return f"{kind}({agg.column}, [{low}, {high}]{extra}) as {agg.name}"

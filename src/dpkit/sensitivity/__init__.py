@@ -4,7 +4,8 @@
   and β-smooth sensitivity S* (NRS 2007), exact where stated, O(n log n) for order statistics;
 * :mod:`~dpkit.sensitivity.smooth` – releases calibrated to smooth sensitivity with admissible
   noise (Cauchy-type: pure ε; Laplace: (ε, δ); the Bun–Steinke zCDP families, calibrated in
-  :mod:`~dpkit.sensitivity.bun_steinke`) sampled exactly on a grid;
+  :mod:`~dpkit.sensitivity.bun_steinke`) sampled exactly on a grid; the variance on a grid,
+  computed exactly (:mod:`~dpkit.sensitivity.variance`);
 * :mod:`~dpkit.sensitivity.ptr` – propose-test-release (Dwork & Lei 2009);
 * :mod:`~dpkit.sensitivity.inverse` – the inverse sensitivity mechanism (Asi & Duchi 2020);
 * :mod:`~dpkit.sensitivity.sample_aggregate` – sample-and-aggregate over privacy units (with

@@ -10,7 +10,8 @@ independent uniforms U_1, ..., U_r on [0, 1):
 * ``student_t`` (d degrees of freedom, integer): Z = N_0/√(χ²_d/d) with
   χ²_d = 2·Σ_{i<⌊d/2⌋}(−ln V_i) (+ N_1² when d is odd) — the standard constructions of the
   Laplace, normal, χ² and t laws from uniforms;
-* ``arcsinh_normal``: Z = sinh(σN)/σ.
+* ``arcsinh_normal``: Z = sinh(σN)/σ (the expression evaluates sinh(σN) and the exact rational
+  scale absorbs 1/σ, so both paths compute the same real number).
 
 **Why this is exact.** Each uniform is an infinite string of fair bits of which only a prefix
 is drawn. With the first 52 bits, U is known to lie in a cell of width 2^-52; the expression is
@@ -182,7 +183,8 @@ def _expression(family: str, sigma: float, d: int) -> Callable[[Any, list[Any], 
         return ops.mul(ops.affine_uniform(u[0]), spread)
 
     def asn(ops: Any, u: list[Any], negative: Any) -> Any:
-        return ops.scale(ops.sinh(ops.scale(_normal(ops, u[0], u[1]), sigma)), 1.0 / sigma)
+        # sinh(σN); the caller divides the exact scale by σ (1/σ need not be a float)
+        return ops.sinh(ops.scale(_normal(ops, u[0], u[1]), sigma))
 
     def student(ops: Any, u: list[Any], negative: Any) -> Any:
         top = _normal(ops, u[0], u[1])
@@ -245,6 +247,8 @@ def floor_scaled_noise(
         raise ValueError("clamp bounds must be below 2^53 in magnitude")
     r = uniform_count(family, d)
     expr = _expression(family, float(sigma), d)
+    if family == "arcsinh_normal":
+        scale = scale / sigma  # Z = sinh(σN)/σ: exact in the rational scale
     words = [random_words(size) for _ in range(r)]
     negative = (random_words(size) >> np.uint64(63)).astype(bool)
     cells = [(w >> np.uint64(12)).astype(np.float64) * _CELL for w in words]

@@ -36,12 +36,35 @@ So ε = t/σ + L·s. The Lipschitz constants:
   t' + (d+1)/2·ln((1 + e^{−2t'}z²/d)/(1 + z²/d)) lies in [−d|t'|, |t'|]. Both are pointwise, so
   the pair is pure ε-DP with **ε = (d+1)/(2√d)·s + d·t**, hence ½ε²-zCDP. (This is a pure-DP
   bound, conservative for zCDP; no zCDP-specific bound is claimed.)
-* ``arcsinh_normal``: its dilation is not a post-processed Gaussian shift and its log-ratio is
-  not pointwise bounded; dpkit has no verified bound for it and **refuses** it.
+* ``arcsinh_normal`` ASN(σ), Z = sinh(σY)/σ: its dilation is *not* a post-processed Gaussian
+  shift, and the log-ratio is unbounded, so neither step above applies. It is calibrated by a
+  different argument instead (docs/sensitivity.md §3d has the full proof):
+
+  - *Lipschitz privacy loss.* Write P for the law of Z and Q for that of s' + e^{t'}Z. As a
+    function of the Gaussian Y, the privacy loss L(Y) = ln(p/q)(sinh(σY)/σ) has
+    L'(y) = cosh(σy)·[e^{−t'}ψ((z − s')e^{−t'}) − ψ(z)], z = sinh(σy)/σ, ψ = −(ln p)'.
+    If |L'| <= K everywhere, Gaussian concentration for K-Lipschitz functions
+    (Tsirelson–Ibragimov–Sudakov; Boucheron, Lugosi & Massart 2013, Thm 5.5:
+    ln E e^{λ(L − EL)} <= λ²K²/2 for every real λ) gives, with λ = −1 and E_P[e^{−L}] = 1,
+    KL(P‖Q) = EL <= K²/2, and with λ = α − 1, D_α(P‖Q) <= KL + (α − 1)K²/2 <= αK²/2:
+    **½K²-zCDP**. The same holds for Q‖P with the reversed pair, which is the forward pair with
+    shift bound s·e^t.
+  - *The Lipschitz constant.* Along the segment (a, τ) = λ(s', t'), the derivatives of
+    e^{−τ}ψ((z − a)e^{−τ}) are −e^{−2τ}ψ'(u) and −e^{−τ}(uψ)'(u), u = (z − a)e^{−τ}, and
+    √(1 + σ²z²) <= (1 + σ|a|)e^{|τ|}√(1 + σ²u²). With u = sinh(w)/σ,
+    √(1 + σ²u²)ψ'(u) = (1 − σ² + 2σ²sech²w − w·tanh w)/cosh w, at most 1 + σ² in absolute value,
+    and σ√(1 + σ²u²)(uψ)'(u) = w·sech²w + tanh w + 2σ²·tanh w·sech²w <= 6/5 + (77/100)σ²
+    (w·sech²w + tanh w peaks at w* = 1/tanh w* < 6/5 with value w*; tanh·sech² <= 2/(3√3)).
+    So, with s_e = s·e^t, **K = (1 + σs_e)·e^t·(s_e·e^{2t}(1 + σ²) + t·e^t(6/5 + 0.77σ²)/σ)**
+    bounds both directions, and ε = K.
+  - σ minimises the noise's sd √((e^{2σ²} − 1)/(2σ²))/s over a grid; s is the largest value
+    with K <= ε, checked with exact rational upper bounds (``exp_upper``).
 
 Every calibration is also checked numerically (tests/statistical/test_bun_steinke_calibration.py:
 Rényi divergences by quadrature over a grid of α ∈ (1, 100], shifts and dilations, both
-directions; the same check fails for the calibration with ε halved).
+directions; the same check fails for the calibration with ε halved, ε/3 for Student's t and ε/4
+for the arcsinh-normal, whose bounds are looser; the arcsinh-normal's Lipschitz bound is also
+checked against the numerical sup of |L'| on a grid).
 """
 
 from __future__ import annotations
@@ -53,10 +76,20 @@ from fractions import Fraction
 from dpkit._exact import exp_upper
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
-__all__ = ["ZCDP_FAMILIES", "ZCDPNoise", "calibrate", "epsilon_upper", "lipschitz_upper"]
+__all__ = [
+    "OFFERED",
+    "ZCDP_FAMILIES",
+    "ZCDPNoise",
+    "calibrate",
+    "epsilon_upper",
+    "lipschitz_upper",
+    "noise_sd",
+    "smallest_sd",
+]
 
 ZCDP_FAMILIES = ("laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_normal")
-OFFERED = ("laplace_log_normal", "uniform_log_normal", "student_t")
+OFFERED = ("laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_normal")
+_ASN_C2 = (Fraction(6, 5), Fraction(77, 100))  # σ·c2 <= 6/5 + (77/100)σ² (module docstring)
 _SQRT_2_OVER_PI_UP = Fraction(7978846, 10**7)  # √(2/π) = 0.797884560802...
 _ULN_MIN_SIGMA = Fraction(1, 2)
 
@@ -93,11 +126,77 @@ def lipschitz_upper(family: str, sigma: Fraction, d: int) -> Fraction:
         return _SQRT_2_OVER_PI_UP * exp_upper(3 * sigma**2 / 2) / sigma
     if family == "student_t":
         return Fraction(d + 1, 2) / _sqrt_lower(Fraction(d))
-    raise UnsupportedQueryError(f"noise={family!r}: no verified zCDP calibration")
+    raise UnsupportedQueryError(
+        f"noise={family!r}: no single Lipschitz constant (arcsinh_normal: asn_lipschitz_upper)"
+    )
+
+
+def asn_lipschitz_upper(sigma: Fraction, s: Fraction, t: Fraction) -> Fraction:
+    """An exact upper bound on the Lipschitz constant K of the arcsinh-normal privacy loss (as
+    a function of the Gaussian Y), both directions, for |s'| <= s and |t'| <= t:
+    K = (1 + σs_e)e^t(s_e·e^{2t}(1 + σ²) + t·e^t(6/5 + (77/100)σ²)/σ), s_e = s·e^t."""
+    e_t = exp_upper(t)
+    s_e = s * e_t
+    c1 = 1 + sigma**2
+    c2 = (_ASN_C2[0] + _ASN_C2[1] * sigma**2) / sigma
+    return (1 + sigma * s_e) * e_t * (s_e * e_t**2 * c1 + t * e_t * c2)
+
+
+def _asn_k_float(sigma: float, s: float, t: float) -> float:
+    e_t = math.exp(t)
+    s_e = s * e_t
+    c2 = (1.2 + 0.77 * sigma**2) / sigma
+    return (1 + sigma * s_e) * e_t * (s_e * e_t**2 * (1 + sigma**2) + t * e_t * c2)
+
+
+def _asn_sd(sigma: float) -> float:
+    return math.sqrt(math.expm1(2 * sigma**2) / (2 * sigma**2))
+
+
+def _asn_shift(sigma: float, t: float, eps: float) -> float:
+    """The largest s with K(σ, s, t) <= ε (float bisection; 0 if none)."""
+    if _asn_k_float(sigma, 0.0, t) >= eps:
+        return 0.0
+    lo, hi = 0.0, eps
+    while _asn_k_float(sigma, hi, t) <= eps:
+        hi *= 2
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _asn_k_float(sigma, mid, t) <= eps else (lo, mid)
+    return lo
+
+
+def _calibrate_asn(eps: Fraction, t: Fraction, sigma: Fraction | None) -> ZCDPNoise:
+    e, tf = float(eps), float(t)
+    if sigma is None:
+        best: tuple[float, float] | None = None
+        for i in range(1, 400):
+            candidate = i / 100
+            shift = _asn_shift(candidate, tf, e)
+            if shift > 0 and (best is None or _asn_sd(candidate) / shift < best[0]):
+                best = (_asn_sd(candidate) / shift, candidate)
+        if best is None:
+            raise InvalidParameterError("beta", t, f"much below ε = {e:.6g} for arcsinh_normal")
+        sig = _dyadic(best[1])
+    else:
+        sig = sigma
+    shift = _asn_shift(float(sig), tf, e)
+    if shift <= 0:
+        raise InvalidParameterError("beta", t, f"smaller for σ = {float(sig):.6g} and ε = {e:.6g}")
+    s = Fraction(math.floor(shift * 2**40), 2**40)
+    claimed = asn_lipschitz_upper(sig, s, t)
+    while claimed > eps and s > 0:  # float bisection vs the exact bound: shrink until it holds
+        s = Fraction(math.floor(s * (1 - Fraction(1, 2**20)) * 2**40), 2**40)
+        claimed = asn_lipschitz_upper(sig, s, t)
+    if s <= 0:  # pragma: no cover - the float model is within 2^-40 of the exact bound
+        raise InvalidParameterError("beta", t, "smaller for arcsinh_normal")
+    return ZCDPNoise("arcsinh_normal", sig, 0, s, t, claimed)
 
 
 def epsilon_upper(family: str, sigma: Fraction, d: int, s: Fraction, t: Fraction) -> Fraction:
     """An exact upper bound on the ε of the ½ε²-zCDP claim for shift s and log-scale t."""
+    if family == "arcsinh_normal":
+        return asn_lipschitz_upper(sigma, s, t)
     shift = lipschitz_upper(family, sigma, d) * s
     if family == "student_t":
         return shift + d * t
@@ -116,11 +215,7 @@ def calibrate(
     """The largest shift s for the target ρ at log-scale t, with σ chosen to minimise the noise's
     standard deviation over s (or the given σ); the returned ε satisfies ε²/2 <= ρ exactly."""
     if family == "arcsinh_normal":
-        raise UnsupportedQueryError(
-            "noise='arcsinh_normal': dpkit has no verified zCDP calibration for the arcsinh-normal"
-            " family (its dilation is not a post-processed Gaussian shift, and its log-ratio is"
-            " unbounded); use 'laplace_log_normal', 'uniform_log_normal' or 'student_t'"
-        )
+        return _calibrate_asn(_sqrt_lower(2 * rho), t, sigma)
     if family not in OFFERED:
         raise InvalidParameterError("noise", family, "one of " + ", ".join(ZCDP_FAMILIES))
     eps = _sqrt_lower(2 * rho)
@@ -159,3 +254,41 @@ def calibrate(
     claimed = epsilon_upper(family, sig, d, s, t)
     assert claimed <= eps
     return ZCDPNoise(family, sig, d if family == "student_t" else 0, s, t, claimed)
+
+
+def noise_sd(noise: ZCDPNoise) -> float:
+    """The standard deviation of Z/s, the noise in units of the smooth bound S (inf if none).
+
+    Var Z: LLN 2·e^{2σ²} (Var X = 2, E e^{2σY} = e^{2σ²}); ULN e^{2σ²}/3; Student's t d/(d − 2)
+    for d > 2 (infinite otherwise); ASN (e^{2σ²} − 1)/(2σ²) (E sinh²(σY) = (e^{2σ²} − 1)/2).
+    """
+    sigma = float(noise.sigma)
+    if noise.family == "arcsinh_normal":
+        sd = _asn_sd(sigma)
+    elif noise.family == "laplace_log_normal":
+        sd = math.sqrt(2.0) * math.exp(sigma**2)
+    elif noise.family == "uniform_log_normal":
+        sd = math.exp(sigma**2) / math.sqrt(3.0)
+    elif noise.d > 2:
+        sd = math.sqrt(noise.d / (noise.d - 2))
+    else:
+        return math.inf
+    return sd / float(noise.s)
+
+
+def smallest_sd(rho: Fraction, t: Fraction, d: int = 3) -> ZCDPNoise:
+    """The offered family whose calibrated noise Z/s has the smallest standard deviation at
+    (ρ, t), each with its sd-minimising σ (Student's t with ``d`` degrees of freedom); families
+    that cannot be calibrated at this t (t too large for them) are skipped. Public inputs only.
+    """
+    best: ZCDPNoise | None = None
+    for family in OFFERED:
+        try:
+            candidate = calibrate(family, rho, t, d=d)
+        except InvalidParameterError:
+            continue
+        if best is None or noise_sd(candidate) < noise_sd(best):
+            best = candidate
+    if best is None:
+        raise InvalidParameterError("beta", t, "small enough for some zCDP family at this ρ")
+    return best

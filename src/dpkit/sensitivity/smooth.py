@@ -24,6 +24,11 @@ charges ln((1 + η)/(1 − η)) in ε. docs/sensitivity.md §3 has the proof.
 
 Outputs are clamped to a public range around the statistic's range (post-processing).
 
+**The variance** is released exactly on a grid (:mod:`dpkit.sensitivity.variance`): values are
+clamped and rounded to 2^-grid_bits of the bounds' width (a per-value map inside the mechanism),
+the variance of the rounded values is computed in integer arithmetic, and S is the β-smooth
+sensitivity at the *rounded* data, i.e. of exactly the function released.
+
 **zCDP families (Bun & Steinke 2019)**, ``noise=`` ``"laplace_log_normal"``,
 ``"uniform_log_normal"`` or ``"student_t"`` with ``rho=``: the release is the *exact grid
 rounding* ⌊(f̃(x) + (S(x)/s)·Z)/g⌋·g of the ideal continuous mechanism, clamped to the public
@@ -31,7 +36,8 @@ range. Z is an explicit function of finitely many uniforms, evaluated lazily wit
 interval arithmetic on the same uniforms until the floor is decided (``_lazy.py``), so the output
 is a deterministic function (post-processing) of the continuous mechanism's output and its
 ½ε²-zCDP guarantee (``bun_steinke.py``: ε = t/σ + L·s, L the Lipschitz constant of ln p) holds
-unchanged: no lattice slack is needed. ``"arcsinh_normal"`` is refused (no verified bound).
+unchanged: no lattice slack is needed. ``"arcsinh_normal"`` is calibrated by the Lipschitz
+constant of its privacy loss as a function of the Gaussian (``bun_steinke``; docs §3d).
 """
 
 from __future__ import annotations
@@ -53,6 +59,13 @@ from dpkit.sensitivity._lazy import floor_scaled_noise
 from dpkit.sensitivity._noise import cauchy_lattice, discrete_laplace_wide
 from dpkit.sensitivity.bun_steinke import ZCDPNoise, calibrate
 from dpkit.sensitivity.local import SMOOTH_SLACK, smooth_sensitivity_sorted
+from dpkit.sensitivity.variance import (
+    DEFAULT_GRID_BITS,
+    check_grid_bits,
+    grid_values,
+    variance_smooth_sensitivity,
+    variance_value,
+)
 
 __all__ = ["SmoothPlan", "make_smooth_sensitivity", "statistic_range", "statistic_value"]
 
@@ -229,14 +242,22 @@ def release_smooth(
     xp: np.ndarray, stat: Statistic, bounds: Bounds, n: int, plan: SmoothPlan, size: int = 1
 ) -> np.ndarray:
     """``size`` independent releases for one (padded, sorted, clamped) dataset."""
-    g = Fraction(2) ** plan.exponent
     low, high = statistic_range(stat, bounds, n)
+    value = Fraction(statistic_value(xp, stat))
+    raw = smooth_sensitivity_sorted(xp, stat, float(plan.beta), bounds)
+    return release_from(value, raw, low, high, plan, size)
+
+
+def release_from(
+    value: Fraction, raw: float, low: float, high: float, plan: SmoothPlan, size: int = 1
+) -> np.ndarray:
+    """``size`` releases of ``value`` with noise scaled to the (not yet inflated) smooth bound
+    ``raw``, on the plan's grid, clamped to [low − w, high + w] (w = high − low)."""
+    g = Fraction(2) ** plan.exponent
     width = high - low
     lo_idx = math.floor(Fraction(low - width) / g)
     hi_idx = math.ceil(Fraction(high + width) / g)
-    value = statistic_value(xp, stat)
-    centre = round(Fraction(value) / g)  # nearest grid point (ties to even: any rule works)
-    raw = smooth_sensitivity_sorted(xp, stat, float(plan.beta), bounds)
+    centre = round(value / g)  # nearest grid point (ties to even: any rule works)
     s_value = Fraction(raw * (1 + SMOOTH_SLACK)) + 2 * g
     if plan.zcdp is not None:
         z = plan.zcdp
@@ -251,6 +272,17 @@ def release_smooth(
         noise = discrete_laplace_wide(scale, size)
     out = np.array([min(max(centre + z, lo_idx), hi_idx) for z in noise], dtype=np.float64)
     return np.ldexp(out, plan.exponent)
+
+
+def release_variance(
+    j: np.ndarray, bounds: Bounds, grid_bits: int, plan: SmoothPlan, size: int = 1
+) -> np.ndarray:
+    """The variance of the rounded data (exact) with noise scaled to its S* at the rounded data
+    (:mod:`dpkit.sensitivity.variance`)."""
+    low, high = statistic_range(Statistic("variance"), bounds, j.size)
+    value = variance_value(j, bounds, grid_bits)
+    raw = variance_smooth_sensitivity(j, bounds, grid_bits, float(plan.beta))
+    return release_from(value, raw, low, high, plan, size)
 
 
 def make_smooth_sensitivity(
@@ -270,6 +302,7 @@ def make_smooth_sensitivity(
     rho: Number | None = None,
     sigma: Number | None = None,
     degrees_of_freedom: int = 3,
+    grid_bits: int | None = None,
 ) -> Measurement[float]:
     """Release a statistic with noise scaled to its β-smooth sensitivity (NRS 2007).
 
@@ -283,13 +316,15 @@ def make_smooth_sensitivity(
 
     Args:
         statistic: ``median``, ``quantile`` (with ``q``), ``min``, ``max``, ``mean``, ``sum``,
-            ``trimmed_mean`` (with ``trim``), ``range``, ``count`` (nonzero rows), ``distinct``.
+            ``trimmed_mean`` (with ``trim``), ``range``, ``count`` (nonzero rows), ``distinct``,
+            ``variance`` (population variance of the values rounded to a grid of 2^-grid_bits
+            of the bounds' width, computed exactly: :mod:`dpkit.sensitivity.variance`).
         lower, upper: the declared bounds (public).
         n: the public number of units.
         epsilon, delta: the privacy target.
         noise: ``"cauchy"`` (h ∝ 1/(1 + |z|^γ)), ``"laplace"``, or a zCDP family
             (``"laplace_log_normal"``, ``"uniform_log_normal"``, ``"student_t"``; these take
-            ``rho`` instead of ``epsilon``; ``"arcsinh_normal"`` is refused).
+            ``rho`` instead of ``epsilon``; ``"arcsinh_normal"`` too, docs §3d).
         gamma: γ for the Cauchy-type family, an integer in [2, 16].
         beta: the smoothness β (default: the largest the calibration allows).
         grid_exponent: the output grid 2^k (default from the statistic's range: 2^-50 of its
@@ -298,6 +333,8 @@ def make_smooth_sensitivity(
         sigma: σ of the log-normal families (default: the σ minimising the noise's standard
             deviation for the budget; a float64-exact value is used as given).
         degrees_of_freedom: d of ``"student_t"``, an integer in [1, 64] (default 3).
+        grid_bits: ``variance`` only: values are rounded to (upper − lower)·2^-grid_bits
+            (default 20; an integer in [1, 24] with n·2^grid_bits <= 2^60).
 
     Example:
         >>> from dpkit.sensitivity import make_smooth_sensitivity
@@ -306,13 +343,14 @@ def make_smooth_sensitivity(
         True
     """
     stat = make_statistic(statistic, q=q, trim=trim)
-    if stat.name == "variance":
-        raise UnsupportedQueryError(
-            "variance: its float computation has no proven error bound here; use "
-            "smooth_sensitivity() for analysis, or sample_and_aggregate for a release"
-        )
     bounds = Bounds.of(lower, upper)
     size = check_n(n)
+    if stat.name == "variance":
+        bits = check_grid_bits(DEFAULT_GRID_BITS if grid_bits is None else grid_bits, size)
+    elif grid_bits is not None:
+        raise InvalidParameterError("grid_bits", grid_bits, "None unless statistic='variance'")
+    else:
+        bits = 0
     zcdp_family = noise in _BZ_FAMILIES
     if zcdp_family:
         if rho is None or epsilon is not None or delta != 0:
@@ -353,17 +391,23 @@ def make_smooth_sensitivity(
         plan = plan_zcdp(eps, noise, exponent, beta_arg, sigma_arg, degrees_of_freedom)
     else:
         plan = plan_smooth(eps, dlt, noise, gamma, exponent, beta_arg)
-    return build_smooth_measurement(stat, bounds, size, plan)
+    return build_smooth_measurement(stat, bounds, size, plan, bits)
 
 
 def build_smooth_measurement(
-    stat: Statistic, bounds: Bounds, n: int, plan: SmoothPlan
+    stat: Statistic, bounds: Bounds, n: int, plan: SmoothPlan, grid_bits: int = 0
 ) -> Measurement[float]:
     """The Measurement for a checked plan (tests build broken plans through this)."""
 
+    def release(data: Any, size: int) -> np.ndarray:
+        if stat.name == "variance":
+            return release_variance(
+                grid_values(data, bounds, n, grid_bits), bounds, grid_bits, plan, size
+            )
+        return release_smooth(prepare(data, bounds, n), stat, bounds, n, plan, size)
+
     def function(data: Any) -> float:
-        xp = prepare(data, bounds, n)
-        return float(release_smooth(xp, stat, bounds, n, plan)[0])
+        return float(release(data, 1)[0])
 
     return Measurement(
         input_domain=VectorDomain(AtomDomain("float"), size=n),
@@ -385,8 +429,7 @@ def build_smooth_measurement(
             "gamma": plan.gamma,
             "grid_exponent": plan.exponent,
             "zcdp_noise": plan.zcdp,  # family, σ, d, s, t and ε of a zCDP release (else None)
-            "release_many": lambda data, k: release_smooth(
-                prepare(data, bounds, n), stat, bounds, n, plan, k
-            ),
+            "grid_bits": grid_bits if stat.name == "variance" else None,
+            "release_many": release,
         },
     )

@@ -18,7 +18,9 @@ proofs).
   groups together at most ε (the exponential mechanism's bound, as for ``"exponential"``).
 * ``smooth``: per group ε/G with the unit-level β-smooth bound for k rows; pure ε/G-DP per group
   (Cauchy-type noise, γ = 4, calibrated by :func:`dpkit.sensitivity.smooth.plan_smooth`), so at
-  most ε over the G groups one unit can touch.
+  most ε over the G groups one unit can touch. Under a zCDP share ρ: per group ρ/G-zCDP with a
+  Bun–Steinke family (:func:`dpkit.sensitivity.smooth.plan_zcdp`, the family with the smallest
+  noise sd unless ``noise=`` names one), so at most ρ over the G groups (zCDP composition).
 * ``ptr``: per group (ε/G, δ/G): half of ε/G for the noisy distance-to-instability test, half for
   the Laplace release with the proposed bound; basic composition over the G groups.
 """
@@ -50,7 +52,7 @@ from dpkit.analytics.query import (
     Quantile,
 )
 from dpkit.analytics.results import Accuracy
-from dpkit.core.losses import ApproxDP, PrivacyLoss, PureDP
+from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import UnsupportedQueryError
 
 __all__ = [
@@ -142,8 +144,8 @@ class DataDependentQuantile:
         if self.method == "inverse":
             return math.ldexp(float(inverse_release(group, self.q, p["rate"])), self.exponent)
         if self.method == "smooth":
-            index = smooth_release(group, self.q, p["k"], p["plan"], SMOOTH_OUTPUT_SHIFT)
-            return math.ldexp(float(index), self.exponent - SMOOTH_OUTPUT_SHIFT)
+            index = smooth_release(group, self.q, p["k"], p["plan"], p["shift"])
+            return math.ldexp(float(index), self.exponent - p["shift"])
         value = ptr_release(
             group,
             self.q,
@@ -169,8 +171,18 @@ def build(
     rows_per_group: int,
     groups: int,
     ptr_bound: Fraction | None,
+    *,
+    rho: Fraction | None = None,
+    noise: str = "auto",
+    beta: Fraction | None = None,
 ) -> DataDependentQuantile:
-    """Calibrate ``method`` ("inverse", "smooth" or "ptr") from public inputs only."""
+    """Calibrate ``method`` ("inverse", "smooth" or "ptr") from public inputs only.
+
+    ``rho``: the aggregation's zCDP share when the query is answered in zCDP (else None);
+    ``noise``: the smooth method's noise family (``"auto"`` or a name, see
+    :func:`dpkit.analytics.query.quantile`); ``beta``: the smooth method's unit-level β (default
+    from the budget; tests pass a wrong one to build broken variants).
+    """
     from dpkit.sensitivity.smooth import plan_smooth
 
     step = Fraction(2) ** exponent
@@ -186,8 +198,12 @@ def build(
         )
     per_group = epsilon / groups
     k = rows_per_group
+    if method == "smooth" and (noise in ZCDP_NOISES or (noise == "auto" and rho is not None)):
+        return _build_smooth_zcdp(q, lo, hi, exponent, rho, noise, k, groups, beta, epsilon, delta)
     if method == "smooth":
-        plan = plan_smooth(per_group, Fraction(0), "cauchy", 4, exponent - SMOOTH_OUTPUT_SHIFT)
+        plan = plan_smooth(
+            per_group, Fraction(0), "cauchy", 4, exponent - SMOOTH_OUTPUT_SHIFT, beta
+        )
         assert isinstance(plan.loss, PureDP)
         loss = PureDP(plan.loss.epsilon * groups)
         text = (
@@ -195,9 +211,8 @@ def build(
             f"(γ=4, α={float(plan.alpha):.4g}, β={float(plan.beta):.4g}) per group at "
             f"ε={float(per_group):.4g}, k={k} rows per unit (β/k per row), on grid 2^{exponent}"
         )
-        return DataDependentQuantile(
-            method, q, exponent, lo, hi, loss, text, {"plan": plan, "k": k}
-        )
+        params = {"plan": plan, "k": k, "shift": SMOOTH_OUTPUT_SHIFT}
+        return DataDependentQuantile(method, q, exponent, lo, hi, loss, text, params)
     if method != "ptr":  # pragma: no cover - callers pass the three methods
         raise UnsupportedQueryError(f"unknown data-dependent method {method!r}")
     if ptr_bound is None:  # pragma: no cover - checked when the aggregation is built
@@ -235,6 +250,89 @@ def build(
     return DataDependentQuantile(method, q, exponent, lo, hi, ptr_loss, text, params)
 
 
+ZCDP_NOISES = ("laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_normal")
+ZCDP_BETA_SHARE = Fraction(1, 8)
+"""Under a zCDP share the smooth method's unit-level β is ε_g/8, ε_g = √(2ρ_g) (the default of
+:func:`dpkit.sensitivity.smooth.plan_zcdp` for the log-normal families), for every family."""
+
+_FAMILY_TEXT = {
+    "laplace_log_normal": "Laplace log-normal",
+    "uniform_log_normal": "uniform log-normal",
+    "student_t": "Student's t",
+    "arcsinh_normal": "arcsinh-normal",
+}
+
+
+def _build_smooth_zcdp(
+    q: Fraction,
+    lo: int,
+    hi: int,
+    exponent: int,
+    rho: Fraction | None,
+    noise: str,
+    k: int,
+    groups: int,
+    beta: Fraction | None,
+    epsilon: Fraction,
+    delta: Fraction,
+) -> DataDependentQuantile:
+    """Smooth sensitivity with a Bun–Steinke zCDP family, ρ/G per group (public inputs only).
+
+    ``rho`` is the zCDP share; without one (a pure share of an (ε, δ) query whose δ this
+    aggregation may spend) an explicitly requested family runs at the largest ρ whose
+    conversion at δ is at most ε, and the loss is that (ε', δ)."""
+    from dpkit.analytics.planner.noise import rho_for
+    from dpkit.sensitivity.bun_steinke import lipschitz_upper, noise_sd, smallest_sd
+    from dpkit.sensitivity.smooth import _BETA_SLACK, plan_zcdp
+
+    converted = rho is None
+    if rho is None:
+        if delta <= 0:
+            raise UnsupportedQueryError(
+                f"noise={noise!r} is a zCDP noise family: it needs a zCDP budget (rho=) or an "
+                "(ε, δ) budget with public (or no) group keys; under a pure ε budget use "
+                "noise='cauchy' or 'auto'"
+            )
+        rho = rho_for(epsilon, delta)
+    per_group = rho / groups
+    if beta is None:
+        eps_g = math.sqrt(2 * float(per_group))
+        beta = Fraction(eps_g * float(ZCDP_BETA_SHARE) * (1 - 1e-6)) - _BETA_SLACK
+        if beta <= 0:
+            raise UnsupportedQueryError(f"ρ per group {float(per_group):.3g} is too small")
+    if noise == "auto":
+        chosen = smallest_sd(per_group, beta + _BETA_SLACK).family
+        rule = (
+            "noise=auto under a zCDP share: the Bun–Steinke family whose noise has the smallest "
+            "sd at this (ρ, β)"
+        )
+    else:
+        chosen, rule = noise, f"noise={noise!r} requested"
+    plan = plan_zcdp(per_group, chosen, 0, beta)
+    z = plan.zcdp
+    assert z is not None and isinstance(plan.loss, ZCDP)
+    loss: PrivacyLoss = ZCDP(plan.loss.rho * groups)
+    if converted:
+        loss = ZCDP(plan.loss.rho * groups).to_approx(delta)
+        rule += f" (ρ={float(rho):.4g} converted to (ε, δ={float(delta):.3g}))"
+    if chosen == "student_t":
+        law = f"d={z.d}, ε = (d+1)/(2√d)·s + d·t"
+    elif chosen == "arcsinh_normal":
+        law = f"σ={float(z.sigma):.4g}, ε = K, the privacy loss's Lipschitz constant in Y"
+    else:
+        lip = float(lipschitz_upper(chosen, z.sigma, z.d))
+        law = f"σ={float(z.sigma):.4g}, ε = t/σ + L·s with L={lip:.4g}"
+    text = (
+        f"smooth sensitivity mechanism (Nissim, Raskhodnikova & Smith 2007), "
+        f"{_FAMILY_TEXT[chosen]} noise (Bun & Steinke 2019; {law}, s={float(z.s):.4g}, "
+        f"t=β={float(beta):.4g}, noise sd {noise_sd(z):.4g}·S) per group at "
+        f"ρ={float(plan.loss.rho):.4g}-zCDP (ε={float(z.epsilon):.4g}), k={k} rows per unit "
+        f"(β/k per row), exact grid rounding on grid 2^{exponent}; {rule}"
+    )
+    params = {"plan": plan, "k": k, "shift": 0}
+    return DataDependentQuantile("smooth", q, exponent, lo, hi, loss, text, params)
+
+
 def fine_exponent(low: Fraction, high: Fraction) -> int:
     """The fine grid's exponent: 2^-32 of the width, and no finer than 2^-44 of the magnitude
     (so indices stay far below 2^53)."""
@@ -259,6 +357,7 @@ def compile_data_dependent(
     rows_per_group: int,
     groups: int,
     add_plan: Any,
+    rho: Fraction | None = None,
 ) -> tuple[Any, list[PrivacyLoss], str]:
     """(finisher, losses, explanation) of a data-dependent quantile aggregation.
 
@@ -287,6 +386,8 @@ def compile_data_dependent(
         rows_per_group,
         groups,
         agg.ptr_bound,
+        rho=rho,
+        noise=agg.noise,
     )
     plan_index, out = add_plan(ValueSpec(agg.column, low_f, high_f, exponent))
     name = agg.name
@@ -425,4 +526,5 @@ def compile_quantile(agg: Quantile, ctx: FamilyContext) -> Compiled:
         ctx.contrib.rows_per_group,
         ctx.contrib.groups,
         add_plan,
+        ctx.share.amount if ctx.share.family == "zcdp" else None,
     )
