@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -188,3 +189,13 @@ def test_histogram_counts_only_declared_values_and_bounds_units() -> None:
 def test_dperror_root() -> None:
     with pytest.raises(DPError):
         marginals([("nope",)], DOMAINS)
+
+
+def test_display_clips_and_rounds_counts() -> None:
+    session = _session(max_rows=1)
+    query = session.query().agg(marginals("all_1way", DOMAINS, "m"))
+    release = session.evaluate(query, rho=Fraction(1, 1000))  # noisy: some cells go negative
+    shown = release.display(query)["m"]
+    for name in ("value", "low", "high"):
+        assert (shown[name] >= 0).all() and (shown[name] == shown[name].round()).all()
+    assert release.tables["m"]["low"].min() < 0  # the raw table is unchanged

@@ -133,8 +133,8 @@ def _round_counts(frame: pd.DataFrame, column: str) -> None:
 def post_process(frame: pd.DataFrame, aggregations: Iterable[Any]) -> pd.DataFrame:
     """A copy of a released table made readable, by post-processing only (free under DP).
 
-    * counts (``COUNT(*)``, distinct units, histogram bins): clipped at 0 and rounded to
-      integers, with their intervals;
+    * counts (``COUNT(*)``, distinct units, histogram bins, marginal cells and ranges): clipped
+      at 0 and rounded to integers, with their intervals;
     * sums: clipped to the signs the declared bounds allow (a sum of values >= 0 is >= 0);
     * means, medians and quantiles: clipped into the declared bounds;
     * variances and standard deviations: clipped into [0, the largest the bounds allow].
@@ -146,8 +146,10 @@ def post_process(frame: pd.DataFrame, aggregations: Iterable[Any]) -> pd.DataFra
         Count,
         CountUnits,
         Histogram,
+        MarginalCounts,
         Mean,
         Quantile,
+        RangeCounts,
         Sum,
         Variance,
     )
@@ -167,4 +169,9 @@ def post_process(frame: pd.DataFrame, aggregations: Iterable[Any]) -> pd.DataFra
         elif isinstance(agg, Variance):
             half = float(agg.bounds[1] - agg.bounds[0]) / 2
             _clip(out, agg.name, 0.0, half if agg.std else half * half)
+        elif isinstance(agg, MarginalCounts | RangeCounts):
+            # their tables: `marginal` or `start`, then value / std_error / low / high
+            if "std_error" in out.columns and ({"marginal", "start"} & set(out.columns)):
+                for name in ("value", "low", "high"):
+                    out[name] = np.round(out[name].astype("float64").clip(lower=0))
     return out
