@@ -169,9 +169,10 @@ def post_process(frame: pd.DataFrame, aggregations: Iterable[Any]) -> pd.DataFra
         elif isinstance(agg, Variance):
             half = float(agg.bounds[1] - agg.bounds[0]) / 2
             _clip(out, agg.name, 0.0, half if agg.std else half * half)
-        elif isinstance(agg, MarginalCounts | RangeCounts):
+        elif isinstance(agg, MarginalCounts | RangeCounts) and (
             # their tables: `marginal` or `start`, then value / std_error / low / high
-            if "std_error" in out.columns and ({"marginal", "start"} & set(out.columns)):
-                for name in ("value", "low", "high"):
-                    out[name] = np.round(out[name].astype("float64").clip(lower=0))
+            "std_error" in out.columns and {"marginal", "start"} & set(out.columns)
+        ):
+            for name in ("value", "low", "high"):
+                out[name] = np.round(out[name].astype("float64").clip(lower=0))
     return out
