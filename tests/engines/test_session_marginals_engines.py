@@ -119,3 +119,34 @@ def test_release_on_every_engine(engine_name: str, request: pytest.FixtureReques
     assert (table["low"] <= table["value"]).all() and (table["value"] <= table["high"]).all()
     spent = session.spent
     assert isinstance(spent, dp.ZCDP) and 0 < spent.rho <= 0.5
+
+
+def test_temporal_and_bool_domains(make: Callable[..., Engine], engine_name: str) -> None:
+    import datetime as dt
+
+    days = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]
+    df = pd.DataFrame(
+        {
+            "uid": list(range(40)),
+            "day": pd.to_datetime([days[i % 4] for i in range(40)]),  # 2024-01-04 undeclared
+            "ok": [i % 3 == 0 for i in range(40)],
+        }
+    )
+    domains = {
+        "day": [dt.date(2024, 1, 1), "2024-01-02", dt.datetime(2024, 1, 3)],
+        "ok": [True, False],
+    }
+    session = Session(df, privacy_unit="uid", budget=dp.ZCDP(1), max_rows=1)
+    query = session.query().agg(marginals("all_2way", domains=domains, name="m"))
+    compiled = session.compile(query, rho=0.5)
+    from dpkit.analytics.planner.validate import validate
+
+    # the domains normalised to the column kinds, as the compiled plan has them
+    agg = validate(query, session.schema, "uid").aggregate.aggregations[0]
+    plan = plan_marginals(agg, Share("zcdp", compiled.loss.rho), 1)  # type: ignore[arg-type,union-attr]
+    x = _exact(make(df), compiled.plans, plan.histogram)
+    expected = np.zeros((3, 2), dtype=np.int64)
+    for i in range(40):
+        if i % 4 < 3:
+            expected[i % 4, 0 if i % 3 == 0 else 1] += 1
+    assert np.array_equal(x, expected.reshape(-1))

@@ -125,7 +125,12 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
         matched = np.zeros(n, dtype=bool)
         for value in values:
             eq = operand == value
-            matched |= eq.to_numpy(dtype=bool, na_value=False)
+            # a datetime64 column compares to a plain ndarray (NaT is never equal)
+            matched |= (
+                eq.to_numpy(dtype=bool, na_value=False)
+                if hasattr(eq, "to_numpy")
+                else np.asarray(eq, dtype=bool)
+            )
         result = pd.array(matched, dtype="boolean")
         result[mask] = pd.NA
         if has_null:
