@@ -274,13 +274,26 @@ class MarginalsPlan:
         first = _halfwidths(np.array([variances[0]]), self.ratio, self.pure, alpha)[0]
         return pd.concat(parts, ignore_index=True), float(first)
 
+    def _direct_error(self) -> float:
+        """The baseline: every clique measured once with equal weight (unit noise, as the
+        choice's errors), reconstructed the same way."""
+        from dpkit.workloads import MarginalsStrategy
+
+        sets = list(self.agg.cliques)
+        direct = MarginalsStrategy(
+            self.domain, sets, [1.0] * len(sets), sets, np.ones(len(sets)), self.strategy.norm
+        )
+        return float(direct.expected_error(2.0 if self.pure else 1.0))
+
     def describe(self) -> str:
         scale = _scale(self.share, self.contributions)
         noise = "geometric" if self.pure else "discrete_gaussian"
         shown = ", ".join("×".join(self.agg.columns[i] for i in c) for c in self.agg.cliques)
+        errors = dict(self.choice.errors)
+        errors["each marginal measured directly"] = self._direct_error()
         others = [
             f"{name} {err * scale:.4g}"
-            for name, err in sorted(self.choice.errors.items(), key=lambda kv: kv[1])
+            for name, err in sorted(errors.items(), key=lambda kv: kv[1])
             if name != self.choice.chosen
         ]
         line = (
