@@ -129,7 +129,8 @@ def test_explain_names_strategy_error_and_alternatives() -> None:
     session = _session(max_rows=3)
     text = session.explain(session.query().agg(marginals("all_2way", DOMAINS, "m")), rho=0.5)
     assert "strategy OPT_M" in text and "expected total squared error" in text
-    assert "alternatives: ResidualPlanner (exact lattice release)" in text
+    assert "alternatives: " in text and "ResidualPlanner (exact lattice release)" in text
+    assert "each marginal measured directly" in text
     assert "ResidualPlanner optimum" in text and "discrete_gaussian noise" in text
     text = session.explain(
         session.query().agg(ranges("v", (0, 7, 1), kind="prefix", name="r")), epsilon=1
