@@ -75,11 +75,16 @@ class QuantisedStrategy:
         )
 
 
-def quantise(strategy: AnyStrategy, bits: int = 16) -> QuantisedStrategy:
-    """Round the strategy to integers with ``bits`` bits of resolution (see the module doc)."""
+def quantise(
+    strategy: AnyStrategy, bits: int = 16, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> QuantisedStrategy:
+    """Round the strategy to integers with ``bits`` bits of resolution (see the module doc).
+
+    A dense strategy (the eigen-design) is quantised only when its n×n matrix fits
+    ``max_bytes``; above, InvalidParameterError (public: depends on n only)."""
     if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 24:
         raise InvalidParameterError("bits", bits, "an integer in [2, 24]")
-    a = kron_matrix(strategy).tocsr()
+    a = kron_matrix(strategy, max_bytes).tocsr()
     if not np.all(np.isfinite(a.data)):
         raise InvalidParameterError("strategy", strategy.name, "finite entries")
     top = float(np.max(np.abs(a.data))) if a.nnz else 0.0
@@ -181,6 +186,7 @@ def make_strategy_measurement(
     contributions: int = 1,
     bits: int = 16,
     declared_sensitivity: Number | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Measurement[Any]:
     """The measurement x ↦ B·x + Z (in units of 2^-k): the matrix mechanism's only private step.
 
@@ -192,11 +198,14 @@ def make_strategy_measurement(
     strategy whose declared sensitivity is too small. The privacy *map* is always computed from
     B: a too-small declaration makes the map report the true, larger loss, and the claimed loss
     (``info["claimed"]``) is what the checks compare against.
+
+    ``max_bytes`` bounds the dense matrix of a strategy without a sparse form (the column-
+    normalised eigen-design): above it the measurement is refused before any data is read.
     """
     norm = _check_norm(norm)
     if isinstance(contributions, bool) or not isinstance(contributions, int) or contributions < 1:
         raise InvalidParameterError("contributions", contributions, "an integer >= 1")
-    q = quantise(strategy, bits)
+    q = quantise(strategy, bits, max_bytes=max_bytes)
     declared = q
     if declared_sensitivity is not None:
         value = int(declared_sensitivity)

@@ -45,6 +45,7 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 
 from dpkit.errors import InvalidParameterError
+from dpkit.workloads._eigen import EigenDesign, tree_unit_error
 from dpkit.workloads._ops import (
     DEFAULT_MAX_BYTES,
     AllRange,
@@ -127,13 +128,15 @@ class KronStrategy:
         return math.prod(f.sensitivity(norm) for f in self.factors)
 
 
-AnyStrategy = Strategy | KronStrategy
+AnyStrategy = Strategy | KronStrategy | EigenDesign
 
 
 # ------------------------------------------------------------------------------- baselines
 def identity(n: int) -> Strategy:
     """A = I (noise on every cell)."""
-    return Strategy(sp.identity(n, format="csr", dtype=np.float64), f"identity({n})")
+    return Strategy(
+        sp.identity(n, format="csr", dtype=np.float64), f"identity({n})", {"kind": "identity"}
+    )
 
 
 def hierarchical(n: int, branching: int = 2) -> Strategy:
@@ -158,7 +161,11 @@ def hierarchical(n: int, branching: int = 2) -> Strategy:
     r = np.concatenate(rows)
     c = np.concatenate(cols)
     mat = sp.csr_matrix((np.ones(r.size), (r, c)), shape=(offset, n))
-    return Strategy(mat, f"hierarchical({n}, b={branching})", {"levels": levels})
+    return Strategy(
+        mat,
+        f"hierarchical({n}, b={branching})",
+        {"levels": levels, "kind": "hierarchical", "branching": branching},
+    )
 
 
 def wavelet(n: int) -> Strategy:
@@ -184,7 +191,7 @@ def wavelet(n: int) -> Strategy:
     )
     mat = sp.csr_matrix(mat[:, :n])
     keep = np.flatnonzero(np.asarray(abs(mat).sum(axis=1)).ravel() > 0)
-    return Strategy(sp.csr_matrix(mat[keep]), f"wavelet({n})")
+    return Strategy(sp.csr_matrix(mat[keep]), f"wavelet({n})", {"kind": "wavelet"})
 
 
 def p_identity(theta: np.ndarray, norm: Norm) -> Strategy:
@@ -489,11 +496,29 @@ def _unit_error_explicit(workload: Workload, strategy: Strategy, max_bytes: int)
     if "theta" in strategy.info:
         norm: Norm = "l1" if "l1" in strategy.name else "l2"
         return _p_identity_value(strategy.info["theta"], workload, norm)
+    structured = _structured_unit_error(workload, strategy)
+    if structured is not None:
+        return structured
     check_dense_memory(f"AᵀA of {strategy.name}", n, n, max_bytes // 3)
     ata = (strategy.matrix.T @ strategy.matrix).toarray()
     chol = sla.cho_factor(ata, lower=True)
     g = workload.gram_matmat(np.eye(n))
     return float(np.trace(sla.cho_solve(chol, g)))
+
+
+def _structured_unit_error(workload: Workload, strategy: Strategy) -> float | None:
+    """Closed forms that need no dense n×n: identity (‖W‖_F²) and, for Prefix/AllRange on
+    n = b^L cells, the b-ary tree and the Haar basis (``_eigen.tree_unit_error``). The ``kind`` tag
+    is checked against the matrix's shape and number of non-zeros."""
+    kind = strategy.info.get("kind")
+    n, nnz = strategy.shape[1], strategy.matrix.nnz
+    if kind == "identity" and strategy.shape == (n, n) and nnz == n:
+        return workload.gram_trace()
+    if kind == "hierarchical" and nnz == n * int(strategy.info["levels"]):
+        return tree_unit_error(workload, "hierarchical", n, int(strategy.info["branching"]))
+    if kind == "wavelet" and strategy.shape[0] == n:
+        return tree_unit_error(workload, "wavelet", n, 2)
+    return None
 
 
 def expected_error(
@@ -518,6 +543,8 @@ def expected_error(
             _unit_error_explicit(w, a, max_bytes)
             for w, a in zip(workload.factors, strategy.factors, strict=True)
         )
+    elif isinstance(strategy, EigenDesign):
+        unit = strategy.unit_error(workload, max_bytes)
     else:
         unit = _unit_error_explicit(workload, strategy, max_bytes)
     return noise_variance * strategy.sensitivity(norm) ** 2 * unit
@@ -531,8 +558,11 @@ def svd_bound(workload: Workload, *, max_bytes: int = DEFAULT_MAX_BYTES) -> floa
     return float(np.sum(np.sqrt(np.clip(ev, 0, None))) ** 2 / workload.shape[1])
 
 
-def kron_matrix(strategy: AnyStrategy) -> sp.csr_matrix:
-    """The explicit sparse matrix of a (small) strategy."""
+def kron_matrix(strategy: AnyStrategy, max_bytes: int = DEFAULT_MAX_BYTES) -> sp.csr_matrix:
+    """The explicit sparse matrix of a (small) strategy (the eigen-design: its dense matrix,
+    refused above ``max_bytes``)."""
     if isinstance(strategy, Strategy):
         return strategy.matrix
+    if isinstance(strategy, EigenDesign):
+        return sp.csr_matrix(strategy.dense(max_bytes))
     return reduce(lambda a, b: sp.kron(a, b, format="csr"), [f.matrix for f in strategy.factors])
