@@ -23,6 +23,7 @@ from dpkit.workloads import (
     wavelet,
 )
 from dpkit.workloads._eigen import (
+    _lower_hankel,
     _upper_convolution,
     closed_form_spectrum,
     eigen_ratio_without_normalisation,
@@ -191,3 +192,21 @@ def test_quantised_release_keeps_the_analytic_error():
     col2 = float(np.max(np.sum(a * a, axis=0)))
     err_q = col2 * float(np.trace(np.linalg.solve(a.T @ a, w.gram_dense())))
     assert err_q == pytest.approx(d.unit_error(w), rel=1e-3)
+
+
+def test_prefix_query_variances_closed_form():
+    """Per-query variances diag(W X⁻¹ Wᵀ) in O(n log² n) for Prefix equal the dense ones, and
+    sum to the total error; AllRange (dense path) likewise."""
+    e = np.sin(np.arange(37) * 0.3) + 2
+    c = np.cos(np.arange(200) * 0.11)
+    want = np.array([sum(e[a] * c[a + i + 1] for a in range(i)) for i in range(37)])
+    np.testing.assert_allclose(_lower_hankel(e, c, 1), want, atol=1e-12)
+    for w in (Prefix(7), Prefix(300), AllRange(40)):
+        d = eigen_design(w)
+        a = d.dense()
+        cov = np.linalg.inv(a.T @ a)
+        dense_w = w.dense()
+        ref = np.sum((dense_w @ cov) * dense_w, axis=1)
+        got = d.query_variances(w)
+        np.testing.assert_allclose(got, ref, rtol=1e-9)
+        assert float(np.sum(got)) == pytest.approx(d.unit_error(w), rel=1e-9)

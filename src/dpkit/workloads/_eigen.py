@@ -168,6 +168,52 @@ def _upper_convolution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return out[: 2 * n - 1]
 
 
+def _lower_hankel(e: np.ndarray, c: np.ndarray, shift: int) -> np.ndarray:
+    """r_i = Σ_{a<i} e_a c(a + i + shift) for i = 0..n-1, in O(n log² n) (``c`` long enough).
+
+    As in :func:`_upper_convolution`, each pair a < i is split by one dyadic block: a in its
+    left half (a = a0 + α), i in its right half (i = a0 + h + β), so the block adds
+    Σ_α e_{a0+α} c(2a0 + h + shift + α + β) — a correlation of e's left half with a window of c,
+    all blocks of a level in one batched FFT.
+    """
+    n = e.size
+    size = 1 << max(1, (n - 1).bit_length())
+    ee = np.zeros(size)
+    ee[:n] = e
+    cc = np.zeros(2 * size + shift + 1)
+    cc[: min(c.size, cc.size)] = c[: cc.size]
+    out = np.zeros(size)
+    half = size // 2
+    while half >= 1:
+        rows = size // (2 * half)
+        left = ee.reshape(rows, 2 * half)[:, :half]
+        base = 2 * (np.arange(rows) * 2 * half) + half + shift
+        windows = cc[base[:, None] + np.arange(2 * half - 1)[None, :]]
+        length = 4 * half
+        corr = sfft.irfft(
+            sfft.rfft(left[:, ::-1], length, axis=1) * sfft.rfft(windows, length, axis=1),
+            length,
+            axis=1,
+        )[:, half - 1 : 2 * half - 1]
+        out.reshape(rows, 2 * half)[:, half:] += corr
+        half //= 2
+    return out[:n]
+
+
+def _prefix_variances(e: np.ndarray, spectrum: CosineSpectrum, weights: np.ndarray) -> np.ndarray:
+    """wᵢᵀ E M E wᵢ for the prefix queries wᵢ = 1_{[0, i]}, M = Σ_k w_k v_k v_kᵀ = Toeplitz c(a-b)
+    + sign·Hankel c(a+b+o): V(i) = V(i-1) + e_i²M_ii + 2e_i·Σ_{a<i} e_a M_ai, the Toeplitz part
+    of the inner sum a causal FFT convolution, the Hankel part :func:`_lower_hankel`."""
+    n = e.size
+    c = spectrum.cosine_sums(weights)
+    j = np.arange(n)
+    m_diag = c[0] + spectrum.sign * c[2 * j + spectrum.offset]
+    length = sfft.next_fast_len(2 * n)
+    causal = sfft.irfft(sfft.rfft(e, length) * sfft.rfft(c[:n], length), length)[:n]
+    inner = causal - e * c[0] + spectrum.sign * _lower_hankel(e, c, spectrum.offset)
+    return np.asarray(np.cumsum(e * e * m_diag + 2.0 * e * inner))
+
+
 def _semiseparable_error(
     f: np.ndarray, h: np.ndarray, e: np.ndarray, spectrum: CosineSpectrum, weights: np.ndarray
 ) -> float:
@@ -250,6 +296,24 @@ class EigenDesign:
         if norm != "l1":
             raise InvalidParameterError("norm", norm, "'l1' or 'l2'")
         return float(np.max(np.sum(np.abs(self.dense()), axis=0)))
+
+    def query_variances(self, workload: Workload, max_bytes: int = DEFAULT_MAX_BYTES) -> np.ndarray:
+        """Per-query variances per unit noise variance, diag(W X⁻¹ Wᵀ) with X⁻¹ = D⁻¹S⁻¹D⁻¹:
+        O(n log² n) for Prefix with a closed-form design; otherwise dense (small n)."""
+        if workload.shape[1] != self.n:
+            raise InvalidParameterError(
+                "strategy", f"{self.name} over {self.n} cells", f"{workload.shape[1]} cells"
+            )
+        inv_root = 1.0 / np.sqrt(self.eigenvalues)
+        if isinstance(workload, Prefix) and self.spectrum is not None:
+            return _prefix_variances(self.column_scale, self.spectrum, inv_root)
+        from dpkit.workloads._measure import query_variances
+
+        check_dense_memory(f"the covariance of {self.name}", 2 * self.n, self.n, max_bytes)
+        vecs = self.vectors if self.vectors is not None else self._closed_vectors()
+        e = self.column_scale
+        cov = ((vecs.T * inv_root[None, :]) @ vecs) * e[:, None] * e[None, :]
+        return query_variances(workload, cov)
 
     def unit_error(self, workload: Workload, max_bytes: int = DEFAULT_MAX_BYTES) -> float:
         """tr(WᵀW (AᵀA)⁻¹) = Σ_{a,b} e_a e_b G_ab (S⁻¹)_ab (module doc): O(n log² n) for a
