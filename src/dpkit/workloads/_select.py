@@ -66,7 +66,7 @@ def choose_strategy(
     p: int | None = None,
     max_seconds: float = 8.0,
     max_bytes: int = DEFAULT_MAX_BYTES,
-    max_eigh_n: int = 2048,
+    max_eigh_n: int | None = None,
 ) -> Choice:
     """Evaluate identity, hierarchical (b = 2, 4, 16), wavelet, OPT_0 and, under L2, the
     column-normalised eigen-design (OPT_⊗ for a Kronecker workload) by their analytic expected
@@ -75,7 +75,9 @@ def choose_strategy(
     Prefix and AllRange work at any n: identity, the trees and Haar (on n = b^L cells) and the
     eigen-design have closed-form errors, OPT_0 needs O(p²n). Other workloads refuse
     (InvalidParameterError, before any data) when the dense n×n work of the explicit candidates
-    would exceed ``max_bytes``; their eigen-design needs a dense ``eigh`` (n <= ``max_eigh_n``).
+    would exceed ``max_bytes``; their eigen-design needs a dense ``eigh`` and an O(n³) error
+    (n <= ``max_eigh_n``; by default scaled to ``max_seconds``: about 2 s at n = 1024 on one
+    core, so 1024·(max_seconds/2)^{1/3}, i.e. 812 for the Session's 1 s, 1625 for 8 s).
     The chosen strategy may be one whose exact release does not fit ``max_bytes`` (the
     eigen-design at large n): ``notes`` then names the best releasable candidate.
     """
@@ -112,8 +114,12 @@ def choose_strategy(
             candidates.append(
                 optimize_p_identity(workload, norm, p, max_seconds=max_seconds, max_bytes=max_bytes)
             )
+        if max_eigh_n is None:
+            max_eigh_n = int(1024 * (max(max_seconds, 0.0) / 2) ** (1 / 3))
         if norm == "l2" and (closed or (dense_ok and n <= max_eigh_n)):
             candidates.append(eigen_design(workload, max_bytes=max_bytes, max_dense_n=max_eigh_n))
+        elif norm == "l2":
+            notes.append(f"eigen-design skipped: dense eigh above max_eigh_n={max_eigh_n:,}")
         elif norm == "l1":
             notes.append(
                 "eigen-design not considered under L1: dense columns make Δ₁² ≈ 3n/ln n·Δ₂² "
