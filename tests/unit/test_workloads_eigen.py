@@ -179,6 +179,9 @@ def test_release_refused_above_the_memory_limit_before_data():
     with pytest.raises(InvalidParameterError, match="sparse strategy"):
         quantise(small, max_bytes=1000)
     make_strategy_measurement(small, rho=1)  # fits: released like any dense strategy
+    with pytest.raises(InvalidParameterError, match="Δ₁"):
+        expected_error(Prefix(65536), big, "l1")
+    assert expected_error(Prefix(64), small, "l1") > expected_error(Prefix(64), small, "l2")
 
 
 def test_quantised_release_keeps_the_analytic_error():

@@ -295,6 +295,13 @@ class EigenDesign:
             return 1.0
         if norm != "l1":
             raise InvalidParameterError("norm", norm, "'l1' or 'l2'")
+        if self.release_bytes > DEFAULT_MAX_BYTES:
+            raise InvalidParameterError(
+                "norm",
+                norm,
+                f"'l2' for {self.name}: its Δ₁ (largest column L1 norm) needs the dense "
+                f"{self.n}×{self.n} matrix, too large here (an L2 strategy; see docs/workloads.md)",
+            )
         return float(np.max(np.sum(np.abs(self.dense()), axis=0)))
 
     def query_variances(self, workload: Workload, max_bytes: int = DEFAULT_MAX_BYTES) -> np.ndarray:

@@ -20,6 +20,8 @@ cell of x, so A·x moves by one column. Strategies here:
   Err ∝ tr(WᵀW (AᵀA)⁻¹), minimised over Θ by L-BFGS-B with the analytic gradient. With
   K = (I_p + ΘΘᵀ)⁻¹ (Woodbury), the objective costs one product WᵀW·(ΘD⁻¹)ᵀ (O(pn) for Prefix
   and AllRange through their implicit Gram operators) plus O(p²n).
+* the column-normalised eigen-design A = Λ^{1/4}VᵀD (Li & Miklau 2012; :mod:`._eigen`), with
+  closed-form spectra and an O(n log² n) exact error for Prefix and AllRange;
 * Kronecker strategies ⊗Aᵢ for Kronecker workloads (OPT_⊗: optimise each factor; for one
   product ‖(⊗Wᵢ)(⊗Aᵢ)⁺‖_F² = Π‖WᵢAᵢ⁺‖_F² and Δ(⊗Aᵢ) = ΠΔ(Aᵢ), so the factors separate).
 
