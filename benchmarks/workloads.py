@@ -1,17 +1,19 @@
 """Matrix-mechanism workloads: expected total squared error and planning time (one run, a table).
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=src python benchmarks/workloads.py
-      [--sizes 256,1024,4096,65536] [--rows 10000000]   (--rows 0 skips the DuckDB end-to-end)
+      [--sizes 256,1024,4096,65536] [--rows 10000000] [--only-1d]
+      (--rows 0, the default, skips the DuckDB end-to-end; --only-1d the 2-D and marginals)
 
 Errors are analytic (exact formulas, docs/workloads.md), with noise of variance 1 per unit
 sensitivity for L2 (σ = 1) and of a Laplace with b = 1 (variance 2) for L1. Baselines (identity,
-hierarchical b=2/4/16, Haar wavelet) and the SVD lower bound are computed in the same run, at
-every n: identity, trees and Haar on n = b^L cells and the SVD bound have closed forms (no dense
-n×n), OPT_0 is Woodbury (O(p²n)) with its defaults (p = default_p(n, norm), an 8 s budget), and
-the column-normalised eigen-design's error is the O(n log² n) closed form (docs/workloads.md).
-Under L1 the eigen-design's Δ₁ needs its dense matrix: reported for n <= 4096. "dpkit choice" is
-the candidate choose_strategy keeps (the smallest error among all of these; under L2 at n >
-8192 the eigen-design is chosen but only analysed, its exact release needs the dense n×n).
+hierarchical b=2/4/16, unweighted and with optimised level weights, Haar wavelet) and the SVD
+lower bound are computed in the same run, at every n: identity, trees and Haar on n = b^L cells
+and the SVD bound have closed forms (no dense n×n), OPT_0 is Woodbury (O(p²n)) with its
+defaults (p = default_p(n, norm), an 8 s budget), and the column-normalised eigen-design's error
+is the O(n log² n) closed form. Under L1 the eigen-design's Δ₁ needs its dense matrix: reported
+for n <= 4096. "dpkit choice" is the candidate choose_strategy keeps (the smallest error among
+all of these; under L2 at n > 8192 the eigen-design is chosen but only analysed: its exact
+release needs the dense n×n).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dpkit.workloads import (
     optimize_kron,
     optimize_marginals,
     optimize_p_identity,
+    optimize_tree_weights,
     plan_residuals,
     svd_bound,
     wavelet,
@@ -49,10 +52,11 @@ def _fmt(x: float | None) -> str:
 def one_d(sizes: list[int]) -> None:
     print(
         "| workload | n | norm | identity | hierarchical b=2 | wavelet | best tree (b) | "
+        "best weighted tree (b) | "
         "dpkit OPT_0 (p, start) | dpkit eigen-design | SVD bound | OPT_0 / bound | "
         "eigen / bound | dpkit choice / bound | OPT_0 time (s) | eigen time (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         for cls in (Prefix, AllRange):
             w = cls(n)
@@ -63,6 +67,12 @@ def one_d(sizes: list[int]) -> None:
                 trees = {b: expected_error(w, hierarchical(n, b), norm, v) for b in (2, 4, 16)}
                 wav = expected_error(w, wavelet(n), norm, v)
                 best_b = min(trees, key=lambda b: trees[b])
+                weighted = {}
+                for b in (2, 4, 16):
+                    s = optimize_tree_weights(w, norm, b)
+                    if s is not None:
+                        weighted[b] = expected_error(w, s, norm, v)
+                best_w = min(weighted, key=lambda b: weighted[b])
                 t = time.perf_counter()
                 opt = optimize_p_identity(w, norm)
                 secs = time.perf_counter() - t
@@ -76,13 +86,15 @@ def one_d(sizes: list[int]) -> None:
                 p = opt.info["theta"].shape[0]
                 named = {"identity": ident, "wavelet": wav, "OPT_0": err}
                 named.update({f"hierarchical b={k}": x for k, x in trees.items()})
+                named.update({f"weighted tree b={k}": x for k, x in weighted.items()})
                 if eig is not None:
                     named["eigen-design"] = eig
                 chosen = min(named, key=lambda k: named[k])
                 eig_ratio = "—" if eig is None else f"{eig / b:.4f}"
                 print(
                     f"| {cls.__name__} | {n} | {norm} | {_fmt(ident)} | {_fmt(trees[2])} | "
-                    f"{_fmt(wav)} | {_fmt(trees[best_b])} (b={best_b}) | {_fmt(err)} (p={p}, "
+                    f"{_fmt(wav)} | {_fmt(trees[best_b])} (b={best_b}) | "
+                    f"{_fmt(weighted[best_w])} (b={best_w}) | {_fmt(err)} (p={p}, "
                     f"{opt.info['start']}) | {_fmt(eig)} | {_fmt(b)} | {err / b:.3f} | "
                     f"{eig_ratio} | {chosen}: {named[chosen] / b:.4f} | {secs:.1f} | "
                     f"{eig_secs:.2f} |",

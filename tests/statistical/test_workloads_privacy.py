@@ -39,7 +39,10 @@ def _true_sensitivity(m, norm):
 
 
 @pytest.mark.parametrize("kwargs", CASES)
-@pytest.mark.parametrize("build", [lambda: hierarchical(8), lambda: wavelet(8)])
+@pytest.mark.parametrize(
+    "build",
+    [lambda: hierarchical(8), lambda: wavelet(8), lambda: hierarchical(8, 2, [0.3, 1, 0.7, 0.55])],
+)
 def test_exact_check_passes(kwargs, build):
     m = make_strategy_measurement(build(), contributions=2, **kwargs)
     assert verify_exact(m).passed

@@ -18,6 +18,7 @@ from dpkit.workloads import (
     expected_error,
     hierarchical,
     make_strategy_measurement,
+    optimize_tree_weights,
     quantise,
     svd_bound,
     wavelet,
@@ -163,7 +164,7 @@ def test_chooser_picks_the_eigen_design():
     # under L1 it is not a candidate; the best tree is chosen at n = 65,536
     l1 = choose_strategy(Prefix(65536), "l1", optimise=False)
     assert not isinstance(l1.strategy, EigenDesign)
-    assert l1.strategy.name == "hierarchical(65536, b=16)"
+    assert "hierarchical(65536" in l1.strategy.name
     # generic workloads get it through a dense eigh
     explicit = choose_strategy(Explicit(AllRange(64).dense()), "l2", optimise=False)
     assert isinstance(explicit.strategy, EigenDesign)
@@ -213,3 +214,31 @@ def test_prefix_query_variances_closed_form():
         got = d.query_variances(w)
         np.testing.assert_allclose(got, ref, rtol=1e-9)
         assert float(np.sum(got)) == pytest.approx(d.unit_error(w), rel=1e-9)
+
+
+@pytest.mark.parametrize("cls", [Prefix, AllRange])
+def test_weighted_tree_closed_form_and_optimiser(cls):
+    n = 64
+    w = cls(n)
+    weights = np.array([0.3, 1.0, 0.5, 0.8])  # b = 4: 4 levels
+    s = hierarchical(n, 4, weights)
+    a = s.matrix.toarray()
+    direct = float(np.trace(np.linalg.solve(a.T @ a, w.gram_dense())))
+    assert tree_unit_error(w, "hierarchical", n, 4, weights) == pytest.approx(direct, rel=1e-12)
+    for norm in ("l1", "l2"):
+        dense = _unit_error_explicit(w, s, 2**30) * s.sensitivity(norm) ** 2
+        assert expected_error(w, s, norm) == pytest.approx(dense, rel=1e-12)
+        best = optimize_tree_weights(w, norm, 2)
+        assert best is not None and "weighted" in best.name
+        err = expected_error(w, best, norm)
+        assert err < expected_error(w, hierarchical(n, 2), norm)
+        assert err == pytest.approx(best.info["objective"], rel=1e-9)
+    assert optimize_tree_weights(cls(48), "l2", 2) is None  # closed form needs n = b^L
+    with pytest.raises(InvalidParameterError, match="weights"):
+        hierarchical(n, 4, [1.0, 0.0, 1.0, 1.0])
+
+
+def test_chooser_uses_weighted_trees_under_l1_at_scale():
+    choice = choose_strategy(AllRange(65536), "l1", optimise=False)
+    assert choice.strategy.name.startswith("weighted hierarchical(65536")
+    assert choice.errors[choice.strategy.name] < 0.8 * choice.errors["hierarchical(65536, b=16)"]

@@ -69,7 +69,13 @@ from dpkit.workloads._ops import (
     check_dense_memory,
 )
 
-__all__ = ["EigenDesign", "closed_form_spectrum", "eigen_design", "tree_unit_error"]
+__all__ = [
+    "EigenDesign",
+    "closed_form_spectrum",
+    "eigen_design",
+    "tree_level_traces",
+    "tree_unit_error",
+]
 
 _FLOOR = 1e-8  # relative eigenvalue floor for rank-deficient workloads (dense path)
 
@@ -418,24 +424,16 @@ def _is_power(n: int, b: int) -> int | None:
     return levels if m == 1 else None
 
 
-def tree_unit_error(workload: Workload, kind: str, n: int, branching: int = 2) -> float | None:
-    """tr(WᵀW (AᵀA)⁻¹) for the unweighted b-ary tree (``kind="hierarchical"``) or the ±1 Haar
-    basis (``kind="wavelet"``, b = 2) on n = b^L cells, for Prefix and AllRange, in O(n log n);
-    ``None`` when it does not apply.
-
-    With U_s the functions constant on the level's blocks of size s (s_l = b^{L-l}, l = 0..L,
-    nested) and Q_s its orthogonal projection, the tree has AᵀA = Σ_l s_l·Q_{s_l} (a block of
-    ones J_s is s·Q_s on its block); the Haar basis has AᵀA = n·Q_n + Σ_{l>=1} s_{l-1}·(Q_{s_l} -
-    Q_{s_{l-1}}). Both are diagonal on R_0 = U_n and R_m = U_{s_m} ⊖ U_{s_{m-1}}, with eigenvalue
-    κ_m = Σ_{l>=m} s_l (tree) or κ_0 = n, κ_m = s_{m-1} (Haar). So the error is
-    Σ_m tr(G P_m)/κ_m with tr(G Q_s) = Σ_blocks 1_Bᵀ G 1_B / s, and each block sum costs O(s)
-    for a semiseparable G (one cumulative sum per block, all blocks of a level at once).
-    """
+def tree_level_traces(
+    workload: Workload, n: int, branching: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(s_l, tr(WᵀW P_m)) for the levels of a b-ary tree on n = b^L cells (see
+    :func:`tree_unit_error`), for Prefix and AllRange; ``None`` when it does not apply."""
     parts = semiseparable(workload)
     if parts is None or workload.shape[1] != n:
         return None
     levels = _is_power(n, branching)
-    if levels is None or (kind == "wavelet" and branching != 2):
+    if levels is None:
         return None
     f, h = parts
     sizes = [branching ** (levels - lv) for lv in range(levels + 1)]  # s_0 = n, …, s_L = 1
@@ -445,10 +443,40 @@ def tree_unit_error(workload: Workload, kind: str, n: int, branching: int = 2) -
         hb = h.reshape(-1, s)
         before = np.cumsum(fb, axis=1) - fb  # Σ_{a<b in block} f_a, per b
         tr_q.append(float(np.sum(fb * hb) + 2.0 * np.sum(before * hb)) / s)
-    total = 0.0
-    for m in range(len(sizes)):
-        tr_p = tr_q[m] - (tr_q[m - 1] if m else 0.0)
-        haar = float(n if m == 0 else sizes[m - 1])  # Haar: κ_0 = n, κ_m = s_{m-1}
-        kappa = haar if kind == "wavelet" else float(sum(sizes[m:]))  # tree: Σ_{l>=m} s_l
-        total += tr_p / kappa
-    return total
+    traces = [tr_q[m] - (tr_q[m - 1] if m else 0.0) for m in range(len(sizes))]
+    return np.asarray(sizes, dtype=np.float64), np.asarray(traces)
+
+
+def tree_unit_error(
+    workload: Workload,
+    kind: str,
+    n: int,
+    branching: int = 2,
+    weights: np.ndarray | None = None,
+) -> float | None:
+    """tr(WᵀW (AᵀA)⁻¹) for the b-ary tree (``kind="hierarchical"``, unweighted or with level
+    weights w_l, root first) or the ±1 Haar basis (``kind="wavelet"``, b = 2) on n = b^L cells,
+    for Prefix and AllRange, in O(n log n); ``None`` when it does not apply.
+
+    With U_s the functions constant on the level's blocks of size s (s_l = b^{L-l}, l = 0..L,
+    nested) and Q_s its orthogonal projection, the tree has AᵀA = Σ_l w_l² s_l·Q_{s_l} (a block
+    of ones J_s is s·Q_s on its block); the Haar basis has AᵀA = n·Q_n + Σ_{l>=1} s_{l-1}·(Q_{s_l}
+    - Q_{s_{l-1}}). Both are diagonal on R_0 = U_n and R_m = U_{s_m} ⊖ U_{s_{m-1}}, with
+    eigenvalue κ_m = Σ_{l>=m} w_l² s_l (tree) or κ_0 = n, κ_m = s_{m-1} (Haar). So the error is
+    Σ_m tr(G P_m)/κ_m with tr(G Q_s) = Σ_blocks 1_Bᵀ G 1_B / s, and each block sum costs O(s)
+    for a semiseparable G (one cumulative sum per block, all blocks of a level at once).
+    """
+    if kind == "wavelet" and branching != 2:
+        return None
+    parts = tree_level_traces(workload, n, branching)
+    if parts is None:
+        return None
+    sizes, traces = parts
+    if kind == "wavelet":
+        kappa = np.concatenate([[float(n)], sizes[:-1]])  # κ_0 = n, κ_m = s_{m-1}
+    else:
+        u = np.ones(sizes.size) if weights is None else np.asarray(weights, dtype=np.float64) ** 2
+        if u.shape != sizes.shape:
+            return None
+        kappa = np.cumsum((u * sizes)[::-1])[::-1]  # Σ_{l>=m} w_l² s_l
+    return float(np.sum(traces / kappa))

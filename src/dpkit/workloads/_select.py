@@ -19,6 +19,7 @@ from dpkit.workloads._strategies import (
     identity,
     optimize_kron,
     optimize_p_identity,
+    optimize_tree_weights,
     svd_bound,
     wavelet,
 )
@@ -68,7 +69,8 @@ def choose_strategy(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_eigh_n: int | None = None,
 ) -> Choice:
-    """Evaluate identity, hierarchical (b = 2, 4, 16), wavelet, OPT_0 and, under L2, the
+    """Evaluate identity, hierarchical (b = 2, 4, 16; with optimised level weights where the
+    closed form applies), wavelet, OPT_0 and, under L2, the
     column-normalised eigen-design (OPT_⊗ for a Kronecker workload) by their analytic expected
     error and return the best.
 
@@ -110,6 +112,10 @@ def choose_strategy(
                 notes.append(
                     f"{kind} b={b} skipped: n is not a power of {b} and too large for dense"
                 )
+        for b in (2, 4, 16):  # closed-form level weights (n = b^L, Prefix/AllRange): milliseconds
+            weighted = optimize_tree_weights(workload, norm, b) if b < max(n, 3) else None
+            if weighted is not None:
+                candidates.append(weighted)
         if optimise:
             candidates.append(
                 optimize_p_identity(workload, norm, p, max_seconds=max_seconds, max_bytes=max_bytes)

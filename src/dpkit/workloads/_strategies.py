@@ -47,7 +47,7 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 
 from dpkit.errors import InvalidParameterError
-from dpkit.workloads._eigen import EigenDesign, tree_unit_error
+from dpkit.workloads._eigen import EigenDesign, tree_level_traces, tree_unit_error
 from dpkit.workloads._ops import (
     DEFAULT_MAX_BYTES,
     AllRange,
@@ -65,6 +65,7 @@ __all__ = [
     "identity",
     "optimize_kron",
     "optimize_p_identity",
+    "optimize_tree_weights",
     "p_identity",
     "svd_bound",
     "wavelet",
@@ -141,16 +142,22 @@ def identity(n: int) -> Strategy:
     )
 
 
-def hierarchical(n: int, branching: int = 2) -> Strategy:
-    """Every node of a b-ary tree over the n cells (leaves included), unweighted (Hay et al. 2010).
+def hierarchical(n: int, branching: int = 2, weights: Sequence[float] | None = None) -> Strategy:
+    """Every node of a b-ary tree over the n cells (leaves included), unweighted (Hay et al. 2010)
+    or with one positive weight per level (root first; :func:`optimize_tree_weights`).
 
     Levels go from the root (one node: all cells) down to singletons; each level partitions the
-    cells into contiguous blocks, so every column has exactly one 1 per level (Δ₁ = levels,
-    Δ₂ = √levels).
+    cells into contiguous blocks, so every column has exactly one entry w_l per level
+    (Δ₁ = Σ w_l, Δ₂² = Σ w_l²; unweighted: levels and √levels).
     """
     if isinstance(branching, bool) or not isinstance(branching, int) or branching < 2:
         raise InvalidParameterError("branching", branching, "an integer >= 2")
     levels = max(1, math.ceil(math.log(n, branching) - 1e-12)) + 1 if n > 1 else 1
+    w = np.ones(levels) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != (levels,) or not np.all(np.isfinite(w)) or np.any(w <= 0):
+        raise InvalidParameterError(
+            "weights", weights, f"{levels} positive finite weights (one per level, root first)"
+        )
     cells = np.arange(n)
     rows, cols = [], []
     offset = 0
@@ -162,12 +169,55 @@ def hierarchical(n: int, branching: int = 2) -> Strategy:
         offset += int(node[-1]) + 1
     r = np.concatenate(rows)
     c = np.concatenate(cols)
-    mat = sp.csr_matrix((np.ones(r.size), (r, c)), shape=(offset, n))
-    return Strategy(
-        mat,
-        f"hierarchical({n}, b={branching})",
-        {"levels": levels, "kind": "hierarchical", "branching": branching},
-    )
+    mat = sp.csr_matrix((np.repeat(w, n), (r, c)), shape=(offset, n))
+    info: dict[str, Any] = {"levels": levels, "kind": "hierarchical", "branching": branching}
+    name = f"hierarchical({n}, b={branching})"
+    if weights is not None:
+        info["weights"] = w
+        name = f"weighted hierarchical({n}, b={branching})"
+    return Strategy(mat, name, info)
+
+
+def optimize_tree_weights(
+    workload: Workload, norm: Norm = "l2", branching: int = 2
+) -> Strategy | None:
+    """The b-ary tree with per-level weights minimising the exact expected error, for Prefix and
+    AllRange on n = b^L cells (``None`` otherwise).
+
+    With u_l = w_l², AᵀA = Σ_l u_l s_l Q_{s_l}, diagonal on the level subspaces R_m with
+    eigenvalue κ_m(u) = Σ_{l>=m} u_l s_l (the unweighted closed form of
+    :func:`dpkit.workloads._eigen.tree_unit_error`), so Err/v = Δ(u)²·Σ_m tr(WᵀW P_m)/κ_m(u) with
+    Δ² = Σu (L2) or (Σ√u)² (L1): L+1 variables, minimised by L-BFGS-B over log u from the
+    uniform and a geometric start (level weights as in the budget allocation of Cormode et al.,
+    ICDE 2012, and Qardaji, Yang & Li, PVLDB 2013, here optimised for the workload).
+    """
+    norm = _check_norm(norm)
+    n = workload.shape[1]
+    parts = tree_level_traces(workload, n, branching)
+    if parts is None:
+        return None
+    sizes, traces = parts
+
+    def objective(logu: np.ndarray) -> float:
+        u = np.exp(logu)
+        kappa = np.cumsum((u * sizes)[::-1])[::-1]
+        sens2 = float(np.sum(u)) if norm == "l2" else float(np.sum(np.sqrt(u))) ** 2
+        return sens2 * float(np.sum(traces / kappa))
+
+    best: tuple[float, np.ndarray] | None = None
+    scale = objective(np.zeros(sizes.size))  # the unweighted tree: the objective in O(1) units
+    bounds = [(-30.0, 0.0)] * sizes.size  # scale-free: u <= 1; u >= e^-30 keeps weights > 0
+    for x0 in (np.zeros(sizes.size), np.log(sizes / sizes[0]) / 2):
+        res = minimize(lambda x: objective(x) / scale, x0, method="L-BFGS-B", bounds=bounds)
+        value = objective(np.asarray(res.x))
+        if best is None or value < best[0]:
+            best = (value, np.asarray(res.x))
+    assert best is not None
+    w = np.sqrt(np.exp(best[1] - np.max(best[1])))  # largest weight 1
+    strategy = hierarchical(n, branching, w)
+    strategy.info["objective"] = best[0]
+    strategy.name = f"weighted hierarchical({n}, b={branching}, {norm})"
+    return strategy
 
 
 def wavelet(n: int) -> Strategy:
@@ -517,7 +567,10 @@ def _structured_unit_error(workload: Workload, strategy: Strategy) -> float | No
     if kind == "identity" and strategy.shape == (n, n) and nnz == n:
         return workload.gram_trace()
     if kind == "hierarchical" and nnz == n * int(strategy.info["levels"]):
-        return tree_unit_error(workload, "hierarchical", n, int(strategy.info["branching"]))
+        weights = strategy.info.get("weights")
+        return tree_unit_error(
+            workload, "hierarchical", n, int(strategy.info["branching"]), weights
+        )
     if kind == "wavelet" and strategy.shape[0] == n:
         return tree_unit_error(workload, "wavelet", n, 2)
     return None
