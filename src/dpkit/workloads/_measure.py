@@ -263,7 +263,11 @@ def _factor_pinv(mat: sp.csr_matrix) -> np.ndarray:
 def _explicit_inverse_gram(a: sp.csr_matrix, max_bytes: int) -> np.ndarray:
     n = int(a.shape[1])
     check_dense_memory("(AᵀA)⁻¹ for the variances", n, n, max_bytes // 3)
-    ata = (a.T @ a).toarray()
+    if a.nnz > 0.05 * a.shape[0] * n and 8 * a.shape[0] * n <= max_bytes // 3:
+        dense = a.toarray()  # a dense strategy (the eigen-design): BLAS, not sparse×sparse
+        ata = dense.T @ dense
+    else:
+        ata = (a.T @ a).toarray()
     return np.asarray(sla.cho_solve(sla.cho_factor(ata, lower=True), np.eye(n)))
 
 
