@@ -242,3 +242,27 @@ def test_chooser_uses_weighted_trees_under_l1_at_scale():
     choice = choose_strategy(AllRange(65536), "l1", optimise=False)
     assert choice.strategy.name.startswith("weighted hierarchical(65536")
     assert choice.errors[choice.strategy.name] < 0.8 * choice.errors["hierarchical(65536, b=16)"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [Prefix, AllRange])
+def test_error_matches_blocked_sum_at_scale(cls):
+    """At n = 8192 (no dense eigh): the O(n log² n) error against the O(n²) sum
+    Σ_k λ_k^{-1/2}‖W D⁻¹ v_k‖² over the closed-form eigenvectors, in blocks of k."""
+    n = 8192
+    w = cls(n)
+    d = eigen_design(w)
+    spec = d.spectrum
+    assert spec is not None
+    j = np.arange(n, dtype=np.float64)[:, None]
+    total = 0.0
+    for start in range(0, n, 512):
+        k = spec.freq[start : start + 512].astype(np.float64)[None, :]
+        if spec.sign > 0:
+            v = np.cos((2 * j + 1) * k * (np.pi / (2 * spec.period))) * (2 / np.sqrt(2 * n + 1))
+        else:
+            v = np.sin((j + 1) * k * (np.pi / spec.period)) * np.sqrt(2 / (n + 1))
+        u = d.column_scale[:, None] * v
+        mu = 1 / np.sqrt(spec.eigenvalues[start : start + 512])
+        total += float(np.sum(mu * np.sum(u * w.gram_matmat(u), axis=0)))
+    assert d.unit_error(w) == pytest.approx(total, rel=1e-9)
