@@ -128,8 +128,8 @@ def choose_strategy(
             notes.append(f"eigen-design skipped: dense eigh above max_eigh_n={max_eigh_n:,}")
         elif norm == "l1":
             notes.append(
-                "eigen-design not considered under L1: dense columns make Δ₁² ≈ 3n/ln n·Δ₂² "
-                "(115–1,380× the bound measured at n = 256–4096)"
+                "eigen-design not considered under L1: its dense columns make Δ₁²/Δ₂² grow "
+                "like n/ln n (115–1,380× the bound measured at n = 256–4096)"
             )
     if not candidates:
         raise InvalidParameterError("optimise", optimise, "True for Kronecker workloads")
