@@ -91,7 +91,11 @@ def quantise(
     if top == 0.0:
         raise InvalidParameterError("strategy", strategy.name, "a non-zero matrix")
     exponent = bits - 1 - math.floor(math.log2(top))
-    for smaller in range(min(0, exponent), exponent):  # dyadic entries (0/±1 trees, Haar):
+    scaled = np.ldexp(a.data, exponent)
+    # exact on a coarser grid implies exact on this one: one pass rules out real-valued strategies
+    dyadic = bool(np.all(scaled == np.rint(scaled)))
+    for smaller in range(min(0, exponent), exponent if dyadic else min(0, exponent)):
+        # dyadic entries (0/±1 trees, Haar): the coarsest exact grid
         if np.all(np.ldexp(a.data, smaller) == np.rint(np.ldexp(a.data, smaller))):
             exponent = smaller  # the coarsest exact grid: same A, smaller integers
             break
