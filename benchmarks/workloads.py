@@ -1,14 +1,19 @@
 """Matrix-mechanism workloads: expected total squared error and planning time (one run, a table).
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=src python benchmarks/workloads.py
-      [--sizes 256,1024,4096,65536] [--rows 10000000]   (--rows 0 skips the DuckDB end-to-end)
+      [--sizes 256,1024,4096,65536] [--rows 10000000] [--only-1d]
+      (--rows 0, the default, skips the DuckDB end-to-end; --only-1d the 2-D and marginals)
 
 Errors are analytic (exact formulas, docs/workloads.md), with noise of variance 1 per unit
 sensitivity for L2 (σ = 1) and of a Laplace with b = 1 (variance 2) for L1. Baselines (identity,
-hierarchical b=2, Haar wavelet) and the SVD lower bound are computed in the same run. n = 65536
-is too large for the baselines' dense n×n Cholesky (34 GB); identity (closed form), the SVD
-bound (closed form) and OPT_0 (Woodbury, O(p²n)) are reported there. OPT_0 runs with its
-defaults (p = default_p(n, norm), an 8 s budget).
+hierarchical b=2/4/16, unweighted and with optimised level weights, Haar wavelet) and the SVD
+lower bound are computed in the same run, at every n: identity, trees and Haar on n = b^L cells
+and the SVD bound have closed forms (no dense n×n), OPT_0 is Woodbury (O(p²n)) with its
+defaults (p = default_p(n, norm), an 8 s budget), and the column-normalised eigen-design's error
+is the O(n log² n) closed form. Under L1 the eigen-design's Δ₁ needs its dense matrix: reported
+for n <= 4096. "dpkit choice" is the candidate choose_strategy keeps (the smallest error among
+all of these; under L2 at n > 8192 the eigen-design is chosen but only analysed: its exact
+release needs the dense n×n).
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from dpkit.workloads import (
     AllRange,
     Kron,
     Prefix,
+    eigen_design,
     expected_error,
     hierarchical,
     optimize_kron,
     optimize_marginals,
     optimize_p_identity,
+    optimize_tree_weights,
     plan_residuals,
     svd_bound,
     wavelet,
@@ -44,30 +51,53 @@ def _fmt(x: float | None) -> str:
 
 def one_d(sizes: list[int]) -> None:
     print(
-        "| workload | n | norm | identity | hierarchical b=2 | wavelet | dpkit OPT_0 (p, start) |"
-        " SVD bound | OPT_0 / bound | OPT_0 time (s) |"
+        "| workload | n | norm | identity | hierarchical b=2 | wavelet | best tree (b) | "
+        "best weighted tree (b) | "
+        "dpkit OPT_0 (p, start) | dpkit eigen-design | SVD bound | OPT_0 / bound | "
+        "eigen / bound | dpkit choice / bound | OPT_0 time (s) | eigen time (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         for cls in (Prefix, AllRange):
             w = cls(n)
             bound = svd_bound(w)
             for norm in ("l2", "l1"):
                 v = 1.0 if norm == "l2" else 2.0
-                dense_ok = n <= 4096
                 ident = v * w.gram_trace()
-                hier = expected_error(w, hierarchical(n), norm, v) if dense_ok else None
-                wav = expected_error(w, wavelet(n), norm, v) if dense_ok else None
+                trees = {b: expected_error(w, hierarchical(n, b), norm, v) for b in (2, 4, 16)}
+                wav = expected_error(w, wavelet(n), norm, v)
+                best_b = min(trees, key=lambda b: trees[b])
+                weighted = {}
+                for b in (2, 4, 16):
+                    s = optimize_tree_weights(w, norm, b)
+                    if s is not None:
+                        weighted[b] = expected_error(w, s, norm, v)
+                best_w = min(weighted, key=lambda b: weighted[b])
                 t = time.perf_counter()
                 opt = optimize_p_identity(w, norm)
                 secs = time.perf_counter() - t
                 err = expected_error(w, opt, norm, v)
+                t = time.perf_counter()
+                eig: float | None = None
+                if norm == "l2" or n <= 4096:
+                    eig = expected_error(w, eigen_design(w), norm, v)
+                eig_secs = time.perf_counter() - t
                 b = v * bound
                 p = opt.info["theta"].shape[0]
+                named = {"identity": ident, "wavelet": wav, "OPT_0": err}
+                named.update({f"hierarchical b={k}": x for k, x in trees.items()})
+                named.update({f"weighted tree b={k}": x for k, x in weighted.items()})
+                if eig is not None:
+                    named["eigen-design"] = eig
+                chosen = min(named, key=lambda k: named[k])
+                eig_ratio = "—" if eig is None else f"{eig / b:.4f}"
                 print(
-                    f"| {cls.__name__} | {n} | {norm} | {_fmt(ident)} | {_fmt(hier)} | "
-                    f"{_fmt(wav)} | {_fmt(err)} (p={p}, {opt.info['start']}) | {_fmt(b)} | "
-                    f"{err / b:.3f} | {secs:.1f} |",
+                    f"| {cls.__name__} | {n} | {norm} | {_fmt(ident)} | {_fmt(trees[2])} | "
+                    f"{_fmt(wav)} | {_fmt(trees[best_b])} (b={best_b}) | "
+                    f"{_fmt(weighted[best_w])} (b={best_w}) | {_fmt(err)} (p={p}, "
+                    f"{opt.info['start']}) | {_fmt(eig)} | {_fmt(b)} | {err / b:.3f} | "
+                    f"{eig_ratio} | {chosen}: {named[chosen] / b:.4f} | {secs:.1f} | "
+                    f"{eig_secs:.2f} |",
                     flush=True,
                 )
 
@@ -166,9 +196,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="256,1024,4096,65536")
     parser.add_argument("--rows", type=int, default=0)
     parser.add_argument("--skip-1d", action="store_true")
+    parser.add_argument("--only-1d", action="store_true", help="skip the 2-D and marginal tables")
     args = parser.parse_args()
     if not args.skip_1d:
         one_d([int(s) for s in args.sizes.split(",")])
+    if args.only_1d:
+        return
     two_d()
     marginals()
     if args.rows:

@@ -15,7 +15,9 @@ import pytest
 from dpkit.core.losses import ZCDP
 from dpkit.testing import audit_samples, audit_samples_zcdp
 from dpkit.workloads import (
+    AllRange,
     Prefix,
+    eigen_design,
     hierarchical,
     make_strategy_measurement,
     optimize_p_identity,
@@ -44,11 +46,38 @@ def test_exact_check_passes(kwargs, build):
 
 
 @pytest.mark.parametrize("kwargs", CASES)
+def test_exact_check_passes_weighted_tree(kwargs):
+    m = make_strategy_measurement(hierarchical(8, 2, [0.3, 1, 0.7, 0.55]), bits=4, **kwargs)
+    assert m.info["quantised"].exponent > 0  # real weights: released on a grid
+    assert verify_exact(m).passed
+
+
+@pytest.mark.parametrize("kwargs", CASES)
 def test_exact_check_passes_optimised(kwargs):
     strategy = optimize_p_identity(Prefix(8), kwargs["norm"], p=2, max_iter=50)
     m = make_strategy_measurement(strategy, bits=4, **kwargs)
     assert m.info["quantised"].exponent > 0  # real entries: released on a grid
     assert verify_exact(m).passed
+
+
+@pytest.mark.parametrize("kwargs", CASES)
+@pytest.mark.parametrize("cls", [Prefix, AllRange])
+def test_exact_check_eigen_design(kwargs, cls):
+    """The column-normalised eigen-design (dense, real-valued) released on its quantised grid:
+    the exact check passes, and fails when the declared sensitivity is too small."""
+    strategy = eigen_design(cls(8))
+    m = make_strategy_measurement(strategy, bits=6, contributions=2, **kwargs)
+    q = m.info["quantised"]
+    assert q.exponent > 0 and q.integer_matrix.nnz > 8 * 8 // 2  # dense, on a grid
+    assert verify_exact(m).passed
+    broken = make_strategy_measurement(
+        strategy,
+        bits=6,
+        contributions=2,
+        declared_sensitivity=_true_sensitivity(m, kwargs["norm"]) // 2,
+        **kwargs,
+    )
+    assert not verify_exact(broken).passed
 
 
 @pytest.mark.parametrize("kwargs", CASES)
@@ -100,12 +129,21 @@ def test_audit_fails_for_too_small_sensitivity(kwargs):
     assert not _audit(broken).passed
 
 
-@pytest.mark.parametrize("kwargs", [{"norm": "l2", "rho": 0.5}, {"norm": "l1", "epsilon": 1}])
-def test_empirical_variance_matches_analytic(kwargs):
+@pytest.mark.parametrize(
+    ("kwargs", "build"),
+    [
+        ({"norm": "l2", "rho": 0.5}, hierarchical),
+        ({"norm": "l1", "epsilon": 1}, hierarchical),
+        ({"norm": "l2", "rho": 0.5}, lambda n: eigen_design(Prefix(n))),
+    ],
+)
+def test_empirical_variance_matches_analytic(kwargs, build):
     n, runs = 16, 2000
     workload = Prefix(n)
-    strategy = hierarchical(n)
-    m = make_strategy_measurement(strategy, **kwargs)
+    strategy = build(n)
+    m = make_strategy_measurement(
+        strategy, bits=8, **kwargs
+    )  # exact variance() is 0.5 s at 16 bits
     x = (np.arange(n) * 3) % 11
     truth = workload.matmat(x)
     errors = np.empty((runs, n))

@@ -16,6 +16,7 @@ from dpkit.workloads import (
     Kron,
     KronStrategy,
     Prefix,
+    WidthRange,
     choose_strategy,
     expected_error,
     hierarchical,
@@ -146,7 +147,7 @@ def test_nonnegative_postprocessing():
 
 def test_bad_input_before_data():
     with pytest.raises(InvalidParameterError, match="max_bytes"):
-        choose_strategy(Prefix(100_000))
+        choose_strategy(WidthRange(100_000, 7))  # Prefix/AllRange have closed forms at any n
     with pytest.raises(DPError):
         make_strategy_measurement(identity(4), norm="l1", rho=1)
     with pytest.raises(DPError):

@@ -4,7 +4,8 @@
   :class:`AllRange`, :class:`WidthRange`, :class:`Explicit`, :class:`Kron`, :class:`VStack`,
   :class:`Marginals`;
 * strategies: :func:`identity`, :func:`hierarchical`, :func:`wavelet`, HDMM's OPT_0
-  (:func:`optimize_p_identity`) and OPT_⊗ (:func:`optimize_kron`); :func:`expected_error`,
+  (:func:`optimize_p_identity`) and OPT_⊗ (:func:`optimize_kron`), the column-normalised
+  eigen-design (:func:`eigen_design`, Li & Miklau 2012); :func:`expected_error`,
   :func:`svd_bound`, :func:`choose_strategy` (with ``explain()``);
 * ResidualPlanner for marginals: :func:`plan_residuals`; HDMM's OPT_M marginals optimiser
   (:func:`optimize_marginals`, exact release and :func:`verify_marginals_exact`);
@@ -14,6 +15,7 @@
   :func:`marginal_tables`.
 """
 
+from dpkit.workloads._eigen import EigenDesign, eigen_design
 from dpkit.workloads._marginals_opt import MarginalsStrategy, optimize_marginals
 from dpkit.workloads._measure import (
     QuantisedStrategy,
@@ -46,6 +48,7 @@ from dpkit.workloads._strategies import (
     identity,
     optimize_kron,
     optimize_p_identity,
+    optimize_tree_weights,
     p_identity,
     svd_bound,
     wavelet,
@@ -56,6 +59,7 @@ from dpkit.workloads._verify import verify_exact, verify_marginals_exact
 __all__ = [
     "AllRange",
     "Choice",
+    "EigenDesign",
     "Explicit",
     "Identity",
     "Kron",
@@ -73,6 +77,7 @@ __all__ = [
     "Workload",
     "WorkloadRelease",
     "choose_strategy",
+    "eigen_design",
     "expected_error",
     "hierarchical",
     "histogram_from_duckdb",
@@ -83,6 +88,7 @@ __all__ = [
     "optimize_kron",
     "optimize_marginals",
     "optimize_p_identity",
+    "optimize_tree_weights",
     "p_identity",
     "plan_residuals",
     "quantise",

@@ -75,18 +75,27 @@ class QuantisedStrategy:
         )
 
 
-def quantise(strategy: AnyStrategy, bits: int = 16) -> QuantisedStrategy:
-    """Round the strategy to integers with ``bits`` bits of resolution (see the module doc)."""
+def quantise(
+    strategy: AnyStrategy, bits: int = 16, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> QuantisedStrategy:
+    """Round the strategy to integers with ``bits`` bits of resolution (see the module doc).
+
+    A dense strategy (the eigen-design) is quantised only when its n×n matrix fits
+    ``max_bytes``; above, InvalidParameterError (public: depends on n only)."""
     if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 24:
         raise InvalidParameterError("bits", bits, "an integer in [2, 24]")
-    a = kron_matrix(strategy).tocsr()
+    a = kron_matrix(strategy, max_bytes).tocsr()
     if not np.all(np.isfinite(a.data)):
         raise InvalidParameterError("strategy", strategy.name, "finite entries")
     top = float(np.max(np.abs(a.data))) if a.nnz else 0.0
     if top == 0.0:
         raise InvalidParameterError("strategy", strategy.name, "a non-zero matrix")
     exponent = bits - 1 - math.floor(math.log2(top))
-    for smaller in range(min(0, exponent), exponent):  # dyadic entries (0/±1 trees, Haar):
+    scaled = np.ldexp(a.data, exponent)
+    # exact on a coarser grid implies exact on this one: one pass rules out real-valued strategies
+    dyadic = bool(np.all(scaled == np.rint(scaled)))
+    for smaller in range(min(0, exponent), exponent if dyadic else min(0, exponent)):
+        # dyadic entries (0/±1 trees, Haar): the coarsest exact grid
         if np.all(np.ldexp(a.data, smaller) == np.rint(np.ldexp(a.data, smaller))):
             exponent = smaller  # the coarsest exact grid: same A, smaller integers
             break
@@ -181,6 +190,7 @@ def make_strategy_measurement(
     contributions: int = 1,
     bits: int = 16,
     declared_sensitivity: Number | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Measurement[Any]:
     """The measurement x ↦ B·x + Z (in units of 2^-k): the matrix mechanism's only private step.
 
@@ -192,11 +202,14 @@ def make_strategy_measurement(
     strategy whose declared sensitivity is too small. The privacy *map* is always computed from
     B: a too-small declaration makes the map report the true, larger loss, and the claimed loss
     (``info["claimed"]``) is what the checks compare against.
+
+    ``max_bytes`` bounds the dense matrix of a strategy without a sparse form (the column-
+    normalised eigen-design): above it the measurement is refused before any data is read.
     """
     norm = _check_norm(norm)
     if isinstance(contributions, bool) or not isinstance(contributions, int) or contributions < 1:
         raise InvalidParameterError("contributions", contributions, "an integer >= 1")
-    q = quantise(strategy, bits)
+    q = quantise(strategy, bits, max_bytes=max_bytes)
     declared = q
     if declared_sensitivity is not None:
         value = int(declared_sensitivity)
@@ -254,7 +267,11 @@ def _factor_pinv(mat: sp.csr_matrix) -> np.ndarray:
 def _explicit_inverse_gram(a: sp.csr_matrix, max_bytes: int) -> np.ndarray:
     n = int(a.shape[1])
     check_dense_memory("(AᵀA)⁻¹ for the variances", n, n, max_bytes // 3)
-    ata = (a.T @ a).toarray()
+    if a.nnz > 0.05 * a.shape[0] * n and 8 * a.shape[0] * n <= max_bytes // 3:
+        dense = a.toarray()  # a dense strategy (the eigen-design): BLAS, not sparse×sparse
+        ata = dense.T @ dense
+    else:
+        ata = (a.T @ a).toarray()
     return np.asarray(sla.cho_solve(sla.cho_factor(ata, lower=True), np.eye(n)))
 
 

@@ -20,6 +20,8 @@ cell of x, so A·x moves by one column. Strategies here:
   Err ∝ tr(WᵀW (AᵀA)⁻¹), minimised over Θ by L-BFGS-B with the analytic gradient. With
   K = (I_p + ΘΘᵀ)⁻¹ (Woodbury), the objective costs one product WᵀW·(ΘD⁻¹)ᵀ (O(pn) for Prefix
   and AllRange through their implicit Gram operators) plus O(p²n).
+* the column-normalised eigen-design A = Λ^{1/4}VᵀD (Li & Miklau 2012; :mod:`._eigen`), with
+  closed-form spectra and an O(n log² n) exact error for Prefix and AllRange;
 * Kronecker strategies ⊗Aᵢ for Kronecker workloads (OPT_⊗: optimise each factor; for one
   product ‖(⊗Wᵢ)(⊗Aᵢ)⁺‖_F² = Π‖WᵢAᵢ⁺‖_F² and Δ(⊗Aᵢ) = ΠΔ(Aᵢ), so the factors separate).
 
@@ -45,6 +47,7 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 
 from dpkit.errors import InvalidParameterError
+from dpkit.workloads._eigen import EigenDesign, tree_level_traces, tree_unit_error
 from dpkit.workloads._ops import (
     DEFAULT_MAX_BYTES,
     AllRange,
@@ -62,6 +65,7 @@ __all__ = [
     "identity",
     "optimize_kron",
     "optimize_p_identity",
+    "optimize_tree_weights",
     "p_identity",
     "svd_bound",
     "wavelet",
@@ -127,25 +131,33 @@ class KronStrategy:
         return math.prod(f.sensitivity(norm) for f in self.factors)
 
 
-AnyStrategy = Strategy | KronStrategy
+AnyStrategy = Strategy | KronStrategy | EigenDesign
 
 
 # ------------------------------------------------------------------------------- baselines
 def identity(n: int) -> Strategy:
     """A = I (noise on every cell)."""
-    return Strategy(sp.identity(n, format="csr", dtype=np.float64), f"identity({n})")
+    return Strategy(
+        sp.identity(n, format="csr", dtype=np.float64), f"identity({n})", {"kind": "identity"}
+    )
 
 
-def hierarchical(n: int, branching: int = 2) -> Strategy:
-    """Every node of a b-ary tree over the n cells (leaves included), unweighted (Hay et al. 2010).
+def hierarchical(n: int, branching: int = 2, weights: Sequence[float] | None = None) -> Strategy:
+    """Every node of a b-ary tree over the n cells (leaves included), unweighted (Hay et al. 2010)
+    or with one positive weight per level (root first; :func:`optimize_tree_weights`).
 
     Levels go from the root (one node: all cells) down to singletons; each level partitions the
-    cells into contiguous blocks, so every column has exactly one 1 per level (Δ₁ = levels,
-    Δ₂ = √levels).
+    cells into contiguous blocks, so every column has exactly one entry w_l per level
+    (Δ₁ = Σ w_l, Δ₂² = Σ w_l²; unweighted: levels and √levels).
     """
     if isinstance(branching, bool) or not isinstance(branching, int) or branching < 2:
         raise InvalidParameterError("branching", branching, "an integer >= 2")
     levels = max(1, math.ceil(math.log(n, branching) - 1e-12)) + 1 if n > 1 else 1
+    w = np.ones(levels) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != (levels,) or not np.all(np.isfinite(w)) or np.any(w <= 0):
+        raise InvalidParameterError(
+            "weights", weights, f"{levels} positive finite weights (one per level, root first)"
+        )
     cells = np.arange(n)
     rows, cols = [], []
     offset = 0
@@ -157,8 +169,55 @@ def hierarchical(n: int, branching: int = 2) -> Strategy:
         offset += int(node[-1]) + 1
     r = np.concatenate(rows)
     c = np.concatenate(cols)
-    mat = sp.csr_matrix((np.ones(r.size), (r, c)), shape=(offset, n))
-    return Strategy(mat, f"hierarchical({n}, b={branching})", {"levels": levels})
+    mat = sp.csr_matrix((np.repeat(w, n), (r, c)), shape=(offset, n))
+    info: dict[str, Any] = {"levels": levels, "kind": "hierarchical", "branching": branching}
+    name = f"hierarchical({n}, b={branching})"
+    if weights is not None:
+        info["weights"] = w
+        name = f"weighted hierarchical({n}, b={branching})"
+    return Strategy(mat, name, info)
+
+
+def optimize_tree_weights(
+    workload: Workload, norm: Norm = "l2", branching: int = 2
+) -> Strategy | None:
+    """The b-ary tree with per-level weights minimising the exact expected error, for Prefix and
+    AllRange on n = b^L cells (``None`` otherwise).
+
+    With u_l = w_l², AᵀA = Σ_l u_l s_l Q_{s_l}, diagonal on the level subspaces R_m with
+    eigenvalue κ_m(u) = Σ_{l>=m} u_l s_l (the unweighted closed form of
+    :func:`dpkit.workloads._eigen.tree_unit_error`), so Err/v = Δ(u)²·Σ_m tr(WᵀW P_m)/κ_m(u) with
+    Δ² = Σu (L2) or (Σ√u)² (L1): L+1 variables, minimised by L-BFGS-B over log u from the
+    uniform and a geometric start (level weights as in the budget allocation of Cormode et al.,
+    ICDE 2012, and Qardaji, Yang & Li, PVLDB 2013, here optimised for the workload).
+    """
+    norm = _check_norm(norm)
+    n = workload.shape[1]
+    parts = tree_level_traces(workload, n, branching)
+    if parts is None:
+        return None
+    sizes, traces = parts
+
+    def objective(logu: np.ndarray) -> float:
+        u = np.exp(logu)
+        kappa = np.cumsum((u * sizes)[::-1])[::-1]
+        sens2 = float(np.sum(u)) if norm == "l2" else float(np.sum(np.sqrt(u))) ** 2
+        return sens2 * float(np.sum(traces / kappa))
+
+    best: tuple[float, np.ndarray] | None = None
+    scale = objective(np.zeros(sizes.size))  # the unweighted tree: the objective in O(1) units
+    bounds = [(-30.0, 0.0)] * sizes.size  # scale-free: u <= 1; u >= e^-30 keeps weights > 0
+    for x0 in (np.zeros(sizes.size), np.log(sizes / sizes[0]) / 2):
+        res = minimize(lambda x: objective(x) / scale, x0, method="L-BFGS-B", bounds=bounds)
+        value = objective(np.asarray(res.x))
+        if best is None or value < best[0]:
+            best = (value, np.asarray(res.x))
+    assert best is not None
+    w = np.sqrt(np.exp(best[1] - np.max(best[1])))  # largest weight 1
+    strategy = hierarchical(n, branching, w)
+    strategy.info["objective"] = best[0]
+    strategy.name = f"weighted hierarchical({n}, b={branching}, {norm})"
+    return strategy
 
 
 def wavelet(n: int) -> Strategy:
@@ -184,7 +243,7 @@ def wavelet(n: int) -> Strategy:
     )
     mat = sp.csr_matrix(mat[:, :n])
     keep = np.flatnonzero(np.asarray(abs(mat).sum(axis=1)).ravel() > 0)
-    return Strategy(sp.csr_matrix(mat[keep]), f"wavelet({n})")
+    return Strategy(sp.csr_matrix(mat[keep]), f"wavelet({n})", {"kind": "wavelet"})
 
 
 def p_identity(theta: np.ndarray, norm: Norm) -> Strategy:
@@ -489,11 +548,32 @@ def _unit_error_explicit(workload: Workload, strategy: Strategy, max_bytes: int)
     if "theta" in strategy.info:
         norm: Norm = "l1" if "l1" in strategy.name else "l2"
         return _p_identity_value(strategy.info["theta"], workload, norm)
+    structured = _structured_unit_error(workload, strategy)
+    if structured is not None:
+        return structured
     check_dense_memory(f"AᵀA of {strategy.name}", n, n, max_bytes // 3)
     ata = (strategy.matrix.T @ strategy.matrix).toarray()
     chol = sla.cho_factor(ata, lower=True)
     g = workload.gram_matmat(np.eye(n))
     return float(np.trace(sla.cho_solve(chol, g)))
+
+
+def _structured_unit_error(workload: Workload, strategy: Strategy) -> float | None:
+    """Closed forms that need no dense n×n: identity (‖W‖_F²) and, for Prefix/AllRange on
+    n = b^L cells, the b-ary tree and the Haar basis (``_eigen.tree_unit_error``). The ``kind`` tag
+    is checked against the matrix's shape and number of non-zeros."""
+    kind = strategy.info.get("kind")
+    n, nnz = strategy.shape[1], strategy.matrix.nnz
+    if kind == "identity" and strategy.shape == (n, n) and nnz == n:
+        return workload.gram_trace()
+    if kind == "hierarchical" and nnz == n * int(strategy.info["levels"]):
+        weights = strategy.info.get("weights")
+        return tree_unit_error(
+            workload, "hierarchical", n, int(strategy.info["branching"]), weights
+        )
+    if kind == "wavelet" and strategy.shape[0] == n:
+        return tree_unit_error(workload, "wavelet", n, 2)
+    return None
 
 
 def expected_error(
@@ -518,6 +598,8 @@ def expected_error(
             _unit_error_explicit(w, a, max_bytes)
             for w, a in zip(workload.factors, strategy.factors, strict=True)
         )
+    elif isinstance(strategy, EigenDesign):
+        unit = strategy.unit_error(workload, max_bytes)
     else:
         unit = _unit_error_explicit(workload, strategy, max_bytes)
     return noise_variance * strategy.sensitivity(norm) ** 2 * unit
@@ -531,8 +613,11 @@ def svd_bound(workload: Workload, *, max_bytes: int = DEFAULT_MAX_BYTES) -> floa
     return float(np.sum(np.sqrt(np.clip(ev, 0, None))) ** 2 / workload.shape[1])
 
 
-def kron_matrix(strategy: AnyStrategy) -> sp.csr_matrix:
-    """The explicit sparse matrix of a (small) strategy."""
+def kron_matrix(strategy: AnyStrategy, max_bytes: int = DEFAULT_MAX_BYTES) -> sp.csr_matrix:
+    """The explicit sparse matrix of a (small) strategy (the eigen-design: its dense matrix,
+    refused above ``max_bytes``)."""
     if isinstance(strategy, Strategy):
         return strategy.matrix
+    if isinstance(strategy, EigenDesign):
+        return sp.csr_matrix(strategy.dense(max_bytes))
     return reduce(lambda a, b: sp.kron(a, b, format="csr"), [f.matrix for f in strategy.factors])
