@@ -109,7 +109,10 @@ def _client_process(url: str, payload: bytes, seconds: float, clients: int, out:
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
         pass
-    out.put(asyncio.run(_clients(url, payload, seconds, clients)))
+    try:
+        out.put(asyncio.run(_clients(url, payload, seconds, clients)))
+    except BaseException as exc:  # e.g. the server closed a connection: report, do not hang
+        out.put({"failed": f"{type(exc).__name__}: {exc}"})
 
 
 def _hammer(
@@ -125,6 +128,8 @@ def _hammer(
     proc.start()
     result = out.get(timeout=seconds + 120)
     proc.join()
+    if "failed" in result:
+        raise RuntimeError(f"the load generator failed: {result['failed']}")
     flat = np.array(result["latencies"])
     elapsed = float(result["elapsed"])
     return (

@@ -9,6 +9,7 @@ the Session reserves before reading and commits the receipt before returning.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import math
 import os
@@ -492,6 +493,7 @@ class Service:
                     self._engine(record)
                 except Exception:
                     logger.exception("could not preload dataset %s", record.name)
+            gc.freeze()  # what loading created is long-lived: keep it out of full collections
 
         thread = threading.Thread(target=work, name="dpkit-prewarm", daemon=True)
         thread.start()

@@ -8,6 +8,7 @@ is unreachable); dpkit's error messages never quote data.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 from collections.abc import AsyncIterator
@@ -476,6 +477,19 @@ def _install_handlers(app: FastAPI) -> None:
         )
 
 
+def _freeze_heap() -> None:
+    """Move every object alive now (the imported modules, pandas, sqlglot, FastAPI...) to the
+    garbage collector's permanent generation, so that full collections stop walking them.
+
+    Under load a full (generation 2) collection of the unfrozen heap took 100-330 ms, twice in
+    eight seconds, holding the GIL: every request in flight waited, and it was most of the
+    p99 latency. Frozen, a full collection takes about 3 ms. Frozen objects are still freed by
+    reference counting; only cycles among them are no longer collected (there are none worth
+    having among module-level objects)."""
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(config: ServiceConfig | None = None, service: Service | None = None) -> FastAPI:
     """The app for ``config`` (or around an existing ``service``)."""
     from contextlib import asynccontextmanager
@@ -487,7 +501,8 @@ def create_app(config: ServiceConfig | None = None, service: Service | None = No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        svc.prewarm()  # registered datasets load on a background thread
+        _freeze_heap()
+        svc.prewarm()  # registered datasets load on a background thread (then freeze again)
         # queries run here (threads are cheap; concurrent queries share the ledger's group commit)
         executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="dpkit-query")
         app.state.executor = executor
