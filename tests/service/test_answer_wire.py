@@ -4,15 +4,17 @@ histogram and mixed answers, and each released table's rows must be the DataFram
 
 from __future__ import annotations
 
+import gc
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import Api
+from conftest import OFFICER, Api
 from dpkit.service import schemas as w
 from dpkit.service.app import _table_rows, query_dict, query_json
 
@@ -94,3 +96,25 @@ def test_query_json_is_strict_json(api: Api) -> None:
     body = query_json(release, release.remaining)
     assert json.loads(body) == query_dict(release, release.remaining)
     assert b"NaN" not in body and b"Infinity" not in body
+
+
+def test_the_served_app_freezes_its_heap_at_startup(data_root: Path, tmp_path: Path) -> None:
+    """``dpkit serve`` (``build_app``) freezes the heap, so full collections stay short; an app
+    embedded with ``create_app`` leaves the host process's collector alone."""
+    from fastapi.testclient import TestClient
+
+    from dpkit.service import ServiceConfig
+    from dpkit.service.app import create_app
+
+    config = ServiceConfig(
+        database=f"sqlite:///{tmp_path}/service.db", data_root=data_root, bootstrap_token=OFFICER
+    )
+    gc.unfreeze()
+    try:
+        with TestClient(create_app(config)):
+            assert gc.get_freeze_count() == 0
+        with TestClient(create_app(config, freeze_heap=True)) as client:
+            assert gc.get_freeze_count() > 0
+            assert client.get("/api/v1/health").status_code == 200
+    finally:
+        gc.unfreeze()

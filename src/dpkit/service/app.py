@@ -490,8 +490,16 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def create_app(config: ServiceConfig | None = None, service: Service | None = None) -> FastAPI:
-    """The app for ``config`` (or around an existing ``service``)."""
+def create_app(
+    config: ServiceConfig | None = None,
+    service: Service | None = None,
+    *,
+    freeze_heap: bool = False,
+) -> FastAPI:
+    """The app for ``config`` (or around an existing ``service``).
+
+    ``freeze_heap``: at startup, collect and freeze the garbage collector's heap (see
+    :func:`_freeze_heap`; ``dpkit serve`` does, as the process is the server's own)."""
     from contextlib import asynccontextmanager
 
     from dpkit.service import _dashboard
@@ -501,8 +509,9 @@ def create_app(config: ServiceConfig | None = None, service: Service | None = No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        _freeze_heap()
-        svc.prewarm()  # registered datasets load on a background thread (then freeze again)
+        if freeze_heap:
+            _freeze_heap()
+        svc.prewarm(freeze=freeze_heap)  # registered datasets load on a background thread
         # queries run here (threads are cheap; concurrent queries share the ledger's group commit)
         executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="dpkit-query")
         app.state.executor = executor
