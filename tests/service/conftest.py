@@ -146,12 +146,19 @@ class Server:
 
 
 def start_server(
-    database: str, data_root: Path, log: Path, workers: int = 1, engine: str = "duckdb"
+    database: str,
+    data_root: Path,
+    log: Path,
+    workers: int = 1,
+    engine: str = "duckdb",
+    src: Path | None = None,
 ) -> Server:
+    """A uvicorn server in its own process group, running dpkit from ``src`` (default: this
+    checkout's ``src``)."""
     port = free_port()
     env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    code = str(src or Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = code + os.pathsep + env.get("PYTHONPATH", "")
     env.update(
         DPKIT_DATABASE=database,
         DPKIT_DATA_ROOT=str(data_root),

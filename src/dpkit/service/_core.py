@@ -9,6 +9,7 @@ the Session reserves before reading and commits the receipt before returning.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import math
 import os
@@ -477,10 +478,13 @@ class Service:
             engine.close()
         return kept
 
-    def prewarm(self, records: Sequence[DatasetRecord] | None = None) -> threading.Thread | None:
+    def prewarm(
+        self, records: Sequence[DatasetRecord] | None = None, *, freeze: bool = False
+    ) -> threading.Thread | None:
         """Load datasets into this process's engines on a background thread, so that no
         analyst's query waits for it (DuckDB only; a failure is logged and left to the first
-        query, which reports it as usual)."""
+        query, which reports it as usual). ``freeze``: then move what loading created to the
+        garbage collector's permanent generation (``gc.freeze``; the server's own process)."""
         if self.config.engine != "duckdb":
             return None
 
@@ -492,6 +496,8 @@ class Service:
                     self._engine(record)
                 except Exception:
                     logger.exception("could not preload dataset %s", record.name)
+            if freeze:  # what loading created is long-lived: keep it out of full collections
+                gc.freeze()
 
         thread = threading.Thread(target=work, name="dpkit-prewarm", daemon=True)
         thread.start()

@@ -27,7 +27,7 @@ def build_app() -> object:
         bootstrap_token=os.environ.get("DPKIT_BOOTSTRAP_TOKEN") or None,
         engine=os.environ.get("DPKIT_ENGINE", "duckdb"),
     )
-    app = create_app(config)
+    app = create_app(config, freeze_heap=True)
     token = app.state.service.bootstrap_token
     if token and not config.bootstrap_token:
         print(

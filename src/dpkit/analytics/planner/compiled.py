@@ -166,9 +166,10 @@ class CompiledQuery:
         )
         for finish in self.finishers:
             finish(context)
-        main = pd.DataFrame({k: [g[i] for g in labels] for i, k in enumerate(self.keys)})
-        for name, values in context.columns.items():
-            main[name] = values
+        # one constructor call: inserting columns one by one costs ~0.3 ms each in pandas
+        columns: dict[str, Any] = {k: [g[i] for g in labels] for i, k in enumerate(self.keys)}
+        columns.update(context.columns)
+        main = pd.DataFrame(columns)
         return {"main": main, **context.tables}, context.accuracy
 
 
