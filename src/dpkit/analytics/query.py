@@ -37,10 +37,12 @@ __all__ = [
     "GroupedQuery",
     "Histogram",
     "KeySet",
+    "MarginalCounts",
     "Mean",
     "PlanNode",
     "Quantile",
     "Query",
+    "RangeCounts",
     "Select",
     "Source",
     "Sum",
@@ -52,10 +54,12 @@ __all__ = [
     "count_distinct_units",
     "histogram",
     "lit",
+    "marginals",
     "mean",
     "median",
     "quantile",
     "quantile_name",
+    "ranges",
     "std",
     "sum",
     "variance",
@@ -227,8 +231,42 @@ class Workload:
     weight: Fraction = Fraction(1)
 
 
+@dataclass(frozen=True, slots=True)
+class MarginalCounts:
+    """Counts of every cell of each marginal (``cliques``, tuples of indices into ``columns``)
+    over declared, public domains; built by :func:`marginals`. Released as its own table."""
+
+    columns: tuple[str, ...]
+    domains: tuple[tuple[Any, ...], ...]
+    cliques: tuple[tuple[int, ...], ...]
+    name: str
+    weight: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCounts:
+    """Range counts over an ordered column with a declared domain (``kind``: ``"prefix"``,
+    ``"all_range"`` or ``"width"``); built by :func:`ranges`. Released as its own table."""
+
+    column: str
+    domain: tuple[float | int, ...]
+    kind: str
+    width: int
+    name: str
+    weight: Fraction = Fraction(1)
+
+
 Aggregation: TypeAlias = (
-    Count | CountUnits | Sum | Mean | Variance | Quantile | Histogram | Workload
+    Count
+    | CountUnits
+    | Sum
+    | Mean
+    | Variance
+    | Quantile
+    | Histogram
+    | Workload
+    | MarginalCounts
+    | RangeCounts
 )
 
 
@@ -595,6 +633,55 @@ def workload(
     )
 
 
+def marginals(
+    cliques: Sequence[Sequence[str]] | str,
+    domains: Mapping[str, Sequence[Any]],
+    name: str = "marginals",
+    *,
+    weight: Number = 1,
+) -> MarginalCounts:
+    """Counts of every cell of each marginal over declared categorical domains.
+
+    ``cliques`` lists tuples of declared columns (e.g. ``[("age", "sex"), ("sex",)]``), or is
+    ``"all_1way"``, ``"all_2way"``, ``"all_3way"`` (every set of that many declared columns).
+    ``domains`` maps each column to its public values (at least two, distinct); rows with a
+    value outside the domain, or NULL, count in no cell. Answered by the matrix mechanism
+    (OPT_M / ResidualPlanner, :mod:`dpkit.workloads`); see docs/workloads.md "On tables".
+    """
+    from dpkit.analytics._declared import build_marginals
+
+    return build_marginals(cliques, domains, _check_name(name), _check_weight(weight))
+
+
+def ranges(
+    column: str | Col,
+    domain: Sequence[Number] | tuple[int, int, int],
+    name: str | None = None,
+    *,
+    kind: str = "prefix",
+    width: int | None = None,
+    weight: Number = 1,
+) -> RangeCounts:
+    """Range counts over an ordered numeric column with a declared domain.
+
+    ``domain``: strictly increasing numbers (the ordered cells), or ``(lo, hi, step)`` integers
+    for lo, lo + step, ..., up to hi inclusive. ``kind``: ``"prefix"`` (counts of values <= each
+    cell), ``"all_range"`` (every interval of cells), ``"width"`` (every window of ``width``
+    consecutive cells). Rows whose value is not a declared cell, or NULL, count nowhere.
+    """
+    from dpkit.analytics._declared import build_ranges
+
+    column_name = _check_column(column)
+    return build_ranges(
+        column_name,
+        domain,
+        kind,
+        width,
+        _check_name(name or f"ranges_{column_name}"),
+        _check_weight(weight),
+    )
+
+
 # ---------------------------------------------------------------------------------- key sets
 @dataclass(frozen=True, slots=True)
 class KeySet:
@@ -784,6 +871,10 @@ def _render_agg(agg: Aggregation) -> str:
         return f"workload[{shape}]{over} as {agg.name}"
     if isinstance(agg, Histogram):
         return f"histogram({agg.column}, {len(agg.edges) - 1} bins) as {agg.name}"
+    if isinstance(agg, MarginalCounts | RangeCounts):
+        from dpkit.analytics._declared import render  # the builders' module
+
+        return render(agg)
     if isinstance(agg, Sum) and agg.values is not None:
         return f"sum({agg.column}, values {render_values(agg.values)}) as {agg.name}"
     low, high = agg.bounds
@@ -803,7 +894,7 @@ _HISTOGRAM_COLUMNS = ("bin_low", "bin_high", "count", "count_low", "count_high")
 
 def _released_columns(agg: Aggregation) -> tuple[str, ...]:
     """The columns an aggregation adds to the main result table."""
-    if isinstance(agg, Histogram | Workload):
+    if isinstance(agg, Histogram | Workload | MarginalCounts | RangeCounts):
         return ()  # released as their own tables
     if isinstance(agg, Quantile):
         return (agg.name,)
@@ -949,7 +1040,10 @@ class GroupedQuery:
         """The aggregations to release, each with its share (``weight``) of the budget."""
         if not aggregations:
             raise InvalidParameterError("aggregations", aggregations, "at least one aggregation")
-        known = (Count, CountUnits, Sum, Mean, Variance, Quantile, Histogram, Workload)
+        known = (
+            *(Count, CountUnits, Sum, Mean, Variance, Quantile, Histogram, Workload),
+            *(MarginalCounts, RangeCounts),
+        )
         names: set[str] = set()
         columns = dict.fromkeys(self.keys, "a group_by column")
         for agg in aggregations:
@@ -972,7 +1066,9 @@ class GroupedQuery:
                         "Pass name=... (or rename the group_by column with with_column).",
                     )
                 columns[column] = f"a column of {agg.name!r}"
-            if isinstance(agg, Histogram | Workload) and agg.name == "main":
+            if isinstance(agg, Histogram | Workload | MarginalCounts | RangeCounts) and (
+                agg.name == "main"
+            ):
                 raise InvalidParameterError(
                     "name", agg.name, "a table name other than 'main' (the main result table)"
                 )

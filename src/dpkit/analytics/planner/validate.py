@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from dpkit.analytics.query import (
     CountUnits,
     Filter,
     KeySet,
+    MarginalCounts,
     PlanNode,
     Query,
     Select,
@@ -232,7 +233,22 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
     key_set = aggregate.key_set
     if key_set is not None:
         key_set = normalise_key_set(key_set, [current[k] for k in aggregate.keys])
+    if any(isinstance(a, MarginalCounts) for a in aggregate.aggregations):
+        # marginals: declared domain values checked against (normalised to) the column kinds
+        from dpkit.analytics._declared import check_against_schema
+
+        aggregate = replace(
+            aggregate,
+            aggregations=tuple(
+                check_against_schema(a, current) if isinstance(a, MarginalCounts) else a
+                for a in aggregate.aggregations
+            ),
+        )
     for agg in aggregate.aggregations:
+        if isinstance(agg, MarginalCounts):
+            for name in agg.columns:
+                _check_not_reserved(name)
+            continue
         for name in value_columns(agg):
             _check_not_reserved(name)
             if name not in current:
@@ -259,4 +275,6 @@ def value_columns(agg: Aggregation) -> tuple[str, ...]:
         return ()
     if isinstance(agg, Workload):
         return (agg.column,) if agg.column else ()
+    if isinstance(agg, MarginalCounts):
+        return agg.columns
     return (agg.column,)

@@ -3,6 +3,7 @@
 from dpkit.analytics.planner.families import (  # noqa: F401  (each module registers itself)
     count,
     histogram,
+    marginals,
     moments,
     quantile,
     sums,

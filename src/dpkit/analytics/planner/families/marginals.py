@@ -1,0 +1,454 @@
+"""Marginals and range counts over declared domains: the matrix mechanism on a Session table.
+
+``marginals(cliques, domains=...)`` and ``ranges(column, domain=..., kind=...)`` (built and
+checked in :mod:`dpkit.analytics._declared`) are answered from ONE bounded plan whose group keys
+are the declared columns, after a filter ``col IN (declared values)`` per declared column. The
+engine (DuckDB, pandas or Spark: the same :class:`BoundedPlan` semantics) therefore:
+
+* keeps at most ``k`` rows per privacy unit, ``k`` = the query's row bound (``max_rows``, or
+  ``max_rows_per_group`` when smaller: the ungrouped contribution bound), chosen by the salted
+  row hash, i.e. from the unit's own rows only;
+* drops rows whose value of a declared column is NULL or not a declared value, inside the
+  query (domains are public; nothing is read from the data to build them);
+* counts rows per cell (one GROUP BY over the declared columns).
+
+A neighbouring table (one unit added or removed) moves the histogram x by at most ``k`` in L1:
+the unit's kept rows, each in at most one cell. Hence every marginal moves by at most ``k`` in
+L1 (and so in L2), and a range strategy's integer matrix B moves B·x by at most
+``k·max_j‖b_j‖`` (triangle inequality over the changed cells).
+
+**Marginals** are released by OPT_M (:func:`dpkit.workloads.optimize_marginals`, HDMM's
+marginals optimiser over the downward closure of the cliques, McKenna et al. 2018 §6) with
+exact lattice noise: each measured marginal a gets iid discrete Gaussian noise (zCDP share ρ:
+cost Σ_a k²/(2 s_a² k²) <= ρ, Canonne, Kamath & Steinke 2020) or discrete Laplace noise (pure
+share ε: cost Σ_a k/t_a = ε exactly), then generalised least squares in ResidualPlanner's
+residual basis gives unbiased cells with exact per-cell variances
+(:meth:`MarginalsStrategy.release`). ``choose_strategy`` also reports dpkit's exact
+ResidualPlanner release and ResidualPlanner's optimum (Xiao et al. 2023); OPT_M starts from
+ResidualPlanner's allocation, so it is never worse than that exact release.
+
+**Ranges** (prefix, all-range or fixed-width windows over the ordered cells) use
+:func:`dpkit.workloads.choose_strategy` (identity, hierarchical, wavelet, OPT_0: the smallest
+analytic error) quantised to an integer matrix B (:func:`make_strategy_measurement`): y = B·x
++ Z with iid discrete Laplace (ε = k·max_j‖b_j‖₁/t) or discrete Gaussian noise
+(ρ = k²·max_j‖b_j‖₂²/(2σ²)), and the answers W·(A_qᵀA_q)⁻¹A_qᵀ·y (unbiased; variance
+v·wᵢᵀ(A_qᵀA_q)⁻¹wᵢ per query, Li et al. 2015).
+
+Intervals. Each released value is its true value plus a fixed linear combination of
+independent lattice noises with the stated variance V. Under a zCDP share every noise is a
+discrete Gaussian N_Z(0, σ²), which is σ²-sub-Gaussian (CKS 2020), so the sum is sub-Gaussian
+with parameter at most V·max(σ²/Var) and ``sqrt(2·ln(2/α)·V·max(σ²/Var))`` is a valid
+(1 - α) half-width. Under a pure share (discrete Laplace) the half-width is Chebyshev's
+``sqrt(V/α)``: valid for any distribution, conservative.
+
+Nothing here reads data: strategies, noise and losses come from the declared domains, the
+contribution bound and the budget share.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+
+from dpkit.analytics.engines._columns import canonical
+from dpkit.analytics.engines.base import Step
+from dpkit.analytics.expr import Expr, col
+from dpkit.analytics.planner.compiled import Context, GroupKey, OutputRegistry
+from dpkit.analytics.planner.noise import Share
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.query import MarginalCounts, RangeCounts
+from dpkit.analytics.results import Accuracy
+from dpkit.core.losses import PrivacyLoss
+from dpkit.errors import UnsupportedQueryError
+from dpkit.noise.distributions import DiscreteGaussian, LatticeNoise
+
+__all__ = ["MarginalsPlan", "RangesPlan", "plan_marginals", "plan_ranges"]
+
+STRATEGY_SECONDS = 1.0
+"""The optimisation budget of a Session strategy (OPT_M or OPT_0) per distinct workload."""
+
+
+def _scale(share: Share, contributions: int) -> float:
+    """Noise variance per unit sensitivity of the share, relative to choose_strategy's unit
+    noise (L2: σ² = 1; L1: Laplace b = 1)."""
+    c = contributions
+    if share.family == "pure":
+        return float(c * c / (share.amount * share.amount))
+    return float(c * c / (2 * share.amount))
+
+
+def _halfwidths(variances: np.ndarray, ratio: float, pure: bool, alpha: float) -> np.ndarray:
+    """Valid (1 - α) half-widths for sums of independent lattice noises (module doc)."""
+    v = np.maximum(np.asarray(variances, dtype=np.float64), 0.0)
+    if pure:
+        return np.sqrt(v / alpha)
+    return np.sqrt(2 * math.log(2 / alpha) * v * ratio)
+
+
+def _gaussian_ratio(noises: list[LatticeNoise]) -> float:
+    """max σ²/Var over discrete Gaussian noises (>= 1: Var(N_Z(0, σ²)) < σ²)."""
+    ratios = [
+        float(z.sigma2) / z.variance()
+        for z in noises
+        if isinstance(z, DiscreteGaussian) and z.variance() > 0
+    ]
+    return max([1.0, *ratios])
+
+
+def _require_ungrouped(agg: MarginalCounts | RangeCounts, ctx: FamilyContext) -> None:
+    if ctx.n_keys is not None or ctx.private_keys:
+        raise UnsupportedQueryError(
+            f"{agg.name!r}: marginals(...) and ranges(...) answer the whole table; use "
+            "query().agg(...) without group_by (add the grouping column to the marginal's "
+            "clique, with its declared domain, instead)"
+        )
+
+
+def _cell_index(columns: tuple[tuple[Any, ...], ...]) -> dict[GroupKey, int]:
+    """Canonical key tuple -> flat (C-order) cell index over the product of the domains."""
+    return {
+        tuple(canonical(v) for v in row): i for i, row in enumerate(itertools.product(*columns))
+    }
+
+
+def _histogram(
+    rows: Mapping[GroupKey, Mapping[int, list[int]]], index: Mapping[GroupKey, int], n: int
+) -> np.ndarray:
+    """The exact histogram from the engine's groups (keys outside the declared product cannot
+    occur: the filter drops them; any that did would be ignored, never raised on)."""
+    x = np.zeros(n, dtype=np.int64)
+    for key, bins in rows.items():
+        i = index.get(key)
+        if i is not None:
+            x[i] += int(bins.get(0, [0])[0])
+    return x
+
+
+# ----------------------------------------------------------------------------- marginals
+@functools.lru_cache(maxsize=32)
+def _marginals_choice(domain: tuple[int, ...], sets: tuple[tuple[int, ...], ...], norm: str) -> Any:
+    from dpkit.workloads import Marginals, choose_strategy
+
+    return choose_strategy(Marginals(domain, sets), norm, max_seconds=STRATEGY_SECONDS)  # type: ignore[arg-type]
+
+
+class MarginalsPlan:
+    """The public part of a marginals release: strategy, noise, loss (no data)."""
+
+    def __init__(self, agg: MarginalCounts, share: Share, contributions: int) -> None:
+        from dpkit.workloads import MarginalsStrategy, ResidualPlan
+
+        self.agg = agg
+        self.share = share
+        self.contributions = contributions
+        self.domain = tuple(len(d) for d in agg.domains)
+        self.cells = math.prod(self.domain)
+        self.pure = share.family == "pure"
+        norm = "l1" if self.pure else "l2"
+        self.choice = _marginals_choice(self.domain, agg.cliques, norm)
+        strategy = self.choice.strategy
+        if isinstance(strategy, ResidualPlan):
+            # the exact ResidualPlanner allocation as an OPT_M strategy: the same noise
+            # (u_a = 1/σ_a²), reconstructed by GLS over every measured marginal
+            support = list(strategy.sigma2)
+            u = np.array([1.0 / strategy.sigma2[a] for a in support])
+            strategy = MarginalsStrategy(
+                self.domain, list(agg.cliques), [1.0] * len(agg.cliques), support, u / u.max(), "l2"
+            )
+        self.strategy: Any = strategy
+        budget = {"epsilon": share.amount} if self.pure else {"rho": share.amount}
+        self.noise, self.loss = strategy.noise(contributions=contributions, **budget)
+        self.index = _cell_index(agg.domains)
+        self.ratio = 1.0 if self.pure else _gaussian_ratio(list(self.noise.values()))
+
+    def declared(self) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]:
+        """The declared columns and their domains (the engine's filter and group keys)."""
+        return self.agg.columns, self.agg.domains
+
+    def histogram(self, rows: Mapping[GroupKey, Mapping[int, list[int]]]) -> np.ndarray:
+        return _histogram(rows, self.index, self.cells)
+
+    def measured_tables(self, x: np.ndarray) -> dict[tuple[int, ...], np.ndarray]:
+        """The exact marginal table of every measured attribute set (numpy sums of x)."""
+        cube = np.asarray(x, dtype=np.int64).reshape(self.domain)
+        out: dict[tuple[int, ...], np.ndarray] = {}
+        for a in self.noise:
+            drop = tuple(i for i in range(len(self.domain)) if i not in a)
+            out[a] = np.asarray(cube.sum(axis=drop) if drop else cube)
+        return out
+
+    def release_arrays(self, x: np.ndarray) -> tuple[list[np.ndarray], list[float]]:
+        """One release: the workload's marginal tables (in clique order) and per-cell
+        variances."""
+        budget = {"epsilon": self.share.amount} if self.pure else {"rho": self.share.amount}
+        released = self.strategy.release(
+            self.measured_tables(x), contributions=self.contributions, **budget
+        )
+        return (
+            [np.asarray(released.tables[c]) for c in self.agg.cliques],
+            [float(released.cell_variance[c]) for c in self.agg.cliques],
+        )
+
+    def expected_error(self) -> float:
+        """The analytic expected total squared error of the released cells."""
+        return float(self.choice.errors[self.choice.chosen]) * _scale(
+            self.share, self.contributions
+        )
+
+    def table(self, x: np.ndarray, alpha: float) -> tuple[pd.DataFrame, float]:
+        tables, variances = self.release_arrays(x)
+        agg = self.agg
+        parts: list[pd.DataFrame] = []
+        for clique, values, var in zip(agg.cliques, tables, variances, strict=True):
+            label = "×".join(agg.columns[i] for i in clique)
+            cells = list(itertools.product(*(agg.domains[i] for i in clique)))
+            frame = pd.DataFrame({"marginal": [label] * len(cells)})
+            for pos, column in enumerate(agg.columns):
+                if pos in clique:
+                    k = clique.index(pos)
+                    frame[column] = pd.Series([c[k] for c in cells], dtype=object)
+                else:
+                    frame[column] = pd.Series([None] * len(cells), dtype=object)
+            value = values.reshape(-1)
+            h = float(_halfwidths(np.array([var]), self.ratio, self.pure, alpha)[0])
+            frame["value"] = value
+            frame["std_error"] = math.sqrt(var)
+            frame["low"] = value - h
+            frame["high"] = value + h
+            parts.append(frame)
+        first = _halfwidths(np.array([variances[0]]), self.ratio, self.pure, alpha)[0]
+        return pd.concat(parts, ignore_index=True), float(first)
+
+    def describe(self) -> str:
+        scale = _scale(self.share, self.contributions)
+        noise = "geometric" if self.pure else "discrete_gaussian"
+        shown = ", ".join("×".join(self.agg.columns[i] for i in c) for c in self.agg.cliques)
+        others = [
+            f"{name} {err * scale:.4g}"
+            for name, err in sorted(self.choice.errors.items(), key=lambda kv: kv[1])
+            if name != self.choice.chosen
+        ]
+        line = (
+            f"{len(self.agg.cliques)} marginal(s) [{shown}] over {self.cells} declared cells "
+            f"(one GROUP BY on {', '.join(self.agg.columns)}; values outside the domains or "
+            f"NULL dropped), {noise} noise, sensitivity {self.contributions} row(s) per "
+            f"marginal; strategy {self.choice.chosen} (expected total squared error "
+            f"{self.expected_error():.4g}"
+        )
+        if others:
+            line += "; alternatives: " + ", ".join(others)
+        if self.choice.bound is not None:
+            line += f"; {self.choice.bound_name} {self.choice.bound * scale:.4g}"
+        return line + ")"
+
+
+def plan_marginals(agg: MarginalCounts, share: Share, contributions: int) -> MarginalsPlan:
+    """The marginals release for ``agg`` (public inputs only)."""
+    return MarginalsPlan(agg, share, contributions)
+
+
+# ----------------------------------------------------------------------------- ranges
+@functools.lru_cache(maxsize=32)
+def _ranges_choice(kind: str, n: int, width: int, norm: str) -> Any:
+    from dpkit.workloads import choose_strategy
+
+    return choose_strategy(_range_workload(kind, n, width), norm, max_seconds=STRATEGY_SECONDS)  # type: ignore[arg-type]
+
+
+def _range_workload(kind: str, n: int, width: int) -> Any:
+    from dpkit.workloads import AllRange, Prefix, WidthRange
+
+    if kind == "prefix":
+        return Prefix(n)
+    if kind == "all_range":
+        return AllRange(n)
+    return WidthRange(n, width)
+
+
+class RangesPlan:
+    """The public part of a range-counts release: strategy, its quantised integer matrix B,
+    the lattice noise, the loss and the reconstruction (no data)."""
+
+    def __init__(self, agg: RangeCounts, share: Share, contributions: int) -> None:
+        from dpkit.workloads import make_strategy_measurement
+
+        self.agg = agg
+        self.share = share
+        self.contributions = contributions
+        self.n = len(agg.domain)
+        self.pure = share.family == "pure"
+        norm = "l1" if self.pure else "l2"
+        self.workload = _range_workload(agg.kind, self.n, agg.width)
+        self.choice = _ranges_choice(agg.kind, self.n, agg.width, norm)
+        self.measurement = make_strategy_measurement(
+            self.choice.strategy,
+            norm=norm,  # type: ignore[arg-type]
+            contributions=contributions,
+            epsilon=share.amount if self.pure else None,
+            rho=None if self.pure else share.amount,
+        )
+        self.quantised = self.measurement.info["quantised"]
+        self.lattice: LatticeNoise = self.measurement.info["lattice"]
+        self.loss: PrivacyLoss = self.measurement.loss
+        self.index = {(canonical(v),): i for i, v in enumerate(agg.domain)}
+        self.ratio = 1.0 if self.pure else _gaussian_ratio([self.lattice])
+        self._solved: tuple[np.ndarray, np.ndarray] | None = None
+
+    def declared(self) -> tuple[tuple[str, ...], tuple[tuple[Any, ...], ...]]:
+        """The declared column and its domain (the engine's filter and group key)."""
+        return (self.agg.column,), (self.agg.domain,)
+
+    def histogram(self, rows: Mapping[GroupKey, Mapping[int, list[int]]]) -> np.ndarray:
+        return _histogram(rows, self.index, self.n)
+
+    def _solve(self) -> tuple[np.ndarray, np.ndarray]:
+        """(AᵀA)⁻¹ of the quantised strategy and the per-query variances (computed once)."""
+        if self._solved is None:
+            import scipy.linalg as sla
+
+            from dpkit.workloads import query_variances
+
+            a = self.quantised.matrix().toarray()  # A_q = B·2^-k
+            cov = sla.cho_solve(sla.cho_factor(a.T @ a, lower=True), np.eye(self.n))
+            v = self.lattice.variance() * math.ldexp(1.0, -2 * self.quantised.exponent)
+            self._solved = (np.asarray(cov), v * query_variances(self.workload, cov))
+        return self._solved
+
+    def release_arrays(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One release: the answers (unbiased) and their variances."""
+        cov, variances = self._solve()
+        y = np.asarray(self.measurement(np.asarray(x, dtype=np.int64)), dtype=np.float64)
+        a = self.quantised.matrix()
+        x_hat = cov @ np.asarray(a.T @ (y * math.ldexp(1.0, -self.quantised.exponent)))
+        return np.asarray(self.workload.matmat(x_hat)).reshape(-1), variances
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The first and last cell index of every query, in answer order."""
+        n = self.n
+        if self.agg.kind == "prefix":
+            return np.zeros(n, dtype=np.int64), np.arange(n)
+        if self.agg.kind == "all_range":
+            i, j = np.triu_indices(n)
+            return i.astype(np.int64), j.astype(np.int64)
+        w = self.agg.width
+        start = np.arange(n - w + 1)
+        return start, start + w - 1
+
+    def expected_error(self) -> float:
+        return float(self.choice.errors[self.choice.chosen]) * _scale(
+            self.share, self.contributions
+        )
+
+    def table(self, x: np.ndarray, alpha: float) -> tuple[pd.DataFrame, float]:
+        answers, variances = self.release_arrays(x)
+        first, last = self.bounds()
+        domain = np.asarray(self.agg.domain)
+        h = _halfwidths(variances, self.ratio, self.pure, alpha)
+        frame = pd.DataFrame(
+            {
+                "start": domain[first],
+                "end": domain[last],
+                "value": answers,
+                "std_error": np.sqrt(variances),
+                "low": answers - h,
+                "high": answers + h,
+            }
+        )
+        return frame, float(h[0])
+
+    def describe(self) -> str:
+        scale = _scale(self.share, self.contributions)
+        noise = "geometric" if self.pure else "discrete_gaussian"
+        chosen = self.choice.chosen
+        others = [
+            f"{name} {err * scale:.4g}"
+            for name, err in sorted(self.choice.errors.items(), key=lambda kv: kv[1])
+            if name != chosen
+        ]
+        line = (
+            f"{self.workload.shape[0]} {self.agg.kind} range(s) of {self.agg.column!r} over "
+            f"{self.n} declared cells (values not declared or NULL dropped), {noise} noise on "
+            f"B·x, sensitivity {self.contributions} row(s) × max column norm of B; strategy "
+            f"{chosen} (expected total squared error {self.expected_error():.4g}"
+        )
+        if others:
+            line += "; alternatives: " + ", ".join(others)
+        if self.choice.bound is not None and not self.pure:
+            line += f"; SVD lower bound {self.choice.bound * scale:.4g}"
+        return line + ")"
+
+
+def plan_ranges(agg: RangeCounts, share: Share, contributions: int) -> RangesPlan:
+    """The range-counts release for ``agg`` (public inputs only)."""
+    return RangesPlan(agg, share, contributions)
+
+
+# ----------------------------------------------------------------------------- compilers
+def _compile(plan: MarginalsPlan | RangesPlan, ctx: FamilyContext) -> Compiled:
+    agg = plan.agg
+    registry = OutputRegistry()
+    registry.output("rows")
+    base = ctx.make_plan(registry)
+    columns, domains = plan.declared()
+    # rows whose value of a declared column is NULL or undeclared are dropped by a filter
+    # (one IN list per column: the product of the domains, never a key table of every cell)
+    predicate: Expr | None = None
+    for column, values in zip(columns, domains, strict=True):
+        test = col(column).is_in(values)
+        predicate = test if predicate is None else predicate & test
+    assert predicate is not None
+    # one GROUP BY over the declared columns; at most `c` rows per unit in total (the
+    # ungrouped bound), whatever group limits the session declares for grouped queries
+    bounded = replace(
+        base,
+        steps=(*base.steps, Step("filter", expr=predicate)),
+        keys=columns,
+        key_set=None,
+        max_rows=plan.contributions,
+        max_groups=None,
+        max_rows_per_group=None,
+    )
+    ctx.extra_plans.append(bounded)
+    index = len(ctx.extra_plans)
+    mechanism = "geometric" if plan.pure else "discrete_gaussian"
+
+    def finish(context: Context) -> None:
+        x = plan.histogram(context.extra[index])
+        table, first = plan.table(x, context.alpha)
+        context.tables[agg.name] = table
+        context.accuracy[agg.name] = Accuracy(
+            "exact",
+            first,
+            context.alpha,
+            mechanism,
+            plan.loss,
+            None,
+            "matrix mechanism over the declared domain; values are unbiased raw estimates "
+            "(a count may come out negative); std_error from the strategy; intervals: "
+            + (
+                "Chebyshev sqrt(V/α) (discrete Laplace noise)"
+                if plan.pure
+                else "sub-Gaussian bound of the discrete Gaussian noise"
+            ),
+        )
+
+    return finish, [plan.loss], plan.describe()
+
+
+@register(MarginalCounts)
+def compile_marginals(agg: MarginalCounts, ctx: FamilyContext) -> Compiled:
+    _require_ungrouped(agg, ctx)
+    return _compile(plan_marginals(agg, ctx.share, ctx.contrib.rows_l1), ctx)
+
+
+@register(RangeCounts)
+def compile_ranges(agg: RangeCounts, ctx: FamilyContext) -> Compiled:
+    _require_ungrouped(agg, ctx)
+    return _compile(plan_ranges(agg, ctx.share, ctx.contrib.rows_l1), ctx)
