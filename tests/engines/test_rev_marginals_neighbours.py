@@ -63,7 +63,7 @@ def test_histogram_moves_by_at_most_k(
     session = Session(df, privacy_unit="uid", budget=dp.ZCDP(1), max_rows=k)
     query = session.query().agg(agg)
     compiled = session.compile(query, rho=Fraction(1, 2))
-    validated = query.plan.aggregations[0]  # type: ignore[union-attr]
+    validated: Any = query.plan.aggregations[0]  # type: ignore[union-attr]
     share = Share("zcdp", Fraction(1, 2))
     plan: Any = (plan_marginals if kind == "m" else plan_ranges)(validated, share, k)
     bounded = compiled.plans[1]

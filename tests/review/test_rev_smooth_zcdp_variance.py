@@ -21,6 +21,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dpkit.core.losses import ZCDP
 from dpkit.sensitivity import make_smooth_sensitivity
 from dpkit.sensitivity.bun_steinke import asn_lipschitz_upper, calibrate
 from dpkit.sensitivity.variance import variance_ak_scaled
@@ -140,6 +141,8 @@ def test_variance_smooth_bound_does_not_underflow(seeded: None) -> None:
         rho=0.5,
         noise="arcsinh_normal",
     )
-    a = np.asarray(m.info["release_many"](x, 1000))  # type: ignore[attr-defined]
-    b = np.asarray(m.info["release_many"](y, 1000))  # type: ignore[attr-defined]
-    assert audit_samples_zcdp(a, b, float(m.loss.rho)).passed  # type: ignore[attr-defined]
+    a = np.asarray(m.info["release_many"](x, 1000))
+    b = np.asarray(m.info["release_many"](y, 1000))
+    loss = m.loss
+    assert isinstance(loss, ZCDP)
+    assert audit_samples_zcdp(a, b, float(loss.rho)).passed
