@@ -6,9 +6,9 @@ with rows in many cells (and rows outside the domain), NULL unit ids, NaN / ±in
 values that equal a declared value only after a cast (1 vs 1.0, big ints next to 2^53) and text
 that differs by case or a space.
 
-FINDING (xfail on pandas): a marginal over a datetime64 column (dates are an allowed marginal
-kind) raises AttributeError in the pandas engine's IS IN, after the ledger reservation: the
-budget is spent and nothing is released.
+FINDING (fixed): a marginal over a datetime64 column (dates are an allowed marginal kind) raised
+AttributeError in the pandas engine's IS IN, after the ledger reservation: the budget was spent
+and nothing released. Both engines now release it.
 """
 
 from __future__ import annotations
@@ -101,12 +101,7 @@ def _temporal_table() -> pd.DataFrame:
 @pytest.mark.parametrize(
     "engine",
     [
-        pytest.param(
-            "pandas",
-            marks=pytest.mark.xfail(
-                strict=True, reason="rev finding: pandas IS IN on datetime64 raises"
-            ),
-        ),
+        "pandas",
         "duckdb",
     ],
 )

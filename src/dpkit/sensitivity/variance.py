@@ -43,6 +43,7 @@ The noise families and the exact output grid are those of :mod:`dpkit.sensitivit
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -177,12 +178,32 @@ def variance_ak_scaled(
 def variance_smooth_sensitivity(
     j: np.ndarray, bounds: Bounds, grid_bits: int, beta: float
 ) -> float:
-    """S*_{Var,β} at the rounded data (not inflated; relative error < 2^-40)."""
+    """S*_{Var,β} at the rounded data (not inflated; relative error < 2^-40), at least 2^-1000.
+
+    Computed in log space: with narrow bounds and a fine grid the scale h²/(n²(n − 1)) is
+    below float64's range (a review found S* = 0 there, and a release that was not private)."""
     n = j.size
     if n == 1:
         return 0.0
     scaled = variance_ak_scaled(j, 1 << grid_bits)
-    weights = np.exp(-beta * np.arange(n + 1, dtype=np.float64))
+    positive = scaled > 0
+    if not np.any(positive):  # pragma: no cover - A^(n) is the global sensitivity, > 0
+        return 0.0
+    # in log space: neither e^{-kβ} nor the scale h²/(n²(n − 1)) may underflow (with narrow
+    # bounds and a fine grid the scale is below 2^-1074 and S* would come out 0)
+    k = np.arange(n + 1, dtype=np.float64)[positive]
+    log_best = float(np.max(np.log(scaled[positive]) - beta * k))
     h2 = (Fraction(bounds.upper) - Fraction(bounds.lower)) ** 2 / (1 << (2 * grid_bits))
-    factor = float(h2 / (n * n * (n - 1)))
-    return float(np.max(scaled * weights)) * factor
+    factor = h2 / (n * n * (n - 1))
+    log_s = log_best + math.log(factor.numerator) - math.log(factor.denominator)
+    if log_s < _LOG_FLOOR:
+        # any constant is a β-smooth function, so max(S*, 2^-1000) is still a smooth upper
+        # bound; it keeps S in float64's normal range, where the relative margins hold
+        return _FLOOR
+    # |log error| <= 2^-49 (G_k) + 710·2^-52 (logs, sums), so exp(log_s) is within 2^-40
+    # relative of S*: covered by the caller's 1 + 2^-30 inflation
+    return math.exp(log_s)
+
+
+_FLOOR = math.ldexp(1.0, -1000)
+_LOG_FLOOR = math.log(_FLOOR)
