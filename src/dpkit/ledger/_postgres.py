@@ -127,6 +127,40 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
                WHERE kind IN ('commit', 'fail')""",
         ),
     ),
+    (
+        3,
+        "entry ids come from the ledger's sequence; a commit or fail follows its reservation",
+        (
+            # Writers now draw ids from the identity sequence and insert a batch's entries with
+            # OVERRIDING SYSTEM VALUE (one round trip per batch). The database still guarantees
+            # what replay relies on: no id the sequence has not issued (so no entry can take an
+            # id a later writer will be given), and every finalisation names an earlier
+            # reservation of the same dataset.
+            """CREATE FUNCTION {s}.dpkit_entry_order() RETURNS trigger LANGUAGE plpgsql AS $$
+               DECLARE
+                 issued BIGINT := pg_sequence_last_value(
+                   pg_get_serial_sequence(TG_TABLE_SCHEMA || '.entries', 'id')::regclass);
+                 reserved RECORD;
+               BEGIN
+                 IF issued IS NULL OR NEW.id > issued THEN
+                   RAISE EXCEPTION 'dpkit ledger entry id % was not issued by the ledger''s '
+                     'sequence', NEW.id USING ERRCODE = 'check_violation';
+                 END IF;
+                 IF NEW.kind IN ('commit', 'fail') THEN
+                   SELECT id, kind, dataset INTO reserved FROM {s}.entries WHERE id = NEW.ref;
+                   IF reserved.id IS NULL OR reserved.kind <> 'reserve'
+                      OR reserved.dataset <> NEW.dataset OR NEW.id <= NEW.ref THEN
+                     RAISE EXCEPTION 'dpkit ledger: % entry % does not follow reservation % of '
+                       'dataset %', NEW.kind, NEW.id, NEW.ref, NEW.dataset
+                       USING ERRCODE = 'check_violation';
+                   END IF;
+                 END IF;
+                 RETURN NEW;
+               END $$""",
+            """CREATE TRIGGER entries_order BEFORE INSERT ON {s}.entries
+               FOR EACH ROW EXECUTE FUNCTION {s}.dpkit_entry_order()""",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
