@@ -9,17 +9,21 @@ Semantics (the same as :class:`~dpkit.ledger.SQLiteStore`, so every ledger test 
   single write lock. Finalising a reservation (commit / fail) touches no budget and takes no
   lock; a unique index lets each reservation be finalised only once. The lock is released by
   COMMIT or ROLLBACK, and by the server when a client dies, so a killed process never leaves it
-  held. Entry ids come from an identity column; the entries that change budgets (create, adjust,
-  reserve, alert) are written under the lock, so their ids increase in commit order, which is the
-  order replay applies them in (commit / fail entries change no total).
+  held. Entry ids are drawn from the entries' identity sequence; those of entries that change
+  budgets (create, adjust, reserve, alert) are drawn under the lock, so they increase in commit
+  order, which is the order replay applies them in (commit / fail entries change no total; their
+  ids are drawn after their reservation committed). A trigger refuses ids the sequence has not
+  issued and finalisations that do not follow their reservation (migration 3).
 * **Durability.** A write returns only after the server flushed its WAL past the write's commit
   record, so an acknowledged charge survives a crash of the client, the server or the machine.
-  The write itself commits asynchronously and a second, synchronous commit waits for the flush
-  *after* the writer lock is released, so concurrent writers share WAL flushes (see
-  ``PostgresStore._flush``).
-* **Group commit.** Threads of one process writing at the same time share one transaction (each
-  request inside its own SAVEPOINT, so a refused request is rolled back alone) and one WAL flush;
-  each caller is answered only after the COMMIT.
+  A transaction that holds the writer lock commits asynchronously and a second, synchronous
+  commit waits for the flush *after* the lock is released, so concurrent writers share WAL
+  flushes (see ``PostgresStore._flush``); one that only finalises reservations holds no lock
+  and commits synchronously.
+* **Group commit, few round trips.** Threads of one process writing at the same time share one
+  transaction, which buffers its writes and sends them with its COMMIT: a batch of any size
+  costs about three round trips (``_PgBatchTxn``; a refused request is dropped from the buffer
+  alone) and one WAL flush; each caller is answered only after the flush.
 * **Append-only in the database.** Triggers refuse UPDATE, DELETE and TRUNCATE on the entries
   table, whoever the client is; ``docs/service.md`` shows how to run the service as a role that
   additionally lacks those privileges.
@@ -138,8 +142,7 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             # reservation of the same dataset.
             """CREATE FUNCTION {s}.dpkit_entry_order() RETURNS trigger LANGUAGE plpgsql AS $$
                DECLARE
-                 issued BIGINT := pg_sequence_last_value(
-                   pg_get_serial_sequence(TG_TABLE_SCHEMA || '.entries', 'id')::regclass);
+                 issued BIGINT := pg_sequence_last_value('{s}.entries_id_seq'::regclass);
                  reserved RECORD;
                BEGIN
                  IF issued IS NULL OR NEW.id > issued THEN
@@ -286,7 +289,7 @@ class _PgTxn(_Txn):
 
 
 _BUDGET_CHANGES = frozenset(("create", "adjust", "reserve", "alert"))
-_OPEN_CACHE_SIZE = 65536  # reservations kept per process (older ones are read when finalised)
+_OPEN_CACHE_SIZE = 16384  # reservations kept per process (older ones are read when finalised)
 
 
 class _RetryAlone(Exception):
@@ -363,7 +366,7 @@ class _PgBatchTxn(_PgTxn):
         one round trip but polls the socket while it waits, costing more CPU than it saves."""
         wanted = len(statements)
         if not self._begun:
-            statements = [("BEGIN; SET LOCAL synchronous_commit TO off", None), *statements]
+            statements = [("BEGIN", None), *statements]
             self._begun = True
         sql = "; ".join(s for s, _ in statements)
         params: list[Any] = []
@@ -373,8 +376,12 @@ class _PgBatchTxn(_PgTxn):
         cursor = self._store._psycopg.ClientCursor(self._conn)
         cursor.execute(sql, params if params else None)
         results: list[list[tuple[Any, ...]]] = []
-        while True:
-            results.append(cursor.fetchall() if cursor.description is not None else [])
+        tuples = self._store._psycopg.pq.ExecStatus.TUPLES_OK
+        while True:  # (pgresult.status, not description: that builds column objects)
+            result = cursor.pgresult
+            results.append(
+                cursor.fetchall() if result is not None and result.status == tuples else []
+            )
             if not cursor.nextset():
                 break
         return results[len(results) - wanted :]
@@ -399,6 +406,9 @@ class _PgBatchTxn(_PgTxn):
         statements: list[tuple[str, Any]] = []
         locking = not self._locked
         if locking:
+            # a transaction holding the lock commits asynchronously, so that the lock is
+            # released at once; it is answered after a flush on the second connection
+            statements.append(("SET LOCAL synchronous_commit TO off", None))
             statements.append(("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,)))
             statements.append(self._draw_ids_sql(self._size))
         if key is not None:
@@ -413,7 +423,7 @@ class _PgBatchTxn(_PgTxn):
         cursors = self._round_trip(statements)
         if locking:
             self._locked = True
-            self._take_ids(cursors[1], locked=True)
+            self._take_ids(cursors[2], locked=True)
         if key is not None:
             found = {(str(r[0]), str(r[1])): self._budget(tuple(r)) for r in cursors[-1]}
             for analyst in wanted:
@@ -432,6 +442,10 @@ class _PgBatchTxn(_PgTxn):
         return self._ids.pop()
 
     # -- a request's part of the buffer --
+
+    @property
+    def locked(self) -> bool:
+        return self._locked
 
     def mark(self) -> tuple[Any, ...]:
         return (dict(self._budgets), dict(self._dirty), len(self._new))
@@ -857,7 +871,9 @@ class PostgresStore(GroupCommitStore):
                     r.error = error
             return None
         self._remember(txn.written())
-        return self._ticket()
+        # a transaction that held the writer lock committed asynchronously: wait for a flush;
+        # one that did not (only finalisations) committed synchronously: it is on disk
+        return self._ticket() if txn.locked else None
 
     def _abandon(self, conn: Any) -> None:
         if not conn.closed:
@@ -878,7 +894,7 @@ class PostgresStore(GroupCommitStore):
                     entry, refs = known[e.ref]
                     known[e.ref] = (entry, (*refs, e))
         while len(known) > _OPEN_CACHE_SIZE:
-            known.pop(next(iter(known)))
+            known.pop(next(iter(known), -1), None)
 
     def _ticket(self) -> int:
         """After a COMMIT returned: the number of the first flush that will start after it."""
