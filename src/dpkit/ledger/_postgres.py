@@ -306,13 +306,16 @@ class _PgBatchTxn(_PgTxn):
     Writes are buffered in the client until the batch ends; the reads they affect (budgets,
     entries) are answered from the buffer laid over the database, so every request sees the
     effects of the requests before it exactly as if they had been written. When the batch ends,
-    one round trip sends every new entry (one INSERT of arrays), every changed budget row and
+    one round trip sends every new entry (one multi-row INSERT), every changed budget row and
     the COMMIT. So a refused request is undone by dropping its part of the buffer (no SAVEPOINT,
     nothing was sent), and the statements that hold the writer lock are few:
 
     * the first read of a budget takes the writer lock, reads the dataset's and the analyst's
-      rows, and draws entry ids from the entries' identity sequence - in one pipelined round
-      trip (``BEGIN`` too, when it is the transaction's first);
+      rows, and draws entry ids from the entries' identity sequence - in one round trip
+      (``BEGIN`` too, when it is the transaction's first); a transaction that took the lock
+      commits asynchronously (the lock is released at once) and is answered after a flush on
+      the store's second connection, one that did not (finalisations only) commits
+      synchronously;
     * ids drawn under the lock are larger than every id of an earlier lock holder, so entries
       that change budgets keep increasing in commit order (replay's order); ids drawn without
       the lock (a commit or fail, which changes no budget) are drawn after the reservation they
