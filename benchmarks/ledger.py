@@ -7,12 +7,17 @@
    across processes (the default; docs/ledger.md), and with no fsync at all (NOT durable: the
    CPU ceiling of the same work). ``reserve`` returns once its charge is on stable storage,
    ``commit`` once it survives kill -9 (it adds no charge; the next fsync makes it durable).
-   Then the same from 1, 8 and 64 threads sharing one Ledger (group commit in one process).
+   With ``--postgres``: the same cycles from 8 processes of 1, 8 and 32 threads on PostgreSQL
+   (issue 14's target; there both calls return after a WAL flush), with the server's durability
+   and group-commit settings printed. Each row shows the load average after its runs (the
+   machine may be shared). Then the same from 1, 8 and 64 threads sharing one Ledger (group
+   commit in one process).
 2. Time to compute ε for 1,000 composed Gaussian mechanisms at δ = 1e-6 by zCDP (exact), RDP and
    PLD (through dp-accounting, rounded up), next to dp-accounting called directly in the same run.
 
 Run: ``.venv/bin/python benchmarks/ledger.py`` (``--quick`` for a smaller run;
-``--processes --repeat 3 --postgres auto`` for issue 15's table, medians of 3).
+``--processes --repeat 3 --postgres auto`` for the 8-process table of issues 14 and 15, SQLite
+and PostgreSQL in one run, medians of 3).
 """
 
 from __future__ import annotations
@@ -203,7 +208,7 @@ def accounting_rows(
 
 def process_table(
     directory: Path, charges: int, postgres_url: str | None, repeat: int
-) -> list[tuple[str, float]]:
+) -> list[tuple[str, float, float, float]]:
     """8 processes against one ledger, beside the disk's fsync rate measured in the same run.
 
     Each figure is the median of ``repeat`` runs (the machine is shared; the runs of different
@@ -236,29 +241,46 @@ def process_table(
                     ),
                 )
             )
+    configs.append(
+        (
+            "dpkit 8 processes x 32 threads, shared fsync (now)",
+            lambda: processes_rate(directory, 8, charges, threads=32, sync="shared"),
+        )
+    )
     if postgres_url:
         sep = "&" if "?" in postgres_url else "?"
-        configs.append(
+        configs += [
             (
-                "dpkit 8 processes x 8 threads, PostgreSQL",
-                lambda: processes_rate(
-                    f"{postgres_url}{sep}schema=bench_{os.urandom(4).hex()}", 8, charges, threads=8
+                f"dpkit 8 processes x {threads} thread{'s' if threads > 1 else ''}, PostgreSQL",
+                lambda t=threads: processes_rate(
+                    f"{postgres_url}{sep}schema=bench_{os.urandom(4).hex()}", 8, charges, threads=t
                 ),
             )
-        )
-        configs.append(
-            (
-                "dpkit 8 processes x 1 thread, PostgreSQL",
-                lambda: processes_rate(
-                    f"{postgres_url}{sep}schema=bench_{os.urandom(4).hex()}", 8, charges
-                ),
-            )
-        )
+            for threads in (1, 8, 32)
+        ]
     samples: dict[str, list[float]] = {label: [] for label, _ in configs}
+    loads: dict[str, list[float]] = {label: [] for label, _ in configs}
     for _ in range(repeat):
         for label, fn in configs:
             samples[label].append(fn())
-    return [(label, statistics.median(values)) for label, values in samples.items()]
+            loads[label].append(os.getloadavg()[0])
+    return [
+        (label, statistics.median(values), min(loads[label]), max(loads[label]))
+        for label, values in samples.items()
+    ]
+
+
+def postgres_settings(url: str) -> str:
+    """The server settings that decide durability and group commit, as the benchmark ran."""
+    import psycopg
+
+    from dpkit.ledger._postgres import split_url
+
+    names = ("server_version", "synchronous_commit", "fsync", "wal_sync_method")
+    names += ("commit_delay", "commit_siblings", "wal_writer_delay", "full_page_writes")
+    with psycopg.connect(split_url(url)[0], autocommit=True) as conn:
+        shown = [(n, conn.execute(f"SHOW {n}").fetchone()) for n in names]
+    return ", ".join(f"{n}={row[0] if row else '?'}" for n, row in shown)
 
 
 def _postgres_url(choice: str | None) -> tuple[str | None, Any]:
@@ -310,14 +332,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"8 processes on one ledger: reserve+commit cycles/s, median of {args.repeat}")
             print("  (reserve returns once its charge is on stable storage; commit once it")
             print("   survives kill -9, synced with the next charge: docs/ledger.md)")
+            if pg_url:
+                print(f"  PostgreSQL: {postgres_settings(pg_url)}")
+                print("  (the ledger commits with synchronous_commit=on semantics: every write")
+                print("   returns after a WAL flush past its commit; docs/ledger.md)")
             rows = process_table(directory, charges, pg_url, args.repeat)
-            for label, rate in rows:
-                print(f"  {label:<66} {rate:>6.0f}/s")
+            print(f"  {'':<66} {'rate':>7}  load average (1 min) after its runs")
+            for label, rate, low, high in rows:
+                print(f"  {label:<66} {rate:>6.0f}/s  {low:.1f}-{high:.1f}")
             fsyncs = rows[0][1]
             print(
                 f"  {'bound, 8 single-thread clients (each cycle waits >= 1 fsync)':<66} "
                 f"{8 * fsyncs:>6.0f}/s"
             )
+            print(f"load average at end: {os.getloadavg()[0]:.1f}")
             print()
             if args.processes:
                 return 0

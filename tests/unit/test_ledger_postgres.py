@@ -3,18 +3,29 @@ append-only enforced by the server, versioned migrations, durability, failing cl
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
 import psycopg
 import pytest
 
 from dpkit.core.losses import PureDP
-from dpkit.errors import InvalidParameterError
-from dpkit.ledger import BudgetMonitor, Ledger, LedgerCorruptError, LedgerError
+from dpkit.errors import BudgetExceededError, InvalidParameterError
+from dpkit.ledger import (
+    BudgetMonitor,
+    Ledger,
+    LedgerCorruptError,
+    LedgerError,
+    ReservationStateError,
+)
 from dpkit.ledger._postgres import (
     SCHEMA_VERSION,
     LedgerUnavailableError,
     PostgresStore,
     split_url,
 )
+from dpkit.ledger._store import StoreTransaction
 
 QUIET = BudgetMonitor(log=False)
 
@@ -117,4 +128,158 @@ def test_restarted_connection_reconnects(postgres_url: str) -> None:
     granted = 1 + outcomes.count("ok")
     assert ledger.replay().ok
     assert ledger.budget("d").charges >= granted
+    ledger.close()
+
+
+def test_a_version_2_ledger_is_upgraded_in_place(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger written before migration 3 (entry ids from the identity default, no order
+    trigger) opens with this dpkit: the migration is applied once, old entries replay, and new
+    charges use the batched write path under the new trigger."""
+    from dpkit.ledger import _postgres
+
+    monkeypatch.setattr(_postgres, "MIGRATIONS", _postgres.MIGRATIONS[:2])
+    monkeypatch.setattr(_postgres, "SCHEMA_VERSION", 2)
+    with Ledger.open(postgres_url, monitor=QUIET) as old:
+        old.create_budget("d", PureDP(1))
+        old.commit(old.reserve("d", PureDP(Fraction(1, 4))))
+        kept = old.reserve("d", PureDP(Fraction(1, 4)))
+    conn, s = _raw(postgres_url)
+    with conn:
+        assert conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone() == (2,)
+    monkeypatch.undo()
+    with Ledger.open(postgres_url, monitor=QUIET) as new:
+        assert new.replay().ok
+        new.commit(kept)  # a reservation made before the upgrade
+        new.commit(new.reserve("d", PureDP(Fraction(1, 4))))
+        assert new.spent("d") == PureDP(Fraction(3, 4))
+        assert new.budget("d").charges == 3
+        assert new.pending() == []
+        assert new.replay().ok
+    conn, s = _raw(postgres_url)
+    with conn:
+        versions = conn.execute(f"SELECT version FROM {s}.schema_version ORDER BY version")
+        assert [r[0] for r in versions] == list(range(1, SCHEMA_VERSION + 1))
+        assert SCHEMA_VERSION >= 3
+
+
+def test_the_database_refuses_ids_it_did_not_issue_and_stray_finalisations(
+    postgres_url: str,
+) -> None:
+    """Migration 3's trigger: writers choose entry ids (from the sequence), so the server checks
+    that an id was issued and that a commit/fail follows a reservation of its dataset."""
+    with Ledger.open(postgres_url, monitor=QUIET) as ledger:
+        ledger.create_budget("d", PureDP(1))
+        ledger.create_budget("e", PureDP(1))
+        reservation = ledger.reserve("d", PureDP(Fraction(1, 10)))
+    conn, s = _raw(postgres_url)
+    columns = "id, ts, kind, dataset, analyst, loss, query, query_hash, mechanism, ref, receipt"
+    insert = (
+        f"INSERT INTO {s}.entries ({columns}, actor, detail) OVERRIDING SYSTEM VALUE "
+        "VALUES (%s, 0, %s, %s, '', 'pure:1/10', '', '', '', %s, '', '', '')"
+    )
+    with conn:
+        cases: list[tuple[tuple[object, ...], str]] = [
+            ((10**12, "reserve", "d", None), "not issued"),  # a future id
+            ((None, "commit", "e", reservation.id), "does not follow"),  # another dataset
+            ((None, "fail", "d", reservation.id + 10**6), "does not follow"),  # no reservation
+        ]
+        for args, match in cases:
+            if args[0] is None:
+                row = conn.execute(f"SELECT nextval(pg_get_serial_sequence('{s}.entries', 'id'))")
+                issued = row.fetchone()
+                assert issued is not None
+                args = (issued[0], *args[1:])
+            with pytest.raises(psycopg.errors.CheckViolation, match=match):
+                conn.execute(insert, args)
+        ids = conn.execute(f"SELECT count(*) FROM {s}.entries WHERE kind IN ('commit', 'fail')")
+        assert ids.fetchone() == (0,)
+
+
+class _Captured(Exception):
+    pass
+
+
+def _captured_works(
+    store: PostgresStore, calls: list[Callable[[], object]]
+) -> list[Callable[[StoreTransaction], Any]]:
+    """The ``work`` each call hands to ``store.write``, without running it (so that the test
+    can run them as one batch)."""
+    works: list[Callable[[StoreTransaction], Any]] = []
+
+    def capture(work: Callable[[StoreTransaction], Any], *, sync: bool = True) -> None:
+        works.append(work)
+        raise _Captured
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store, "write", capture)
+        for call in calls:
+            with pytest.raises(_Captured):
+                call()
+    return works
+
+
+def test_a_finalisation_that_loses_a_race_fails_alone(postgres_url: str) -> None:
+    """Process A finalises its reservations without reading them (it wrote them); if process B
+    finalised one meanwhile, the unique index refuses A's batch, and A reruns its requests one
+    by one: that commit fails with ReservationStateError, its batch-mates succeed."""
+    from dpkit.ledger._store import _Request
+
+    a = Ledger.open(postgres_url, monitor=QUIET)
+    b = Ledger.open(postgres_url, monitor=QUIET)
+    a.create_budget("d", PureDP(1))
+    raced = a.reserve("d", PureDP(Fraction(1, 10)))
+    other = a.reserve("d", PureDP(Fraction(1, 10)))
+    b.commit(raced)  # B read it from the database; A's store still holds it as open
+
+    store = a.store
+    assert isinstance(store, PostgresStore)
+    works = _captured_works(
+        store,
+        [
+            lambda: a.commit(raced),
+            lambda: a.commit(other),
+            lambda: a.reserve("d", PureDP(Fraction(1, 10))),
+        ],
+    )
+    batch = [_Request(w) for w in works]
+    token = store._run_batch(batch)
+    assert token is not None
+    store._await_durable(token)
+    assert isinstance(batch[0].error, ReservationStateError)
+    assert "already finalised" in str(batch[0].error)
+    assert batch[1].error is None and batch[1].result.reservation_id == other.id
+    assert batch[2].error is None
+    assert a.budget("d").charges == 3
+    assert [e.id for e in a.pending()] == [batch[2].result[0].id]  # reserved, not finalised
+    assert a.replay().ok
+    a.close()
+    b.close()
+
+
+def test_a_batch_reads_its_own_writes(postgres_url: str) -> None:
+    """Requests batched in one transaction see the entries and budgets written by the requests
+    before them (the buffer is laid over the database), and a refused request leaves nothing."""
+    from dpkit.ledger._store import _Request
+
+    ledger = Ledger.open(postgres_url, monitor=QUIET)
+    ledger.create_budget("d", PureDP(Fraction(3, 10)))
+    store = ledger.store
+    assert isinstance(store, PostgresStore)
+    reserve = lambda: ledger.reserve("d", PureDP(Fraction(1, 10)))  # noqa: E731
+    # the fourth reservation does not fit; the budget exists already (in the database)
+    works = _captured_works(
+        store, [reserve, reserve, reserve, reserve, lambda: ledger.create_budget("d", PureDP(1))]
+    )
+    batch = [_Request(w) for w in works]
+    store._await_durable(store._run_batch(batch))
+    assert [r.error is None for r in batch] == [True, True, True, False, False]
+    assert isinstance(batch[3].error, BudgetExceededError)
+    ids = [r.result[0].id for r in batch[:3]]
+    assert ids == sorted(ids)
+    assert ledger.budget("d").charges == 3
+    assert ledger.spent("d") == PureDP(Fraction(3, 10))
+    assert [e.kind for e in ledger.history("d")].count("reserve") == 3
+    assert ledger.replay().ok
     ledger.close()

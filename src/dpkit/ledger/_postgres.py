@@ -9,17 +9,21 @@ Semantics (the same as :class:`~dpkit.ledger.SQLiteStore`, so every ledger test 
   single write lock. Finalising a reservation (commit / fail) touches no budget and takes no
   lock; a unique index lets each reservation be finalised only once. The lock is released by
   COMMIT or ROLLBACK, and by the server when a client dies, so a killed process never leaves it
-  held. Entry ids come from an identity column; the entries that change budgets (create, adjust,
-  reserve, alert) are written under the lock, so their ids increase in commit order, which is the
-  order replay applies them in (commit / fail entries change no total).
+  held. Entry ids are drawn from the entries' identity sequence; those of entries that change
+  budgets (create, adjust, reserve, alert) are drawn under the lock, so they increase in commit
+  order, which is the order replay applies them in (commit / fail entries change no total; their
+  ids are drawn after their reservation committed). A trigger refuses ids the sequence has not
+  issued and finalisations that do not follow their reservation (migration 3).
 * **Durability.** A write returns only after the server flushed its WAL past the write's commit
   record, so an acknowledged charge survives a crash of the client, the server or the machine.
-  The write itself commits asynchronously and a second, synchronous commit waits for the flush
-  *after* the writer lock is released, so concurrent writers share WAL flushes (see
-  ``PostgresStore._flush``).
-* **Group commit.** Threads of one process writing at the same time share one transaction (each
-  request inside its own SAVEPOINT, so a refused request is rolled back alone) and one WAL flush;
-  each caller is answered only after the COMMIT.
+  A transaction that holds the writer lock commits asynchronously and a second, synchronous
+  commit waits for the flush *after* the lock is released, so concurrent writers share WAL
+  flushes (see ``PostgresStore._flush``); one that only finalises reservations holds no lock
+  and commits synchronously.
+* **Group commit, few round trips.** Threads of one process writing at the same time share one
+  transaction, which buffers its writes and sends them with its COMMIT: a batch of any size
+  costs about three round trips (``_PgBatchTxn``; a refused request is dropped from the buffer
+  alone) and one WAL flush; each caller is answered only after the flush.
 * **Append-only in the database.** Triggers refuse UPDATE, DELETE and TRUNCATE on the entries
   table, whoever the client is; ``docs/service.md`` shows how to run the service as a role that
   additionally lacks those privileges.
@@ -127,6 +131,39 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
                WHERE kind IN ('commit', 'fail')""",
         ),
     ),
+    (
+        3,
+        "entry ids come from the ledger's sequence; a commit or fail follows its reservation",
+        (
+            # Writers now draw ids from the identity sequence and insert a batch's entries with
+            # OVERRIDING SYSTEM VALUE (one round trip per batch). The database still guarantees
+            # what replay relies on: no id the sequence has not issued (so no entry can take an
+            # id a later writer will be given), and every finalisation names an earlier
+            # reservation of the same dataset.
+            """CREATE FUNCTION {s}.dpkit_entry_order() RETURNS trigger LANGUAGE plpgsql AS $$
+               DECLARE
+                 issued BIGINT := pg_sequence_last_value('{s}.entries_id_seq'::regclass);
+                 reserved RECORD;
+               BEGIN
+                 IF issued IS NULL OR NEW.id > issued THEN
+                   RAISE EXCEPTION 'dpkit ledger entry id % was not issued by the ledger''s '
+                     'sequence', NEW.id USING ERRCODE = 'check_violation';
+                 END IF;
+                 IF NEW.kind IN ('commit', 'fail') THEN
+                   SELECT id, kind, dataset INTO reserved FROM {s}.entries WHERE id = NEW.ref;
+                   IF reserved.id IS NULL OR reserved.kind <> 'reserve'
+                      OR reserved.dataset <> NEW.dataset OR NEW.id <= NEW.ref THEN
+                     RAISE EXCEPTION 'dpkit ledger: % entry % does not follow reservation % of '
+                       'dataset %', NEW.kind, NEW.id, NEW.ref, NEW.dataset
+                       USING ERRCODE = 'check_violation';
+                   END IF;
+                 END IF;
+                 RETURN NEW;
+               END $$""",
+            """CREATE TRIGGER entries_order BEFORE INSERT ON {s}.entries
+               FOR EACH ROW EXECUTE FUNCTION {s}.dpkit_entry_order()""",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -196,26 +233,7 @@ class _PgTxn(_Txn):
 
     def put_budget(self, row: BudgetRow) -> None:
         self._lock()
-        self._conn.execute(
-            f"INSERT INTO {self._s}.budgets ({_BUDGET_COLUMNS}) VALUES "
-            "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (dataset, analyst) DO UPDATE SET "
-            "privacy_unit = EXCLUDED.privacy_unit, total = EXCLUDED.total, "
-            "spent_xi = EXCLUDED.spent_xi, spent_delta = EXCLUDED.spent_delta, "
-            "spent_rho = EXCLUDED.spent_rho, charges = EXCLUDED.charges, "
-            "alerts_fired = EXCLUDED.alerts_fired, created_at = EXCLUDED.created_at",
-            (
-                row.dataset,
-                _analyst_key(row.analyst),
-                row.privacy_unit,
-                loss_to_text(row.total),
-                fraction_text(row.spend.xi),
-                fraction_text(row.spend.delta),
-                fraction_text(row.spend.rho),
-                row.charges,
-                ",".join(row.alerts_fired),
-                row.created_at,
-            ),
-        )
+        self._conn.execute(_upsert_budget_sql(self._s), _budget_values(row))
 
     def append_entry(self, entry: NewEntry) -> int:
         row = self._conn.execute(
@@ -270,6 +288,356 @@ class _PgTxn(_Txn):
         return [self._entry(tuple(r)) for r in self._conn.execute(sql, args).fetchall()]
 
 
+_BUDGET_CHANGES = frozenset(("create", "adjust", "reserve", "alert"))
+_OPEN_CACHE_SIZE = 16384  # reservations kept per process (older ones are read when finalised)
+
+
+class _RetryAlone(Exception):
+    """A batch's transaction failed on a database error; rerun its requests one by one."""
+
+    def __init__(self, failed: _Request | None = None) -> None:
+        super().__init__()
+        self.failed = failed
+
+
+class _PgBatchTxn(_PgTxn):
+    """The write transaction of one batch, in a few round trips whatever the batch's size.
+
+    Writes are buffered in the client until the batch ends; the reads they affect (budgets,
+    entries) are answered from the buffer laid over the database, so every request sees the
+    effects of the requests before it exactly as if they had been written. When the batch ends,
+    one round trip sends every new entry (one multi-row INSERT), every changed budget row and
+    the COMMIT. So a refused request is undone by dropping its part of the buffer (no SAVEPOINT,
+    nothing was sent), and the statements that hold the writer lock are few:
+
+    * the first read of a budget takes the writer lock, reads the dataset's and the analyst's
+      rows, and draws entry ids from the entries' identity sequence - in one round trip
+      (``BEGIN`` too, when it is the transaction's first); a transaction that took the lock
+      commits asynchronously (the lock is released at once) and is answered after a flush on
+      the store's second connection, one that did not (finalisations only) commits
+      synchronously;
+    * ids drawn under the lock are larger than every id of an earlier lock holder, so entries
+      that change budgets keep increasing in commit order (replay's order); ids drawn without
+      the lock (a commit or fail, which changes no budget) are drawn after the reservation they
+      finalise was committed, so they are larger than its id;
+    * entries are written with those ids (``OVERRIDING SYSTEM VALUE``); the triggers of migration
+      3 refuse an id the sequence has not issued, and a finalisation that does not follow its
+      reservation.
+
+    With ``use_cache`` the reservations this process wrote (and saw committed) answer
+    ``get_entry`` / ``entries_referring_to`` without a round trip; a finalisation made meanwhile
+    by another process is caught by the unique index ``entries_one_final`` at the end of the
+    batch, which then reruns each request alone, reading the database (``_RetryAlone``).
+    """
+
+    __slots__ = (
+        "_begun",
+        "_budgets",
+        "_dirty",
+        "_fetched",
+        "_ids",
+        "_ids_locked",
+        "_new",
+        "_refs",
+        "_size",
+        "_store",
+        "_use_cache",
+    )
+
+    def __init__(self, store: PostgresStore, conn: Any, size: int, use_cache: bool) -> None:
+        super().__init__(conn, f"ledger schema {store.schema!r}", store.schema, store._lock_key)
+        self._store = store
+        self._size = max(1, size)
+        self._use_cache = use_cache
+        self._begun = False
+        self._budgets: dict[tuple[str, str], BudgetRow | None] = {}
+        self._dirty: dict[tuple[str, str], BudgetRow] = {}
+        self._new: list[tuple[int, NewEntry]] = []
+        self._refs: dict[int, list[LedgerEntry]] = {}  # read from the database
+        self._fetched: dict[int, LedgerEntry | None] = {}
+        self._ids: list[int] = []  # drawn and unused, in decreasing order (pop() takes the least)
+        self._ids_locked = False
+
+    # -- round trips --
+
+    def _round_trip(self, statements: list[tuple[str, Any]]) -> list[list[tuple[Any, ...]]]:
+        """Send ``statements`` (after BEGIN, if the transaction has not begun) in one message,
+        i.e. one round trip; returns the rows of each (empty for commands).
+
+        The parameters are bound in the client by psycopg's quoting (``ClientCursor``), so that
+        the statements travel as one simple query: psycopg's pipeline mode would do the same in
+        one round trip but polls the socket while it waits, costing more CPU than it saves."""
+        wanted = len(statements)
+        if not self._begun:
+            statements = [("BEGIN", None), *statements]
+            self._begun = True
+        sql = "; ".join(s for s, _ in statements)
+        params: list[Any] = []
+        for _, p in statements:
+            if p is not None:
+                params.extend(p)
+        cursor = self._store._psycopg.ClientCursor(self._conn)
+        cursor.execute(sql, params if params else None)
+        results: list[list[tuple[Any, ...]]] = []
+        tuples = self._store._psycopg.pq.ExecStatus.TUPLES_OK
+        while True:  # (pgresult.status, not description: that builds column objects)
+            result = cursor.pgresult
+            results.append(
+                cursor.fetchall() if result is not None and result.status == tuples else []
+            )
+            if not cursor.nextset():
+                break
+        return results[len(results) - wanted :]
+
+    def _draw_ids_sql(self, count: int) -> tuple[str, Any]:
+        return (
+            f"SELECT nextval('{self._store._sequence}') FROM generate_series(1, %s)",
+            (count,),
+        )
+
+    def _take_ids(self, rows: list[tuple[Any, ...]], locked: bool) -> None:
+        self._ids = sorted((int(r[0]) for r in rows), reverse=True)
+        self._ids_locked = locked
+
+    def _lock(self) -> None:
+        if not self._locked:
+            self._lock_and_read(None)
+
+    def _lock_and_read(self, key: tuple[str, str] | None) -> None:
+        """One round trip: the writer lock, fresh ids under it, and the budget rows of ``key``'s
+        dataset that the charge checks (the dataset's and the analyst's)."""
+        statements: list[tuple[str, Any]] = []
+        locking = not self._locked
+        if locking:
+            # a transaction holding the lock commits asynchronously, so that the lock is
+            # released at once; it is answered after a flush on the second connection
+            statements.append(("SET LOCAL synchronous_commit TO off", None))
+            statements.append(("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,)))
+            statements.append(self._draw_ids_sql(self._size))
+        if key is not None:
+            wanted = sorted({key[1], ""})
+            statements.append(
+                (
+                    f"SELECT {_BUDGET_COLUMNS} FROM {self._s}.budgets "
+                    "WHERE dataset = %s AND analyst = ANY(%s)",
+                    (key[0], wanted),
+                )
+            )
+        cursors = self._round_trip(statements)
+        if locking:
+            self._locked = True
+            self._take_ids(cursors[2], locked=True)
+        if key is not None:
+            found = {(str(r[0]), str(r[1])): self._budget(tuple(r)) for r in cursors[-1]}
+            for analyst in wanted:
+                k = (key[0], analyst)
+                if k not in self._budgets:
+                    self._budgets[k] = found.get(k)
+
+    def _next_id(self, changes_budgets: bool) -> int:
+        if changes_budgets and not self._locked:
+            self._lock()
+        if changes_budgets and not self._ids_locked:
+            self._ids = []  # drawn before the lock: not for entries that change budgets
+        if not self._ids:
+            (cursor,) = self._round_trip([self._draw_ids_sql(self._size)])
+            self._take_ids(cursor, locked=self._locked)
+        return self._ids.pop()
+
+    # -- a request's part of the buffer --
+
+    @property
+    def locked(self) -> bool:
+        return self._locked
+
+    def mark(self) -> tuple[Any, ...]:
+        return (dict(self._budgets), dict(self._dirty), len(self._new))
+
+    def restore(self, mark: tuple[Any, ...]) -> None:
+        budgets, dirty, new = mark
+        self._budgets, self._dirty = budgets, dirty
+        del self._new[new:]
+
+    # -- StoreTransaction --
+
+    def get_budget(self, dataset: str, analyst: str | None) -> BudgetRow | None:
+        key = (dataset, _analyst_key(analyst))
+        if key not in self._budgets:
+            self._lock_and_read(key)
+        return self._budgets.get(key)
+
+    def list_budgets(self) -> list[BudgetRow]:
+        rows = {(r.dataset, _analyst_key(r.analyst)): r for r in super().list_budgets()}
+        rows.update({k: r for k, r in self._budgets.items() if r is not None})
+        return [rows[k] for k in sorted(rows)]
+
+    def put_budget(self, row: BudgetRow) -> None:
+        self._lock()
+        key = (row.dataset, _analyst_key(row.analyst))
+        self._budgets[key] = row
+        self._dirty[key] = row
+
+    def append_entry(self, entry: NewEntry) -> int:
+        entry_id = self._next_id(entry.kind in _BUDGET_CHANGES)
+        self._new.append((entry_id, entry))
+        return entry_id
+
+    def _buffered(self) -> list[LedgerEntry]:
+        return [_as_entry(i, e) for i, e in self._new]
+
+    def get_entry(self, entry_id: int) -> LedgerEntry | None:
+        for i, e in self._new:
+            if i == entry_id:
+                return _as_entry(i, e)
+        if self._use_cache:
+            known = self._store._open_reservations.get(entry_id)
+            if known is not None:
+                return known[0]
+        if entry_id not in self._fetched:  # the entry and what refers to it, in one round trip
+            (cursor,) = self._round_trip(
+                [
+                    (
+                        f"SELECT {_ENTRY_COLUMNS} FROM {self._s}.entries "
+                        "WHERE id = %s OR ref = %s ORDER BY id",
+                        (entry_id, entry_id),
+                    )
+                ]
+            )
+            rows = [self._entry(tuple(r)) for r in cursor]
+            self._fetched[entry_id] = next((e for e in rows if e.id == entry_id), None)
+            self._refs[entry_id] = [e for e in rows if e.id != entry_id]
+        return self._fetched[entry_id]
+
+    def entries_referring_to(self, entry_id: int) -> list[LedgerEntry]:
+        stored = self._refs.get(entry_id)
+        if stored is None and self._use_cache:
+            known = self._store._open_reservations.get(entry_id)
+            if known is not None:
+                stored = list(known[1])
+        if stored is None:
+            (cursor,) = self._round_trip(
+                [
+                    (
+                        f"SELECT {_ENTRY_COLUMNS} FROM {self._s}.entries WHERE ref = %s "
+                        "ORDER BY id",
+                        (entry_id,),
+                    )
+                ]
+            )
+            stored = [self._entry(tuple(r)) for r in cursor]
+            self._refs[entry_id] = stored
+        return stored + [e for e in self._buffered() if e.ref == entry_id]
+
+    def entries(
+        self, dataset: str | None = None, analyst: str | None = None, after_id: int = 0
+    ) -> Sequence[LedgerEntry]:
+        self._lock()
+        stored = list(super().entries(dataset, analyst, after_id))
+        extra = [
+            e
+            for e in self._buffered()
+            if e.id > after_id
+            and (dataset is None or e.dataset == dataset)
+            and (dataset is None or analyst is None or _analyst_key(e.analyst) == analyst)
+        ]
+        if not extra:
+            return stored
+        return sorted(stored + extra, key=lambda e: e.id)
+
+    # -- the end of the batch --
+
+    def finish(self) -> bool:
+        """Write the buffer and COMMIT in one round trip; False if there was nothing to write
+        (the transaction, if any, is rolled back)."""
+        if not self._new and not self._dirty:
+            if self._begun:
+                self._conn.execute("ROLLBACK")
+            return False
+        statements: list[tuple[str, Any]] = []
+        if self._new:
+            values: list[Any] = []
+            for entry_id, e in self._new:
+                values += (
+                    entry_id,
+                    e.timestamp,
+                    e.kind,
+                    e.dataset,
+                    _analyst_key(e.analyst),
+                    None if e.loss is None else loss_to_text(e.loss),
+                    e.query,
+                    e.query_hash,
+                    e.mechanism,
+                    e.ref,
+                    e.receipt,
+                    e.actor,
+                    e.detail,
+                )
+            rows = ", ".join([_ENTRY_PLACEHOLDERS] * len(self._new))
+            statements.append(
+                (
+                    f"INSERT INTO {self._s}.entries ({_ENTRY_COLUMNS}) OVERRIDING SYSTEM VALUE "
+                    f"VALUES {rows}",
+                    values,
+                )
+            )
+        statements += [
+            (_upsert_budget_sql(self._s), _budget_values(r)) for r in self._dirty.values()
+        ]
+        statements.append(("COMMIT", None))
+        self._round_trip(statements)
+        return True
+
+    def written(self) -> list[LedgerEntry]:
+        return self._buffered()
+
+
+def _as_entry(entry_id: int, e: NewEntry) -> LedgerEntry:
+    return LedgerEntry(
+        id=entry_id,
+        timestamp=e.timestamp,
+        kind=e.kind,
+        dataset=e.dataset,
+        analyst=e.analyst or None,
+        loss=e.loss,
+        query=e.query,
+        query_hash=e.query_hash,
+        mechanism=e.mechanism,
+        ref=e.ref,
+        receipt=e.receipt,
+        actor=e.actor,
+        detail=e.detail,
+    )
+
+
+_ENTRY_PLACEHOLDERS = "(" + ", ".join(["%s"] * 13) + ")"
+
+
+def _upsert_budget_sql(s: str) -> str:
+    return (
+        f"INSERT INTO {s}.budgets ({_BUDGET_COLUMNS}) VALUES "
+        "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (dataset, analyst) DO UPDATE SET "
+        "privacy_unit = EXCLUDED.privacy_unit, total = EXCLUDED.total, "
+        "spent_xi = EXCLUDED.spent_xi, spent_delta = EXCLUDED.spent_delta, "
+        "spent_rho = EXCLUDED.spent_rho, charges = EXCLUDED.charges, "
+        "alerts_fired = EXCLUDED.alerts_fired, created_at = EXCLUDED.created_at"
+    )
+
+
+def _budget_values(row: BudgetRow) -> tuple[Any, ...]:
+    return (
+        row.dataset,
+        _analyst_key(row.analyst),
+        row.privacy_unit,
+        loss_to_text(row.total),
+        fraction_text(row.spend.xi),
+        fraction_text(row.spend.delta),
+        fraction_text(row.spend.rho),
+        row.charges,
+        ",".join(row.alerts_fired),
+        row.created_at,
+    )
+
+
 class PostgresStore(GroupCommitStore):
     """A ledger in a PostgreSQL schema.
 
@@ -308,6 +676,10 @@ class PostgresStore(GroupCommitStore):
         self._flush_state = threading.Lock()
         self._flushes_started = 0
         self._flushes_done = 0
+        # reservation id -> (its entry, entries referring to it), written by this store and
+        # committed, not yet finalised by it (see _PgBatchTxn)
+        self._open_reservations: dict[int, tuple[LedgerEntry, tuple[LedgerEntry, ...]]] = {}
+        self._sequence = ""
         self._ledger_id = self._initialise()
 
     # -- connections --
@@ -343,6 +715,7 @@ class PostgresStore(GroupCommitStore):
             self._rconn = None
         if conn is self._fconn:
             self._fconn = None
+        self._open_reservations.clear()
 
     def _initialise(self) -> str:
         conn = self._writer()
@@ -383,6 +756,10 @@ class PostgresStore(GroupCommitStore):
                     f"INSERT INTO {s}.schema_version VALUES (%s, %s, %s)",
                     (version, description, time.time()),
                 )
+            row = conn.execute(
+                "SELECT pg_get_serial_sequence(%s, 'id')", (f"{s}.entries",)
+            ).fetchone()
+            self._sequence = str(row[0]) if row is not None and row[0] is not None else ""
             meta = {str(k): str(v) for k, v in conn.execute(f"SELECT key, value FROM {s}.meta")}
             if not meta:
                 ledger_id = hashlib.sha256(
@@ -438,62 +815,89 @@ class PostgresStore(GroupCommitStore):
     def _run_batch(self, batch: list[_Request]) -> object | None:
         """Run the batch in one transaction; returns a flush ticket if anything was committed.
 
-        The transaction commits without waiting for its WAL flush (so the writer lock is
-        released at once, and the next batch can start); ``_await_durable`` then waits for a
-        flush covering it before anyone is answered. See ``_flush`` for why this is as durable
-        as a synchronous commit."""
+        The transaction (``_PgBatchTxn``) costs a few round trips whatever the batch's size, and
+        commits without waiting for its WAL flush (so the writer lock is released at once, and
+        the next batch can start); ``_await_durable`` then waits for a flush covering it before
+        anyone is answered. See ``_flush`` for why this is as durable as a synchronous commit.
+        If the transaction fails on a database error (a finalisation that lost a race, a lock
+        timeout), nothing of it was committed: each request is then run alone, reading the
+        database, so the error lands on the request that causes it."""
+        try:
+            return self._attempt(batch, use_cache=True)
+        except _RetryAlone as retry:
+            ticket: object | None = None
+            for r in batch:
+                if r is not retry.failed:  # alone, a request's error is its own
+                    r.result = r.error = None
+                    ticket = self._attempt([r], use_cache=False) or ticket
+            return ticket
+
+    def _attempt(self, batch: list[_Request], *, use_cache: bool) -> object | None:
         psycopg = self._psycopg
         try:
             conn = self._writer()
-            # one round trip opens the transaction (and the first request's savepoint)
-            conn.execute(
-                "BEGIN; SET LOCAL synchronous_commit TO off"
-                + ("; SAVEPOINT dpkit_request" if len(batch) > 1 else "")
-            )
-        except (psycopg.Error, LedgerError) as exc:
-            refused = exc if isinstance(exc, LedgerError) else self._translate(exc, self._wconn)
-            if self._wconn is not None:
-                with contextlib.suppress(Exception):
-                    self._wconn.execute("ROLLBACK")
+        except LedgerError as exc:
             for r in batch:
-                r.error = refused
+                r.error = exc
             return None
-        txn = _PgTxn(conn, f"ledger schema {self.schema!r}", self.schema, self._lock_key)
-        try:
-            if len(batch) == 1:  # alone: no savepoint needed, a refusal rolls back everything
-                only = batch[0]
-                try:
-                    only.result = only.work(txn)
-                except BaseException as exc:
-                    only.result = None
-                    only.error = (
-                        self._translate(exc, conn) if isinstance(exc, psycopg.Error) else exc
-                    )
-                    conn.execute("ROLLBACK")
+        txn = _PgBatchTxn(self, conn, len(batch), use_cache)
+        for r in batch:
+            mark = txn.mark()
+            try:
+                r.result = r.work(txn)
+            except psycopg.Error as exc:
+                r.result = None
+                r.error = self._translate(exc, conn)
+                self._abandon(conn)
+                if conn.closed or len(batch) == 1:
+                    for other in batch:
+                        if other.error is None:
+                            other.result = None
+                            other.error = r.error
                     return None
-                conn.execute("COMMIT")
-                return self._ticket()
-            for i, r in enumerate(batch):
-                if i:  # the previous request is kept; this one gets a savepoint of its own
-                    conn.execute("RELEASE SAVEPOINT dpkit_request; SAVEPOINT dpkit_request")
-                try:
-                    r.result = r.work(txn)
-                except BaseException as exc:
-                    conn.execute("ROLLBACK TO SAVEPOINT dpkit_request")
-                    r.error = self._translate(exc, conn) if isinstance(exc, psycopg.Error) else exc
-            conn.execute("COMMIT")  # commits the last savepoint's work too
-        except BaseException as exc:
-            with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
-            error: BaseException = (
-                self._translate(exc, conn) if isinstance(exc, psycopg.Error) else exc
-            )
+                raise _RetryAlone(r) from None
+            except BaseException as exc:
+                r.result = None
+                r.error = exc
+                txn.restore(mark)
+        try:
+            if not txn.finish():
+                return None
+        except psycopg.Error as exc:
+            self._abandon(conn)
+            if not conn.closed and len(batch) > 1 and not isinstance(exc, psycopg.OperationalError):
+                raise _RetryAlone() from None
+            error = self._translate(exc, conn)
             for r in batch:  # nothing of the batch was acknowledged
                 if r.error is None:
                     r.result = None
                     r.error = error
             return None
-        return self._ticket() if any(r.error is None for r in batch) else None
+        self._remember(txn.written())
+        # a transaction that held the writer lock committed asynchronously: wait for a flush;
+        # one that did not (only finalisations) committed synchronously: it is on disk
+        return self._ticket() if txn.locked else None
+
+    def _abandon(self, conn: Any) -> None:
+        if not conn.closed:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+
+    def _remember(self, written: list[LedgerEntry]) -> None:
+        """Keep the reservations this process committed (until finalised here), so that
+        finalising them needs no read (see ``_PgBatchTxn``)."""
+        known = self._open_reservations
+        for e in written:
+            if e.kind == "reserve":
+                known[e.id] = (e, ())
+            elif e.ref is not None and e.ref in known:
+                if e.kind in ("commit", "fail"):
+                    known.pop(e.ref, None)
+                else:
+                    entry, refs = known[e.ref]
+                    known[e.ref] = (entry, (*refs, e))
+        while len(known) > _OPEN_CACHE_SIZE:
+            known.pop(next(iter(known), -1), None)
 
     def _ticket(self) -> int:
         """After a COMMIT returned: the number of the first flush that will start after it."""
@@ -527,6 +931,7 @@ class PostgresStore(GroupCommitStore):
                 self._flushes_done = max(self._flushes_done, number)
 
     def _durability_unknown(self, exc: BaseException) -> BaseException:
+        self._open_reservations.clear()
         if isinstance(exc, LedgerError):
             return type(exc)(
                 f"{exc} The change was committed but its flush to disk was not confirmed, so it "
