@@ -125,11 +125,11 @@ def fit_linear_regression(
 _PREFIX = "__ml_"
 
 
-_TERMS = 8
-"""Terms per derived column. The SQL engines turn NaN into NULL after every + - * with a CASE
-(or DuckDB's NULLIF macro) that repeats its operand, so an expression of arithmetic depth D is
-2^D nodes by the time the engine binds it. Long sums are therefore split into derived columns
-of at most 8 terms (balanced trees of depth 3)."""
+_TERMS = 64
+"""Terms per derived column (sums of more terms are split into partial sums, each a derived
+column). The SQL engines turn NaN into NULL with a CASE that repeats its operand, once per
+chain of + - * (:mod:`dpkit.analytics.engines.sql`), so a sum's expression is linear in its
+number of terms; a distance to a centre in d <= 63 dimensions is one derived column."""
 
 # Every helper below adds its columns in *stages*: all the columns of one stage read only
 # earlier stages, and they are added one after another, so the SQL engines compute a whole stage
@@ -290,8 +290,7 @@ def _lattice_label(query: Any, z: Sequence[str], g: int, label: str) -> Any:
 
     d = len(z)
     cells = {
-        f"{_PREFIX}g{t}": (((col(z[t]) + 1.0) * (g / 2.0)).floor(), 0.0, g - 1.0)
-        for t in range(d)
+        f"{_PREFIX}g{t}": (((col(z[t]) + 1.0) * (g / 2.0)).floor(), 0.0, g - 1.0) for t in range(d)
     }
     query = _with_clamps(query, cells)
     terms = [col(f"{_PREFIX}g{t}") * float(g ** (d - 1 - t)) for t in range(d)]

@@ -226,11 +226,10 @@ class _ExprCompiler:
 
         def operand(side: Expr) -> exp.Expr:
             if isinstance(side, Binary) and side.op in ("+", "-", "*"):
-                return self._arithmetic(side)
-            return self.compile(side)
+                return self._arithmetic(side)  # of DOUBLEs, hence a DOUBLE
+            return _as_double(self.compile(side))
 
-        a = exp.Paren(this=_as_double(operand(expr.left)))
-        b = exp.Paren(this=_as_double(operand(expr.right)))
+        a, b = exp.Paren(this=operand(expr.left)), exp.Paren(this=operand(expr.right))
         return {"+": exp.Add, "-": exp.Sub, "*": exp.Mul}[expr.op](this=a, expression=b)
 
     def _binary(self, expr: Binary) -> exp.Expr:
@@ -420,7 +419,7 @@ def build_query(
             return
         prev = exp.to_table(ctes[-1][0])
         kept = [column(c) for c in columns if c not in level]
-        derived_cols = [exp.alias_(v, name, quoted=True) for name, v in level.items()]
+        derived_cols = [exp.alias_(v, name, quoted=True, copy=False) for name, v in level.items()]
         node = _select(*kept, *derived_cols).from_(prev, copy=False)
         columns = [c for c in columns if c not in level] + list(level)
         ctes.append((f"__s{len(ctes)}", node))
@@ -762,18 +761,17 @@ def _finish(
     # copy of the table: +250 MB and +30% time at 10M rows); inlined, each branch re-scans the
     # source instead, which costs far less.
     shared = [name for name, _ in ctes[: [n for n, _ in ctes].index("__base") + 1]]
-    # (copies first: the builders above share some nodes between trees, and the inlining
-    # below edits the trees in place)
-    bodies = {name: tree.copy() for name, tree in ctes}
+    # The inlining below edits the trees in place. The builders above share some nodes between
+    # the later trees (the FROM of __total and __h0), so those are copied first; the shared
+    # relations' own trees are built fresh (and hold most of the nodes: no copy).
+    bodies = {name: tree if name in shared else tree.copy() for name, tree in ctes}
     final = final.copy()
     # each shared relation is inlined once its own references are (in order: a relation reads
     # earlier ones only), and copied only where it is read more than once, so the cost is
     # linear in the size of the result (inlining one name at a time into every tree was
     # quadratic in the number of levels)
     trees = [*bodies.values(), final]
-    uses = Counter(
-        node.name for tree in trees for node in tree.find_all(exp.Table) if _plain(node)
-    )
+    uses = Counter(node.name for tree in trees for node in tree.find_all(exp.Table) if _plain(node))
     resolved: dict[str, exp.Expr] = {}
     for name in shared:
         resolved[name] = _inline(bodies.pop(name), resolved, uses)
