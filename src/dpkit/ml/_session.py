@@ -337,6 +337,7 @@ def fit_kmeans(
     bounds: Any,
     epsilon: Any = None,
     rho: Any = None,
+    delta: Any = None,
     method: str = "lloyd",
     max_iter: int | None = None,
     coreset_share: float = 0.4,
@@ -364,7 +365,8 @@ def fit_kmeans(
 
     Privacy: each query is one of the Session's own (per-unit contribution bounding by
     ``max_rows`` or the session's defaults, clamping, exact noise), so under the Session's
-    privacy unit the fit is ε-DP (ρ-zCDP) by sequential composition of the queries (each gets
+    privacy unit the fit is ε-DP (ρ-zCDP; (ε, δ)-DP with ``delta``, run as the largest ρ-zCDP
+    that converts within (ε, δ)) by sequential composition of the queries (each gets
     ε/steps, split between the count and the sums by public weights), and the public row map
     (NULL/NaN → midpoint, clamp to ``bounds``, scale to [-1, 1]) is applied by the engine row by
     row. The **whole** loss is reserved in the Session's ledger, once, before the first query
@@ -395,6 +397,7 @@ def fit_kmeans(
         n_clusters,
         epsilon=epsilon,
         rho=rho,
+        delta=delta,
         bounds=bounds,
         method=method,
         max_iter=max_iter,
@@ -468,6 +471,9 @@ def fit_kmeans(
             step_loss = compile_step(lloyd_query(start), lloyd_steps[0]).loss
             losses += [step_loss] * len(lloyd_steps)
         total = compose(*losses)
+    # (ε, δ) budgets run as zCDP; the ledger is charged the certified (ε' <= ε, δ) conversion
+    # of the whole fit's ρ (as a Session charges a query asked for with (ε, δ))
+    total = budget.reported(total)
     what = f"KMeans({method}, k={k}) on {', '.join(names)}"
     reservation = session.ledger.reserve(
         session.dataset,
