@@ -255,6 +255,9 @@ def main() -> None:
         type=float,
         help="also fit dpkit k-means with (ε, δ) (shown in brackets; diffprivlib is pure ε)",
     )
+    parser.add_argument(
+        "--dpkit-only", action="store_true", help="no peer (e.g. 20 dpkit fits at n = 10^6)"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", help="mixture sizes (default 10^4)")
     parser.add_argument(
         "--session-time",
@@ -269,8 +272,8 @@ def main() -> None:
         return
     global DELTA
     DELTA = args.delta
-    dpl = _diffprivlib()
-    if dpl is None:
+    dpl = None if args.dpkit_only else _diffprivlib()
+    if dpl is None and not args.dpkit_only:
         print("diffprivlib not installed: dpkit only (pip install dpkit[bench])")
     rng = np.random.default_rng(2024)
     if args.fit_time_only:
