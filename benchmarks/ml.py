@@ -5,6 +5,8 @@
     python benchmarks/ml.py --runs 5 --quick
     python benchmarks/ml.py --large-only --large-runs 3   # only the n = 10^6 rows + fit time
     python benchmarks/ml.py --target-only                 # only the target cell
+    python benchmarks/ml.py --session-time 100000 50 20 duckdb   # fit_kmeans on a Session
+    python benchmarks/ml.py --dims 50 --mixtures-only --delta 1e-6  # adds dpkit with (ε, δ)
 
 Metric (k-means): the k-means objective of the private centres on the data divided by that of
 non-private k-means++ (scikit-learn, 3 restarts), median over ``--runs`` fits (>= 20 by
@@ -80,6 +82,9 @@ def median_ratio(fit: Callable[[], np.ndarray], x: np.ndarray, base: float, runs
     return float(np.median([objective(x, fit()) / base for _ in range(runs)]))
 
 
+DELTA: float | None = None  # --delta: also fit dpkit with an (ε, δ) budget (Gaussian noise)
+
+
 def kmeans_cell(x: np.ndarray, k: int, runs: int, dpl: Any) -> list[str]:
     d = x.shape[1]
     base = objective(x, SkKMeans(k, n_init=3, random_state=0).fit(x).cluster_centers_)
@@ -91,6 +96,14 @@ def kmeans_cell(x: np.ndarray, k: int, runs: int, dpl: Any) -> list[str]:
             return np.asarray(model.cluster_centers_)
 
         mine = median_ratio(ours, x, base, runs)
+        approx = ""
+        if DELTA is not None:
+
+            def ours_approx(eps: float = eps) -> np.ndarray:
+                model = KMeans(k, epsilon=eps, delta=DELTA, bounds=(-1, 1)).fit(x)
+                return np.asarray(model.cluster_centers_)
+
+            approx = f" [(ε, δ): {median_ratio(ours_approx, x, base, runs):.3g}]"
         if dpl is not None:
 
             def theirs(eps: float = eps) -> np.ndarray:
@@ -101,9 +114,9 @@ def kmeans_cell(x: np.ndarray, k: int, runs: int, dpl: Any) -> list[str]:
 
             other = median_ratio(theirs, x, base, runs)
             mark = "✓" if mine < other else "✗"
-            row.append(f"{mine:.3g} / {other:.3g} {mark}")
+            row.append(f"{mine:.3g} / {other:.3g} {mark}{approx}")
         else:
-            row.append(f"{mine:.3g} / -")
+            row.append(f"{mine:.3g} / -{approx}")
     return row
 
 
@@ -187,6 +200,37 @@ def fit_time(rng: np.random.Generator, dpl: Any, repeats: int = 3) -> None:
     print(line, flush=True)
 
 
+def session_time(n: int, d: int, k: int, engine: str) -> None:
+    """Wall-clock time of k-means through a Session (`fit_kmeans`): one Lloyd step, a
+    `lloyd` fit (5 steps) and an `lsh` fit (coreset + 1 step), ε = 1, with the load average."""
+    import os
+
+    import pandas as pd
+
+    import dpkit as dp
+    from dpkit.analytics import Session
+    from dpkit.ml import fit_kmeans
+
+    x = mixture(n, d, k, np.random.default_rng(0))
+    frame = pd.DataFrame(x, columns=[f"x{i}" for i in range(d)])
+    frame["u"] = np.arange(n)
+    names = [f"x{i}" for i in range(d)]
+    for label, kwargs in (
+        ("one Lloyd step", {"method": "lloyd", "max_iter": 1}),
+        ("lloyd fit (5 steps)", {"method": "lloyd"}),
+        ("lsh fit (coreset + 1 step)", {"method": "lsh"}),
+    ):
+        session = Session(frame, "u", dp.PureDP(100), engine=engine, max_rows=1)
+        start = time.perf_counter()
+        fit_kmeans(session, names, k, bounds=(-1, 1), epsilon=1, **kwargs)
+        took = time.perf_counter() - start
+        print(
+            f"{engine} n={n} d={d} k={k} {label}: {took:.2f} s "
+            f"(load average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -206,9 +250,30 @@ def main() -> None:
     parser.add_argument(
         "--mixtures-only", action="store_true", help="only the n = 10^4 (and --large) mixtures"
     )
+    parser.add_argument(
+        "--delta",
+        type=float,
+        help="also fit dpkit k-means with (ε, δ) (shown in brackets; diffprivlib is pure ε)",
+    )
+    parser.add_argument(
+        "--dpkit-only", action="store_true", help="no peer (e.g. 20 dpkit fits at n = 10^6)"
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", help="mixture sizes (default 10^4)")
+    parser.add_argument(
+        "--session-time",
+        nargs=4,
+        metavar=("N", "D", "K", "ENGINE"),
+        help="only time fit_kmeans on a Session, e.g. 100000 50 20 duckdb",
+    )
     args = parser.parse_args()
-    dpl = _diffprivlib()
-    if dpl is None:
+    if args.session_time:
+        n, d, k, engine = args.session_time
+        session_time(int(n), int(d), int(k), engine)
+        return
+    global DELTA
+    DELTA = args.delta
+    dpl = None if args.dpkit_only else _diffprivlib()
+    if dpl is None and not args.dpkit_only:
         print("diffprivlib not installed: dpkit only (pip install dpkit[bench])")
     rng = np.random.default_rng(2024)
     if args.fit_time_only:
@@ -217,6 +282,8 @@ def main() -> None:
     sizes = [10_000] + ([1_000_000] if args.large else [])
     if args.large_only:
         sizes = [1_000_000]
+    if args.sizes:
+        sizes = args.sizes
     dims = args.dims or ((2, 10) if args.quick else (2, 10, 50))
 
     rows = []

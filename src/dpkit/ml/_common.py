@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from dpkit._exact import check_epsilon, check_rho, sqrt_upper
+from dpkit._exact import check_delta, check_epsilon, check_rho, sqrt_upper
 from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.gaussian import make_discrete_gaussian, make_gaussian
@@ -59,10 +59,30 @@ class Budget:
 
     kind: Kind
     total: Fraction
+    delta: Fraction | None = None
+    """(ε, δ) budgets: δ, with ``total`` the largest ρ whose conversion fits (ε, δ)."""
+    epsilon: Fraction | None = None
+    """(ε, δ) budgets: the ε asked for."""
 
     def loss(self, amount: Fraction | None = None) -> PrivacyLoss:
         value = self.total if amount is None else amount
         return PureDP(value) if self.kind == "pure" else ZCDP(value)
+
+    def reported(self, loss: PrivacyLoss) -> PrivacyLoss:
+        """The loss to charge and report for a fit whose exact loss is ``loss`` (spent from
+        this budget). For an (ε, δ) budget that is the certified (ε', δ) conversion of the
+        zCDP loss (ε' <= ε): a ρ'-zCDP mechanism with ρ' <= ρ is also ρ-zCDP, so the smaller of
+        the conversions of ρ' and of ρ is valid (both are rounded up exactly)."""
+        if self.delta is None or self.epsilon is None:
+            return loss
+        if not isinstance(loss, ZCDP) or loss.rho > self.total:
+            raise InvalidParameterError("loss", loss, f"a zCDP loss within ρ = {self.total}")
+        converted = loss.to_approx(self.delta)
+        if converted.epsilon > self.epsilon:  # not monotone by a hair: use the budget's own
+            converted = ZCDP(self.total).to_approx(self.delta)
+        if converted.epsilon > self.epsilon:  # pragma: no cover - rho_within guarantees this
+            raise InvalidParameterError("epsilon", self.epsilon, "large enough for delta")
+        return converted
 
     def noisy_counts(self, counts: np.ndarray, share: Fraction) -> np.ndarray:
         """Counts (sensitivity 1 in L1 and L2: one row is in one bin) plus exact integer noise."""
@@ -107,15 +127,46 @@ class Budget:
         return float((1 / (2 * share)) ** 0.5)
 
 
-def check_budget(epsilon: Any, rho: Any) -> Budget:
-    """Exactly one of ``epsilon`` (pure DP) and ``rho`` (zCDP)."""
+def check_budget(epsilon: Any, rho: Any, delta: Any = None) -> Budget:
+    """Exactly one of ``epsilon`` (pure DP; with ``delta``, (ε, δ)-DP) and ``rho`` (zCDP).
+
+    An (ε, δ) budget is spent as ρ-zCDP (Gaussian noise) with ρ the largest (on a fine grid)
+    whose certified conversion (:meth:`dpkit.core.losses.ZCDP.to_approx`, rounded up) is at most
+    ε at δ; the fit's loss is then reported and charged as that conversion, within (ε, δ)."""
     if (epsilon is None) == (rho is None):
         raise InvalidParameterError(
             "epsilon", epsilon, "given, or else rho (exactly one)", "Pass epsilon=… or rho=…."
         )
+    if delta is not None:
+        if epsilon is None:
+            raise InvalidParameterError(
+                "delta", delta, "given only with epsilon (an (ε, δ) budget), not with rho"
+            )
+        eps = check_epsilon(epsilon)
+        dlt = check_delta(delta, allow_zero=False)  # (0, 1); omit delta for pure ε-DP
+        return Budget("zcdp", rho_within(eps, dlt), delta=dlt, epsilon=eps)
     if epsilon is not None:
         return Budget("pure", check_epsilon(epsilon))
     return Budget("zcdp", check_rho(rho))
+
+
+def rho_within(epsilon: Fraction, delta: Fraction) -> Fraction:
+    """The largest ρ (a bisection to 2^-60 relative precision, every candidate checked exactly)
+    with ``ZCDP(ρ).to_approx(δ).epsilon <= ε``; public (depends on ε and δ only)."""
+    low, high = Fraction(0), epsilon
+    for _ in range(60):
+        mid = Fraction((low + high) / 2).limit_denominator(1 << 62)
+        if mid <= low or mid >= high:
+            break
+        if ZCDP(mid).to_approx(delta).epsilon <= epsilon:
+            low = mid
+        else:
+            high = mid
+    if low <= 0:
+        raise InvalidParameterError(
+            "epsilon", epsilon, f"large enough for the Gaussian mechanism at delta = {delta}"
+        )
+    return low
 
 
 @dataclass(frozen=True)

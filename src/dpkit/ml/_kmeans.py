@@ -328,6 +328,9 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
     Args:
         n_clusters: k >= 1 (public).
         epsilon: total ε (pure DP), or give ``rho`` (zCDP) instead.
+        delta: with ``epsilon``, an (ε, δ)-DP budget (0 < δ < 1): spent as ρ-zCDP with the
+            largest ρ whose certified conversion fits (ε, δ); ``privacy_loss_`` is then the
+            (ε' <= ε, δ) conversion of the fit's exact zCDP loss.
         rho: total ρ (zCDP), with Gaussian noise for the sums and counts.
         bounds: (lower, upper), scalars or one value per feature; public, never read from data.
         method: "lsh" (default; private LSH-grid coreset, then private Lloyd refinement),
@@ -361,6 +364,7 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         rho: Any = None,
         bounds: Any = None,
         method: str = "lsh",
+        delta: Any = None,
         max_iter: int | None = None,
         coreset_share: float = 0.4,
         grid_size: int | None = None,
@@ -370,6 +374,7 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         self.n_clusters = n_clusters
         self.epsilon = epsilon
         self.rho = rho
+        self.delta = delta
         self.bounds = bounds
         self.method = method
         self.max_iter = max_iter
@@ -386,7 +391,7 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         k = int(k)
         if self.method not in _METHODS:
             raise InvalidParameterError("method", self.method, "one of " + ", ".join(_METHODS))
-        budget = check_budget(self.epsilon, self.rho)
+        budget = check_budget(self.epsilon, self.rho, self.delta)
         box = check_box(self.bounds)
         iters = self.max_iter
         default_iters = {"lloyd": 5, "lsh": 1, "grid_em": 0}[self.method]
@@ -491,6 +496,7 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
             loss, step = self._loss_and_steps(budget, k)
         else:
             loss, step = budget.loss(), Fraction(0)
+        loss = budget.reported(loss)  # (ε, δ) budgets: the conversion of the zCDP loss
         with charged(loss, ledger, dataset, analyst, accountant, f"KMeans({self.method})"):
             fixed, scaled = map_rows(check_shape(X, d), box)
             if self.method == "grid_em":

@@ -125,12 +125,17 @@ def fit_linear_regression(
 _PREFIX = "__ml_"
 
 
-_TERMS = 8
-"""Terms per derived column. The SQL engines turn NaN into NULL after every + - * with a CASE
-(or DuckDB's NULLIF macro) that repeats its operand, so an expression of arithmetic depth D is
-2^D nodes by the time the engine binds it. Long sums are therefore split into derived columns
-of at most 8 terms (balanced trees of depth 4): every derived column stays small, and each is
-one subquery level, which engines do not inline."""
+_TERMS = 64
+"""Terms per derived column (sums of more terms are split into partial sums, each a derived
+column). The SQL engines turn NaN into NULL with a CASE that repeats its operand, once per
+chain of + - * (:mod:`dpkit.analytics.engines.sql`), so a sum's expression is linear in its
+number of terms; a distance to a centre in d <= 63 dimensions is one derived column."""
+
+# Every helper below adds its columns in *stages*: all the columns of one stage read only
+# earlier stages, and they are added one after another, so the SQL engines compute a whole stage
+# in one SELECT (dpkit.analytics.engines.sql merges consecutive derived columns that do not read
+# one another). A Lloyd query is then about ten subquery levels deep whatever k and d (one level
+# per derived column, as before, was hundreds of levels at d = 50, k = 20).
 
 
 def _balanced(terms: Sequence[Any]) -> Any:
@@ -144,47 +149,55 @@ def _balanced(terms: Sequence[Any]) -> Any:
     return items[0]
 
 
-def _with_sum(query: Any, name: str, terms: Sequence[Any]) -> Any:
-    """Add column ``name`` = Σ terms, through derived columns of at most :data:`_TERMS` terms."""
+def _with_sums(query: Any, sums: dict[str, Sequence[Any]]) -> Any:
+    """Add each column ``name`` = Σ terms of ``sums``, through derived columns of at most
+    :data:`_TERMS` terms, stage by stage for all the sums at once."""
     from dpkit.analytics import col
 
-    items = list(terms)
+    pending = {name: list(terms) for name, terms in sums.items()}
     level = 0
-    while len(items) > _TERMS:
-        parts = []
-        for i in range(0, len(items), _TERMS):
-            part = f"{name}_{level}_{i // _TERMS}"
-            query = query.with_column(part, _balanced(items[i : i + _TERMS]))
-            parts.append(col(part))
-        items, level = parts, level + 1
-    return query.with_column(name, _balanced(items))
+    while any(len(items) > _TERMS for items in pending.values()):
+        for name, items in pending.items():
+            if len(items) <= _TERMS:
+                continue
+            parts = []
+            for i in range(0, len(items), _TERMS):
+                part = f"{name}_{level}_{i // _TERMS}"
+                query = query.with_column(part, _balanced(items[i : i + _TERMS]))
+                parts.append(col(part))
+            pending[name] = parts
+        level += 1
+    for name, items in pending.items():
+        query = query.with_column(name, _balanced(items))
+    return query
 
 
-def _with_linear(
-    query: Any, name: str, z: Sequence[str], weights: np.ndarray, constant: float
-) -> Any:
-    """Add column ``name`` = constant + Σ_t weights_t · z_t."""
+def _linear_terms(z: Sequence[str], weights: np.ndarray, constant: float) -> list[Any]:
+    """The terms of constant + Σ_t weights_t · z_t."""
     from dpkit.analytics import col, lit
 
     terms: list[Any] = [lit(float(constant))]
     terms += [col(n) * float(w) for n, w in zip(z, weights, strict=True) if w != 0]
-    return _with_sum(query, name, terms)
+    return terms
 
 
-def _with_clamp(query: Any, name: str, value: Any, lower: float, upper: float) -> Any:
-    """Add column ``name`` = clamp(value, lower, upper) for a non-NULL number (±inf included).
+def _with_clamps(query: Any, clamps: dict[str, tuple[Any, float, float]]) -> Any:
+    """Add each column ``name`` = clamp(value, lower, upper) of ``clamps`` (values are non-NULL
+    numbers, ±inf included).
 
-    ``value`` is first a derived column of its own; inf·0 is NaN, which every engine reads as
-    NULL, so the in-range term is ``coalesce(v·[lower <= v <= upper], 0)`` and the out-of-range
-    terms are constants times indicators."""
+    Each value is first a derived column of its own (one stage for all); inf·0 is NaN, which
+    every engine reads as NULL, so the in-range term is ``coalesce(v·[lower <= v <= upper], 0)``
+    and the out-of-range terms are constants times indicators (the second stage)."""
     from dpkit.analytics import col
 
-    raw = f"{name}_raw"
-    query = query.with_column(raw, value)
-    v = col(raw)
-    inside = (v * v.between(lower, upper).as_number()).fill_null(0.0)
-    outside = (v < lower).as_number() * lower + (v > upper).as_number() * upper
-    return query.with_column(name, inside + outside)
+    for name, (value, _, _) in clamps.items():
+        query = query.with_column(f"{name}_raw", value)
+    for name, (_, lower, upper) in clamps.items():
+        v = col(f"{name}_raw")
+        inside = (v * v.between(lower, upper).as_number()).fill_null(0.0)
+        outside = (v < lower).as_number() * lower + (v > upper).as_number() * upper
+        query = query.with_column(name, inside + outside)
+    return query
 
 
 def _row_map(query: Any, names: Sequence[str], box: Any) -> tuple[Any, list[str]]:
@@ -193,12 +206,18 @@ def _row_map(query: Any, names: Sequence[str], box: Any) -> tuple[Any, list[str]
     from dpkit.analytics import col
 
     z = [f"{_PREFIX}z{j}" for j in range(len(names))]
-    for j, name in enumerate(names):
-        lower, upper = float(box.lower[j]), float(box.upper[j])
+    clamps = {
+        f"{_PREFIX}x{j}": (
+            col(name).fill_null(float(box.mid[j])),
+            float(box.lower[j]),
+            float(box.upper[j]),
+        )
+        for j, name in enumerate(names)
+    }
+    query = _with_clamps(query, clamps)
+    for j in range(len(names)):
         mid, half = float(box.mid[j]), float(box.half[j])
-        clamped = f"{_PREFIX}x{j}"
-        query = _with_clamp(query, clamped, col(name).fill_null(mid), lower, upper)
-        query = query.with_column(z[j], (col(clamped) - mid) * (1.0 / half))
+        query = query.with_column(z[j], (col(f"{_PREFIX}x{j}") - mid) * (1.0 / half))
     return query, z
 
 
@@ -206,29 +225,34 @@ def _assignment(query: Any, z: Sequence[str], centres: np.ndarray, label: str) -
     """Add column ``label``: the index of the nearest centre, computed by the engine.
 
     D_j = ||c_j||² - 2 z·c_j (the squared distance minus ||z||², the same for every j) is a
-    derived column per centre; the label is Σ_j j·[D_j < D_i for i < j and D_j <= D_i for
-    i > j], the first index of the minimum, accumulated one centre per derived column. The
-    comparisons read the materialised D_j, so exactly one indicator is 1 on every row: the
-    label is always one of 0..k-1."""
+    derived column per centre; W_j = [D_j < D_i for i < j and D_j <= D_i for i > j] (as 0/1) is
+    a derived column per centre j >= 1, and the label is Σ_j j·W_j, the first index of the
+    minimum. The comparisons read the materialised D_j, so exactly one indicator (counting
+    j = 0's, which is not materialised) is 1 on every row: the label is always one of 0..k-1.
+    """
     from dpkit.analytics import col, lit
 
     k = centres.shape[0]
     if k == 1:
         return query.with_column(label, lit(0.0))
     dist = [f"{_PREFIX}d{j}" for j in range(k)]
-    for j in range(k):
-        c = centres[j]
-        query = _with_linear(query, dist[j], z, -2.0 * c, float(c @ c))
-    query = query.with_column(label, lit(0.0))
+    query = _with_sums(
+        query,
+        {
+            dist[j]: _linear_terms(z, -2.0 * centres[j], float(centres[j] @ centres[j]))
+            for j in range(k)
+        },
+    )
+    wins = [f"{_PREFIX}win{j}" for j in range(k)]
     for j in range(1, k):  # j = 0 contributes 0·[...]
-        wins: Any = None
+        won: Any = None
         for i in range(k):
             if i == j:
                 continue
             beats = col(dist[j]) < col(dist[i]) if i < j else col(dist[j]) <= col(dist[i])
-            wins = beats if wins is None else wins & beats
-        query = query.with_column(label, col(label) + wins.as_number() * float(j))
-    return query
+            won = beats if won is None else won & beats
+        query = query.with_column(wins[j], won.as_number())
+    return _with_sums(query, {label: [col(wins[j]) * float(j) for j in range(1, k)]})
 
 
 def _cell_label(
@@ -247,29 +271,30 @@ def _cell_label(
     from dpkit.analytics import col
 
     p = projection.shape[1]
-    terms = []
+    w = [f"{_PREFIX}w{a}" for a in range(p)]
+    query = _with_sums(query, {w[a]: _linear_terms(z, projection[:, a], 0.0) for a in range(p)})
+    query = _with_clamps(query, {f"{w[a]}c": (col(w[a]), -radius, radius) for a in range(p)})
+    cells = {}
     for a in range(p):
-        w = f"{_PREFIX}w{a}"
-        query = _with_linear(query, w, z, projection[:, a], 0.0)
-        query = _with_clamp(query, f"{w}c", col(w), -radius, radius)
-        scaled = (col(f"{w}c") + radius) * ((g - 1) / (2 * radius)) + float(shift[a])
-        cell = f"{_PREFIX}c{a}"
-        query = _with_clamp(query, cell, scaled.floor(), 0.0, g - 1.0)
-        terms.append(col(cell) * float(g ** (p - 1 - a)))
-    return _with_sum(query, label, terms)
+        scaled = (col(f"{w[a]}c") + radius) * ((g - 1) / (2 * radius)) + float(shift[a])
+        cells[f"{_PREFIX}c{a}"] = (scaled.floor(), 0.0, g - 1.0)
+    query = _with_clamps(query, cells)
+    terms = [col(f"{_PREFIX}c{a}") * float(g ** (p - 1 - a)) for a in range(p)]
+    return _with_sums(query, {label: terms})
 
 
 def _lattice_label(query: Any, z: Sequence[str], g: int, label: str) -> Any:
     """Add column ``label``: the C-order index of the lattice cell of :func:`_grid_em` (cell_t =
-    floor((z_t + 1)/2·G) clipped to [0, G-1])."""
-    from dpkit.analytics import col, lit
+    floor((z_t + 1)/2·G) clipped to [0, G-1]), as Σ_t cell_t·G^(d-1-t) (exact: G^d <= 8192)."""
+    from dpkit.analytics import col
 
-    query = query.with_column(label, lit(0.0))
-    for t in range(len(z)):
-        cell = f"{_PREFIX}g{t}"
-        query = _with_clamp(query, cell, ((col(z[t]) + 1.0) * (g / 2.0)).floor(), 0.0, g - 1.0)
-        query = query.with_column(label, col(label) * float(g) + col(cell))
-    return query
+    d = len(z)
+    cells = {
+        f"{_PREFIX}g{t}": (((col(z[t]) + 1.0) * (g / 2.0)).floor(), 0.0, g - 1.0) for t in range(d)
+    }
+    query = _with_clamps(query, cells)
+    terms = [col(f"{_PREFIX}g{t}") * float(g ** (d - 1 - t)) for t in range(d)]
+    return _with_sums(query, {label: terms})
 
 
 def _counts_and_sums(
@@ -312,6 +337,7 @@ def fit_kmeans(
     bounds: Any,
     epsilon: Any = None,
     rho: Any = None,
+    delta: Any = None,
     method: str = "lloyd",
     max_iter: int | None = None,
     coreset_share: float = 0.4,
@@ -339,7 +365,8 @@ def fit_kmeans(
 
     Privacy: each query is one of the Session's own (per-unit contribution bounding by
     ``max_rows`` or the session's defaults, clamping, exact noise), so under the Session's
-    privacy unit the fit is ε-DP (ρ-zCDP) by sequential composition of the queries (each gets
+    privacy unit the fit is ε-DP (ρ-zCDP; (ε, δ)-DP with ``delta``, run as the largest ρ-zCDP
+    that converts within (ε, δ)) by sequential composition of the queries (each gets
     ε/steps, split between the count and the sums by public weights), and the public row map
     (NULL/NaN → midpoint, clamp to ``bounds``, scale to [-1, 1]) is applied by the engine row by
     row. The **whole** loss is reserved in the Session's ledger, once, before the first query
@@ -370,6 +397,7 @@ def fit_kmeans(
         n_clusters,
         epsilon=epsilon,
         rho=rho,
+        delta=delta,
         bounds=bounds,
         method=method,
         max_iter=max_iter,
@@ -443,6 +471,9 @@ def fit_kmeans(
             step_loss = compile_step(lloyd_query(start), lloyd_steps[0]).loss
             losses += [step_loss] * len(lloyd_steps)
         total = compose(*losses)
+    # (ε, δ) budgets run as zCDP; the ledger is charged the certified (ε' <= ε, δ) conversion
+    # of the whole fit's ρ (as a Session charges a query asked for with (ε, δ))
+    total = budget.reported(total)
     what = f"KMeans({method}, k={k}) on {', '.join(names)}"
     reservation = session.ledger.reserve(
         session.dataset,

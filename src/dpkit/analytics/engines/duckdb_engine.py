@@ -185,7 +185,7 @@ class DuckDBEngine:
             candidates,
             self._integers,
         )
-        return query.sql(dialect="duckdb")
+        return query.sql(dialect="duckdb", copy=False)  # a fresh tree: no copy needed
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         self._prepare_pandas()

@@ -214,7 +214,7 @@ class SparkEngine:
             candidates,
             self._integers(),
         )
-        return query.sql(dialect="spark")
+        return query.sql(dialect="spark", copy=False)  # a fresh tree: no copy needed
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         self._prepare()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -38,7 +39,17 @@ from dpkit.analytics.engines.base import (
     Output,
     power_of_two_text,
 )
-from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Lit, Unary, infer_kind
+from dpkit.analytics.expr import (
+    Binary,
+    Col,
+    ColumnKind,
+    Expr,
+    IsIn,
+    Lit,
+    Unary,
+    columns_of,
+    infer_kind,
+)
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 __all__ = ["Dialect", "build_query", "converted", "key_literal", "literal"]
@@ -138,8 +149,16 @@ def _nan_to_null(value: exp.Expr) -> exp.Expr:
     return exp.Case().when(exp.IsNan(this=value), exp.Null(), copy=False).else_(value, copy=False)
 
 
+_DOUBLE = exp.DataType.build("DOUBLE")
+
+
 def _as_double(value: exp.Expr) -> exp.Expr:
-    return exp.cast(value, "DOUBLE")
+    # exp.cast(value, "DOUBLE") without its costs: it parses the type name and copies ``value``
+    # on every call, which made compiling a chain of n operations O(n²) (most of the time to
+    # compile an expression with thousands of terms); ``value`` is never shared by callers
+    if isinstance(value, exp.Cast) and value.to.this == exp.DataType.Type.DOUBLE:
+        return value
+    return exp.Cast(this=value, to=_DOUBLE.copy())
 
 
 class _ExprCompiler:
@@ -195,21 +214,38 @@ class _ExprCompiler:
             return self._binary(expr)
         raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
 
+    def _arithmetic(self, expr: Binary) -> exp.Expr:
+        """``a op b`` for + - * without the NaN -> NULL of the result, and likewise for the
+        operands that are + - * themselves: the NaN test is made once, at the top of a chain.
+
+        The same values as a test after every operation, because NULL and NaN both propagate
+        through + - * (an operand that would have become NULL makes the chain NULL; one that
+        is NaN makes it NaN, which the top test turns into NULL), and without it the
+        expression stays linear in its size: the test repeats its operand, so one test per
+        operation made a chain of depth D 2^D nodes."""
+
+        def operand(side: Expr) -> exp.Expr:
+            if isinstance(side, Binary) and side.op in ("+", "-", "*"):
+                return self._arithmetic(side)  # of DOUBLEs, hence a DOUBLE
+            return _as_double(self.compile(side))
+
+        a, b = exp.Paren(this=operand(expr.left)), exp.Paren(this=operand(expr.right))
+        return {"+": exp.Add, "-": exp.Sub, "*": exp.Mul}[expr.op](this=a, expression=b)
+
     def _binary(self, expr: Binary) -> exp.Expr:
+        if expr.op in ("+", "-", "*"):
+            return _nan_to_null(self._arithmetic(expr))
         left_kind, right_kind = self.kind(expr.left), self.kind(expr.right)
         left, right = self.compile(expr.left), self.compile(expr.right)
         numeric = "numeric" in (left_kind, right_kind)
-        if expr.op in ("+", "-", "*", "/"):
+        if expr.op == "/":
             a, b = exp.Paren(this=_as_double(left)), exp.Paren(this=_as_double(right))
-            if expr.op == "/":
-                zero = exp.EQ(this=_as_double(right), expression=double(0.0))
-                return (
-                    exp.Case()
-                    .when(zero, exp.Null(), copy=False)
-                    .else_(_nan_to_null(exp.Div(this=a, expression=b)), copy=False)
-                )
-            node = {"+": exp.Add, "-": exp.Sub, "*": exp.Mul}[expr.op](this=a, expression=b)
-            return _nan_to_null(node)
+            zero = exp.EQ(this=_as_double(right.copy()), expression=double(0.0))
+            return (
+                exp.Case()
+                .when(zero, exp.Null(), copy=False)
+                .else_(_nan_to_null(exp.Div(this=a, expression=b)), copy=False)
+            )
         if expr.op == "and":
             return exp.And(this=exp.Paren(this=left), expression=exp.Paren(this=right))
         if expr.op == "or":
@@ -371,18 +407,37 @@ def build_query(
         for c in columns
     ]
     ctes.append(("__s0", _select(*first).from_(source, copy=False)))
-    for n, step in enumerate(plan.steps, start=1):
-        prev = exp.to_table(f"__s{n - 1}")
+    # Consecutive derived columns that do not read one another share one SELECT (one subquery
+    # level): a SELECT's expressions read the previous level only, so this is the same relation
+    # as one level per step, but a plan with hundreds of derived columns (dpkit.ml's Lloyd
+    # queries) stays a few levels deep instead of hundreds (which took minutes to inline).
+    level: dict[str, exp.Expr] = {}
+
+    def close_level() -> None:
+        nonlocal columns
+        if not level:
+            return
+        prev = exp.to_table(ctes[-1][0])
+        kept = [column(c) for c in columns if c not in level]
+        derived_cols = [exp.alias_(v, name, quoted=True, copy=False) for name, v in level.items()]
+        node = _select(*kept, *derived_cols).from_(prev, copy=False)
+        columns = [c for c in columns if c not in level] + list(level)
+        ctes.append((f"__s{len(ctes)}", node))
+        level.clear()
+
+    for step in plan.steps:
         if step.kind == "derive":
             assert step.expr is not None
-            value = compiler.compile(step.expr)
+            if step.name in level or columns_of(step.expr) & level.keys():
+                close_level()
+            level[step.name] = compiler.compile(step.expr)
             kind = compiler.kind(step.expr)
-            kept = [column(c) for c in columns if c != step.name]
-            node = _select(*kept, exp.alias_(value, step.name, quoted=True)).from_(prev, copy=False)
-            columns = [c for c in columns if c != step.name] + [step.name]
             compiler.schema[step.name] = kind if kind is not None else "numeric"
             compiler.float_columns.discard(step.name)
-        elif step.kind == "filter":
+            continue
+        close_level()
+        prev = exp.to_table(ctes[-1][0])
+        if step.kind == "filter":
             assert step.expr is not None
             node = (
                 _select("*").from_(prev, copy=False).where(compiler.compile(step.expr), copy=False)
@@ -390,8 +445,9 @@ def build_query(
         else:
             columns = list(step.columns)
             node = _select(*[column(c) for c in columns]).from_(prev, copy=False)
-        ctes.append((f"__s{n}", node))
-    last = exp.to_table(f"__s{len(plan.steps)}")
+        ctes.append((f"__s{len(ctes)}", node))
+    close_level()
+    last = exp.to_table(ctes[-1][0])
 
     # the scaled, clamped values: a = clamp(v) * 2^-e (NaN -> NULL)
     pre: list[exp.Expr] = [exp.alias_(column(plan.unit), "__u", quoted=True)]
@@ -705,11 +761,22 @@ def _finish(
     # copy of the table: +250 MB and +30% time at 10M rows); inlined, each branch re-scans the
     # source instead, which costs far less.
     shared = [name for name, _ in ctes[: [n for n, _ in ctes].index("__base") + 1]]
-    bodies = dict(ctes)
-    for name in reversed(shared):
-        body = bodies.pop(name)
-        bodies = {other: _inline(tree, name, body) for other, tree in bodies.items()}
-        final = _inline(final, name, body)
+    # The inlining below edits the trees in place. The builders above share some nodes between
+    # the later trees (the FROM of __total and __h0), so those are copied first; the shared
+    # relations' own trees are built fresh (and hold most of the nodes: no copy).
+    bodies = {name: tree if name in shared else tree.copy() for name, tree in ctes}
+    final = final.copy()
+    # each shared relation is inlined once its own references are (in order: a relation reads
+    # earlier ones only), and copied only where it is read more than once, so the cost is
+    # linear in the size of the result (inlining one name at a time into every tree was
+    # quadratic in the number of levels)
+    trees = [*bodies.values(), final]
+    uses = Counter(node.name for tree in trees for node in tree.find_all(exp.Table) if _plain(node))
+    resolved: dict[str, exp.Expr] = {}
+    for name in shared:
+        resolved[name] = _inline(bodies.pop(name), resolved, uses)
+    bodies = {name: _inline(tree, resolved, uses) for name, tree in bodies.items()}
+    final = _inline(final, resolved, uses)
     for name, cte in bodies.items():
         final = final.with_(ident(name), as_=cte, copy=False)
     return final
@@ -745,20 +812,30 @@ def _key_value(compiler: _ExprCompiler, name: str, kind: ColumnKind | None) -> e
     return exp.Case().when(is_zero, exp.Literal.number(0), copy=False).else_(value, copy=False)
 
 
-def _inline(tree: exp.Expr, name: str, body: exp.Expr) -> Any:
-    """``tree`` with every reference to the table ``name`` replaced by ``(body) AS name``."""
+def _plain(node: exp.Expr) -> bool:
+    """Whether ``node`` is a reference to a relation of this query by its bare name."""
+    return (
+        isinstance(node, exp.Table)
+        and isinstance(node.this, exp.Identifier)
+        and not node.args.get("db")
+    )
+
+
+def _inline(tree: exp.Expr, bodies: Mapping[str, exp.Expr], uses: Counter[str]) -> Any:
+    """``tree`` (modified in place) with every reference to a table ``name`` of ``bodies``
+    replaced by ``(body) AS name``; the body itself is used where ``name`` is read once, a
+    copy where it is read several times."""
 
     def replace(node: exp.Expr) -> exp.Expr:
-        if (
-            isinstance(node, exp.Table)
-            and isinstance(node.this, exp.Identifier)
-            and node.name == name
-            and not node.args.get("db")
-        ):
-            return exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=ident(name)))
+        if _plain(node) and node.name in bodies:
+            body = bodies[node.name]
+            return exp.Subquery(
+                this=body.copy() if uses[node.name] > 1 else body,
+                alias=exp.TableAlias(this=ident(node.name)),
+            )
         return node
 
-    return tree.transform(replace)
+    return tree.transform(replace, copy=False)
 
 
 def _project(value: exp.Expr, allowed: Sequence[tuple[int, int]]) -> exp.Expr:
