@@ -132,7 +132,8 @@ def test_residual_release_and_duckdb_vector():
     plan = plan_residuals((2, 3, 4), sets, 1.0)
     release = plan.release(tables, contributions=c)
     assert release.tables[(0, 1)].shape == (2, 3)
-    assert release.loss.rho <= 144
+    # noise scaled by c for sensitivity c: the loss is the plan's (it was reported c² too high)
+    assert release.loss == plan.loss() and release.loss.rho <= 1
 
 
 def test_nonnegative_postprocessing():
@@ -167,3 +168,19 @@ def test_bad_input_before_data():
         m(np.array(["a", "b", "c", "d"]))
     with pytest.raises(DPError):
         reconstruct(Prefix(5), identity(4), m, m(np.zeros(4, dtype=int)))
+
+
+def test_residual_release_loss_with_contributions_is_exact() -> None:
+    """ResidualPlan.release(contributions=c) scales each residual's noise to c²σ_A²: its
+    reported loss (the plan's) must pass the exact per-marginal check at shift c, and fail it at
+    c + 1 (the check can fail); it used to report c² times the loss."""
+    from dpkit.noise.distributions import DiscreteGaussian
+    from dpkit.workloads import verify_marginals_exact
+
+    c = 3
+    plan = plan_residuals((2, 3), [(0, 1)], 0.5)
+    tables = marginal_tables(np.arange(6), (2, 3), list(plan.sigma2))
+    release = plan.release(tables, contributions=c)
+    noise = {a: DiscreteGaussian(s2 * c * c) for a, s2 in plan.info["sigma2_exact"].items()}
+    assert verify_marginals_exact(noise, release.loss, c).passed
+    assert not verify_marginals_exact(noise, release.loss, c + 1).passed

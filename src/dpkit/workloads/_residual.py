@@ -113,8 +113,9 @@ class ResidualPlan:
 
         ``marginals[A]`` is the integer count table of attribute set A (shape (n_i)_{i∈A}; a
         scalar total for A = ()), e.g. from :func:`dpkit.workloads.marginal_tables`. With
-        ``contributions`` = c the cost is c²·Σ_A 1/(2σ_A²) (noise was planned for c = 1 and is
-        scaled by c here).
+        ``contributions`` = c the noise planned for c = 1 is scaled by c (variance c²σ_A²): each
+        marginal moves by at most c in L2 (<= its L1 change c), so residual A still costs
+        c²/(2c²σ_A²) = 1/(2σ_A²) and the release costs the plan's loss, whatever c.
         """
         if self.cost_model != "lattice":
             raise InvalidParameterError(
@@ -144,8 +145,7 @@ class ResidualPlan:
             residuals[a] = z
         answers = {b: self._marginal(b, residuals) for b in self.workload}
         variances = {b: self.cell_variance(b) * c2 for b in self.workload}
-        base = self.loss()
-        return MarginalRelease(answers, variances, ZCDP(base.rho * c2))
+        return MarginalRelease(answers, variances, self.loss())
 
     def _marginal(self, b: Cells, residuals: Mapping[Cells, np.ndarray]) -> np.ndarray:
         shape = tuple(self.domain[i] for i in b)
