@@ -56,10 +56,15 @@ from dpkit.ledger._model import (
     LedgerCorruptError,
     LedgerEntry,
     LedgerError,
-    fraction_text,
     loss_to_text,
 )
-from dpkit.ledger._sqlite import _BUDGET_COLUMNS, _ENTRY_COLUMNS, _analyst_key, _Txn
+from dpkit.ledger._sqlite import (
+    _BUDGET_COLUMNS,
+    _ENTRY_COLUMNS,
+    _analyst_key,
+    _budget_values,
+    _Txn,
+)
 from dpkit.ledger._store import BudgetRow, GroupCommitStore, NewEntry, StoreTransaction, _Request
 
 __all__ = ["MIGRATIONS", "LedgerUnavailableError", "PostgresStore", "split_url"]
@@ -620,21 +625,6 @@ def _upsert_budget_sql(s: str) -> str:
         "spent_xi = EXCLUDED.spent_xi, spent_delta = EXCLUDED.spent_delta, "
         "spent_rho = EXCLUDED.spent_rho, charges = EXCLUDED.charges, "
         "alerts_fired = EXCLUDED.alerts_fired, created_at = EXCLUDED.created_at"
-    )
-
-
-def _budget_values(row: BudgetRow) -> tuple[Any, ...]:
-    return (
-        row.dataset,
-        _analyst_key(row.analyst),
-        row.privacy_unit,
-        loss_to_text(row.total),
-        fraction_text(row.spend.xi),
-        fraction_text(row.spend.delta),
-        fraction_text(row.spend.rho),
-        row.charges,
-        ",".join(row.alerts_fired),
-        row.created_at,
     )
 
 

@@ -116,6 +116,22 @@ def _analyst_key(analyst: str | None) -> str:
     return analyst or ""
 
 
+def _budget_values(row: BudgetRow) -> tuple[Any, ...]:
+    """A budget row's column values in ``_BUDGET_COLUMNS`` order (both SQL stores)."""
+    return (
+        row.dataset,
+        _analyst_key(row.analyst),
+        row.privacy_unit,
+        loss_to_text(row.total),
+        fraction_text(row.spend.xi),
+        fraction_text(row.spend.delta),
+        fraction_text(row.spend.rho),
+        row.charges,
+        ",".join(row.alerts_fired),
+        row.created_at,
+    )
+
+
 class _Txn:
     """StoreTransaction over one sqlite3 connection inside an open transaction."""
 
@@ -141,18 +157,7 @@ class _Txn:
     def put_budget(self, row: BudgetRow) -> None:
         self._conn.execute(
             f"INSERT OR REPLACE INTO budgets ({_BUDGET_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                row.dataset,
-                _analyst_key(row.analyst),
-                row.privacy_unit,
-                loss_to_text(row.total),
-                fraction_text(row.spend.xi),
-                fraction_text(row.spend.delta),
-                fraction_text(row.spend.rho),
-                row.charges,
-                ",".join(row.alerts_fired),
-                row.created_at,
-            ),
+            _budget_values(row),
         )
 
     def append_entry(self, entry: NewEntry) -> int:
