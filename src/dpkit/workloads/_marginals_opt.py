@@ -55,7 +55,13 @@ from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import integer_input
 from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace, LatticeNoise
-from dpkit.workloads._residual import MarginalRelease, _subsets, plan_residuals
+from dpkit.workloads._residual import (
+    MarginalRelease,
+    _subsets,
+    check_marginal_domain,
+    check_marginal_sets,
+    plan_residuals,
+)
 
 __all__ = ["MarginalsStrategy", "optimize_marginals"]
 
@@ -275,20 +281,8 @@ def optimize_marginals(
     public parameters only."""
     if norm not in ("l1", "l2"):
         raise InvalidParameterError("norm", norm, "'l1' (Laplace) or 'l2' (Gaussian)")
-    dom = tuple(int(d) for d in domain)
-    if not dom or any(d < 2 for d in dom):
-        raise InvalidParameterError("domain", domain, "sizes >= 2, one per attribute")
-    sets: list[Cells] = []
-    for s in workload:
-        t = tuple(sorted({int(i) for i in s}))
-        if any(i < 0 or i >= len(dom) for i in t):
-            raise InvalidParameterError("workload", s, f"attribute indices in 0..{len(dom) - 1}")
-        sets.append(t)
-    if not sets:
-        raise InvalidParameterError("workload", workload, "at least one attribute set")
-    w = [1.0] * len(sets) if weights is None else [float(x) for x in weights]
-    if len(w) != len(sets) or not all(x > 0 and math.isfinite(x) for x in w):
-        raise InvalidParameterError("weights", weights, "one positive weight per marginal")
+    dom = check_marginal_domain(domain)
+    sets, w = check_marginal_sets(workload, weights, dom)
     if sum(2 ** len(s) for s in sets) > max_support:
         raise InvalidParameterError(
             "workload", f"{len(sets)} marginals", f"a closure of at most {max_support} sets"

@@ -173,6 +173,32 @@ class MarginalRelease:
     loss: ZCDP
 
 
+def check_marginal_domain(domain: Sequence[int]) -> tuple[int, ...]:
+    """Attribute sizes, each >= 2 (public; before any data)."""
+    dom = tuple(int(d) for d in domain)
+    if not dom or any(d < 2 for d in dom):
+        raise InvalidParameterError("domain", domain, "sizes >= 2, one per attribute")
+    return dom
+
+
+def check_marginal_sets(
+    workload: Sequence[Sequence[int]], weights: Sequence[float] | None, dom: tuple[int, ...]
+) -> tuple[list[Cells], list[float]]:
+    """The marginals' attribute sets (sorted index tuples) and their positive weights."""
+    sets: list[Cells] = []
+    for s in workload:
+        t = tuple(sorted({int(i) for i in s}))
+        if any(i < 0 or i >= len(dom) for i in t):
+            raise InvalidParameterError("workload", s, f"attribute indices in 0..{len(dom) - 1}")
+        sets.append(t)
+    if not sets:
+        raise InvalidParameterError("workload", workload, "at least one attribute set")
+    w = [1.0] * len(sets) if weights is None else [float(x) for x in weights]
+    if len(w) != len(sets) or not all(x > 0 and math.isfinite(x) for x in w):
+        raise InvalidParameterError("weights", weights, "one positive weight per marginal")
+    return sets, w
+
+
 def plan_residuals(
     domain: Sequence[int],
     workload: Sequence[Sequence[int]],
@@ -192,25 +218,13 @@ def plan_residuals(
         cost_model: "lattice" (exact dpkit release, p_A = 1) or "gaussian" (the paper's).
         max_residuals: refuse (before any data) workloads whose closure is larger.
     """
-    dom = tuple(int(d) for d in domain)
-    if not dom or any(d < 2 for d in dom):
-        raise InvalidParameterError("domain", domain, "sizes >= 2, one per attribute")
+    dom = check_marginal_domain(domain)
     r = check_rho(rho)
     if r <= 0:
         raise InvalidParameterError("rho", rho, "> 0")
     if cost_model not in ("lattice", "gaussian"):
         raise InvalidParameterError("cost_model", cost_model, "'lattice' or 'gaussian'")
-    sets: list[Cells] = []
-    for s in workload:
-        t = tuple(sorted({int(i) for i in s}))
-        if any(i < 0 or i >= len(dom) for i in t):
-            raise InvalidParameterError("workload", s, f"attribute indices in 0..{len(dom) - 1}")
-        sets.append(t)
-    if not sets:
-        raise InvalidParameterError("workload", workload, "at least one attribute set")
-    w = [1.0] * len(sets) if weights is None else [float(x) for x in weights]
-    if len(w) != len(sets) or not all(x > 0 and math.isfinite(x) for x in w):
-        raise InvalidParameterError("weights", weights, "one positive weight per marginal")
+    sets, w = check_marginal_sets(workload, weights, dom)
     estimate = sum(2 ** len(s) for s in sets)
     if estimate > max_residuals:
         raise InvalidParameterError(
