@@ -156,6 +156,8 @@ def smooth_bound(group: GroupCounts, q: Fraction, beta: float, k: int) -> float:
     the lower ends a: the best upper end b is non-decreasing in a (log(x_b − c) − β'b has
     increasing differences in (b, c)), so each level is one vectorised pass.
     """
+    from dpkit.sensitivity.local import monotone_level, monotone_split
+
     r = rank_of(group.n, q)
     a_rank, a_val = group.a_side(r)
     b_rank, b_val = group.b_side(r)
@@ -167,13 +169,8 @@ def smooth_bound(group: GroupCounts, q: Fraction, beta: float, k: int) -> float:
     cols_lo, cols_hi = np.array([0]), np.array([b_rank.size - 1])
     a_val_f, b_val_f = a_val.astype(np.float64), b_val.astype(np.float64)
     while rows_lo.size:
-        mid = (rows_lo + rows_hi) // 2
-        lengths = cols_hi - cols_lo + 1
-        starts = np.zeros(lengths.size, dtype=np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        total = int(lengths.sum())
-        seg = np.repeat(np.arange(lengths.size), lengths)
-        col = np.arange(total, dtype=np.int64) - starts[seg] + cols_lo[seg]
+        mid, starts, seg, col = monotone_level(rows_lo, rows_hi, cols_lo, cols_hi)
+        total = col.size
         diff = b_val[col] - a_val[mid[seg]]  # exact integers
         gap = (b_rank[col] - a_rank[mid[seg]]).astype(np.float64)  # exact integers
         score = np.full(total, -np.inf)
@@ -191,12 +188,9 @@ def smooth_bound(group: GroupCounts, q: Fraction, beta: float, k: int) -> float:
             gaps = (b_rank[best_col[finite]] - a_rank[mid[finite]]).astype(np.float64)
             diffs = (b_val_f[best_col[finite]] - a_val_f[mid[finite]]).astype(np.float64)
             best = max(best, float(np.max(np.log(diffs) - rate * gaps)))
-        left = mid - 1 >= rows_lo
-        right = mid + 1 <= rows_hi
-        rows_lo = np.concatenate([rows_lo[left], mid[right] + 1])
-        rows_hi = np.concatenate([mid[left] - 1, rows_hi[right]])
-        cols_lo = np.concatenate([cols_lo[left], best_col[right]])
-        cols_hi = np.concatenate([best_col[left], cols_hi[right]])
+        rows_lo, rows_hi, cols_lo, cols_hi = monotone_split(
+            rows_lo, rows_hi, cols_lo, cols_hi, mid, best_col
+        )
     return best
 
 

@@ -273,6 +273,41 @@ def distance_k_sensitivity(
 
 
 # ----------------------------------------------------------------------------- smooth
+def monotone_level(
+    rows_lo: np.ndarray, rows_hi: np.ndarray, cols_lo: np.ndarray, cols_hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One level of divide and conquer over a monotone argmax: each open row interval's middle
+    row ``mid``, paired with every column of its column interval, flattened. Returns (mid,
+    starts of each row's segment, segment of each pair, column of each pair)."""
+    mid = (rows_lo + rows_hi) // 2
+    lengths = cols_hi - cols_lo + 1
+    starts = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    seg = np.repeat(np.arange(lengths.size), lengths)
+    col = np.arange(int(lengths.sum()), dtype=np.int64) - starts[seg] + cols_lo[seg]
+    return mid, starts, seg, col
+
+
+def monotone_split(
+    rows_lo: np.ndarray,
+    rows_hi: np.ndarray,
+    cols_lo: np.ndarray,
+    cols_hi: np.ndarray,
+    mid: np.ndarray,
+    best: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The next level: rows below each ``mid`` search columns up to its ``best`` column, rows
+    above it from ``best`` on (the best column is non-decreasing in the row)."""
+    left = mid - 1 >= rows_lo
+    right = mid + 1 <= rows_hi
+    return (
+        np.concatenate([rows_lo[left], mid[right] + 1]),
+        np.concatenate([mid[left] - 1, rows_hi[right]]),
+        np.concatenate([cols_lo[left], best[right]]),
+        np.concatenate([best[left], cols_hi[right]]),
+    )
+
+
 def _rect_max(
     xp: np.ndarray, a_lo: int, a_hi: int, b_lo: int, b_hi: int, beta: float, offset: int
 ) -> float:
@@ -289,13 +324,8 @@ def _rect_max(
     rows_lo, rows_hi = np.array([a_lo]), np.array([a_hi])
     cols_lo, cols_hi = np.array([b_lo]), np.array([b_hi])
     while rows_lo.size:
-        mid = (rows_lo + rows_hi) // 2
-        lengths = cols_hi - cols_lo + 1
-        starts = np.zeros(lengths.size, dtype=np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        total = int(lengths.sum())
-        seg = np.repeat(np.arange(lengths.size), lengths)
-        b = np.arange(total, dtype=np.int64) - starts[seg] + cols_lo[seg]
+        mid, starts, seg, b = monotone_level(rows_lo, rows_hi, cols_lo, cols_hi)
+        total = b.size
         with np.errstate(divide="ignore", invalid="ignore"):
             values = np.log(xp[b] - xp[mid[seg]]) - beta * b
         values[np.isnan(values)] = -np.inf
@@ -307,12 +337,9 @@ def _rect_max(
         if finite.any():
             level = float(np.max(seg_max[finite] + beta * (mid[finite] + offset)))
             best = max(best, level)
-        left = mid - 1 >= rows_lo
-        right = mid + 1 <= rows_hi
-        rows_lo = np.concatenate([rows_lo[left], mid[right] + 1])
-        rows_hi = np.concatenate([mid[left] - 1, rows_hi[right]])
-        cols_lo = np.concatenate([cols_lo[left], b_star[right]])
-        cols_hi = np.concatenate([b_star[left], cols_hi[right]])
+        rows_lo, rows_hi, cols_lo, cols_hi = monotone_split(
+            rows_lo, rows_hi, cols_lo, cols_hi, mid, b_star
+        )
     return best
 
 
