@@ -531,7 +531,7 @@ class _PgBatchTxn(_PgTxn):
             )
             stored = [self._entry(tuple(r)) for r in cursor]
             self._refs[entry_id] = stored
-        return stored + [e for e in self._buffered() if e.ref == entry_id]
+        return stored + [_as_entry(i, e) for i, e in self._new if e.ref == entry_id]
 
     def entries(
         self, dataset: str | None = None, analyst: str | None = None, after_id: int = 0
@@ -560,31 +560,32 @@ class _PgBatchTxn(_PgTxn):
             return False
         statements: list[tuple[str, Any]] = []
         if self._new:
-            values: list[Any] = []
+            columns: list[list[Any]] = [[] for _ in range(13)]
             for entry_id, e in self._new:
-                values += (
-                    entry_id,
-                    e.timestamp,
-                    e.kind,
-                    e.dataset,
-                    _analyst_key(e.analyst),
-                    None if e.loss is None else loss_to_text(e.loss),
-                    e.query,
-                    e.query_hash,
-                    e.mechanism,
-                    e.ref,
-                    e.receipt,
-                    e.actor,
-                    e.detail,
-                )
-            rows = ", ".join([_ENTRY_PLACEHOLDERS] * len(self._new))
-            statements.append(
-                (
-                    f"INSERT INTO {self._s}.entries ({_ENTRY_COLUMNS}) OVERRIDING SYSTEM VALUE "
-                    f"VALUES {rows}",
-                    values,
-                )
-            )
+                for column, value in zip(
+                    columns,
+                    (
+                        entry_id,
+                        e.timestamp,
+                        e.kind,
+                        e.dataset,
+                        _analyst_key(e.analyst),
+                        None if e.loss is None else loss_to_text(e.loss),
+                        e.query,
+                        e.query_hash,
+                        e.mechanism,
+                        e.ref,
+                        e.receipt,
+                        e.actor,
+                        e.detail,
+                    ),
+                    strict=True,
+                ):
+                    column.append(value)
+            # one array per column: the statement's text is the same for every batch size, so
+            # psycopg converts it once (a multi-row VALUES list is re-parsed for every batch,
+            # inside the writer lock)
+            statements.append((_insert_entries_sql(self._s), columns))
         statements += [
             (_upsert_budget_sql(self._s), _budget_values(r)) for r in self._dirty.values()
         ]
@@ -614,7 +615,29 @@ def _as_entry(entry_id: int, e: NewEntry) -> LedgerEntry:
     )
 
 
-_ENTRY_PLACEHOLDERS = "(" + ", ".join(["%s"] * 13) + ")"
+_ENTRY_TYPES = (
+    "bigint",
+    "float8",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "bigint",
+    "text",
+    "text",
+    "text",
+)
+
+
+def _insert_entries_sql(s: str) -> str:
+    arrays = ", ".join(f"%s::{t}[]" for t in _ENTRY_TYPES)
+    return (
+        f"INSERT INTO {s}.entries ({_ENTRY_COLUMNS}) OVERRIDING SYSTEM VALUE "
+        f"SELECT * FROM unnest({arrays})"
+    )
 
 
 def _upsert_budget_sql(s: str) -> str:

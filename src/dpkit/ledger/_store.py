@@ -17,6 +17,7 @@ flush), which the stores share across processes too (see docs/ledger.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -125,7 +126,27 @@ class _Request:
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
-        self.event = threading.Event()  # set when done, or when handed the leader's role
+        self.event = _Latch()  # set when done, or when handed the leader's role
+
+
+class _Latch:
+    """A one-shot event with one waiter, waiting once: what the queue needs of
+    ``threading.Event`` (a request is waited on once, by its own thread), at a fraction of its
+    cost (one lock, no Condition); the group commit sets and waits on one per write. Setting
+    it again is harmless."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        with contextlib.suppress(RuntimeError):  # already set
+            self._lock.release()
+
+    def wait(self) -> None:
+        self._lock.acquire()
 
 
 class GroupCommitStore:
