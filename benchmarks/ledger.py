@@ -7,7 +7,7 @@
    across processes (the default; docs/ledger.md), and with no fsync at all (NOT durable: the
    CPU ceiling of the same work). ``reserve`` returns once its charge is on stable storage,
    ``commit`` once it survives kill -9 (it adds no charge; the next fsync makes it durable).
-   With ``--postgres``: the same cycles from 8 processes of 1, 8 and 32 threads on PostgreSQL
+   With ``--postgres``: the same cycles from 8 processes of 1, 8, 32 and 64 threads on PostgreSQL
    (issue 14's target; there both calls return after a WAL flush), with the server's durability
    and group-commit settings printed. Each row shows the load average after its runs (the
    machine may be shared). Then the same from 1, 8 and 64 threads sharing one Ledger (group
@@ -256,7 +256,7 @@ def process_table(
                     f"{postgres_url}{sep}schema=bench_{os.urandom(4).hex()}", 8, charges, threads=t
                 ),
             )
-            for threads in (1, 8, 32)
+            for threads in (1, 8, 32, 64)
         ]
     samples: dict[str, list[float]] = {label: [] for label, _ in configs}
     loads: dict[str, list[float]] = {label: [] for label, _ in configs}

@@ -283,3 +283,49 @@ def test_a_batch_reads_its_own_writes(postgres_url: str) -> None:
     assert [e.kind for e in ledger.history("d")].count("reserve") == 3
     assert ledger.replay().ok
     ledger.close()
+
+
+HOSTILE_TEXTS = [
+    "NULL",
+    "null",
+    "",
+    '{"a", b}',
+    "a,b",
+    'quote " and \\ backslash',
+    "it's",
+    "{}",
+    "{NULL}",
+    "ünïcödé ∑ 𝔼",
+    "line\nbreak\ttab",
+    "x" * 5000,
+]
+
+
+def test_a_batch_of_hostile_texts_is_stored_exactly(postgres_url: str) -> None:
+    """A batch's entries travel as one array per column (``unnest``): texts that mean something
+    in an array literal (NULL, braces, quotes, commas, backslashes) or are long come back
+    exactly, in one batch and in id order; a missing ref stays NULL."""
+    from dpkit.ledger._store import _Request
+
+    ledger = Ledger.open(postgres_url, monitor=QUIET)
+    ledger.create_budget("d", PureDP(100))
+    store = ledger.store
+    assert isinstance(store, PostgresStore)
+    calls: list[Callable[[], object]] = [
+        (lambda t=t: ledger.reserve("d", PureDP(Fraction(1, 10)), query=t, mechanism=t))
+        for t in HOSTILE_TEXTS
+    ]
+    works = _captured_works(store, calls)
+    batch = [_Request(w) for w in works]
+    store._await_durable(store._run_batch(batch))
+    assert all(r.error is None for r in batch)
+    reserves = [e for e in ledger.history("d") if e.kind == "reserve"]
+    assert [e.query for e in reserves] == HOSTILE_TEXTS
+    assert [e.mechanism for e in reserves] == HOSTILE_TEXTS
+    assert all(e.ref is None for e in reserves)
+    receipts = [ledger.commit(r.result[0], receipt=f"r-{i}-NULL") for i, r in enumerate(batch)]
+    commits = [e for e in ledger.history("d") if e.kind == "commit"]
+    assert [e.receipt for e in commits] == [r.id for r in receipts]
+    assert [e.ref for e in commits] == [r.result[0].id for r in batch]
+    assert ledger.replay().ok
+    ledger.close()
