@@ -37,23 +37,7 @@ class _MemoryTxn:
 
     def append_entry(self, entry: NewEntry) -> int:
         entry_id = len(self._entries) + 1
-        self._entries.append(
-            LedgerEntry(
-                id=entry_id,
-                timestamp=entry.timestamp,
-                kind=entry.kind,
-                dataset=entry.dataset,
-                analyst=entry.analyst or None,
-                loss=entry.loss,
-                query=entry.query,
-                query_hash=entry.query_hash,
-                mechanism=entry.mechanism,
-                ref=entry.ref,
-                receipt=entry.receipt,
-                actor=entry.actor,
-                detail=entry.detail,
-            )
-        )
+        self._entries.append(entry.with_id(entry_id))
         return entry_id
 
     def get_entry(self, entry_id: int) -> LedgerEntry | None:

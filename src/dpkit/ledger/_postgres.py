@@ -56,13 +56,13 @@ from dpkit.ledger._model import (
     LedgerCorruptError,
     LedgerEntry,
     LedgerError,
-    loss_to_text,
 )
 from dpkit.ledger._sqlite import (
     _BUDGET_COLUMNS,
     _ENTRY_COLUMNS,
     _analyst_key,
     _budget_values,
+    _entry_values,
     _Txn,
 )
 from dpkit.ledger._store import BudgetRow, GroupCommitStore, NewEntry, StoreTransaction, _Request
@@ -245,20 +245,7 @@ class _PgTxn(_Txn):
             f"INSERT INTO {self._s}.entries (ts, kind, dataset, analyst, loss, query, query_hash,"
             " mechanism, ref, receipt, actor, detail) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
             " RETURNING id",
-            (
-                entry.timestamp,
-                entry.kind,
-                entry.dataset,
-                _analyst_key(entry.analyst),
-                None if entry.loss is None else loss_to_text(entry.loss),
-                entry.query,
-                entry.query_hash,
-                entry.mechanism,
-                entry.ref,
-                entry.receipt,
-                entry.actor,
-                entry.detail,
-            ),
+            _entry_values(entry),
         ).fetchone()
         if row is None:  # pragma: no cover - RETURNING always answers
             raise LedgerError("the ledger store did not assign an entry id")
@@ -488,12 +475,12 @@ class _PgBatchTxn(_PgTxn):
         return entry_id
 
     def _buffered(self) -> list[LedgerEntry]:
-        return [_as_entry(i, e) for i, e in self._new]
+        return [e.with_id(i) for i, e in self._new]
 
     def get_entry(self, entry_id: int) -> LedgerEntry | None:
         for i, e in self._new:
             if i == entry_id:
-                return _as_entry(i, e)
+                return e.with_id(i)
         if self._use_cache:
             known = self._store._open_reservations.get(entry_id)
             if known is not None:
@@ -531,7 +518,7 @@ class _PgBatchTxn(_PgTxn):
             )
             stored = [self._entry(tuple(r)) for r in cursor]
             self._refs[entry_id] = stored
-        return stored + [_as_entry(i, e) for i, e in self._new if e.ref == entry_id]
+        return stored + [e.with_id(i) for i, e in self._new if e.ref == entry_id]
 
     def entries(
         self, dataset: str | None = None, analyst: str | None = None, after_id: int = 0
@@ -562,25 +549,7 @@ class _PgBatchTxn(_PgTxn):
         if self._new:
             columns: list[list[Any]] = [[] for _ in range(13)]
             for entry_id, e in self._new:
-                for column, value in zip(
-                    columns,
-                    (
-                        entry_id,
-                        e.timestamp,
-                        e.kind,
-                        e.dataset,
-                        _analyst_key(e.analyst),
-                        None if e.loss is None else loss_to_text(e.loss),
-                        e.query,
-                        e.query_hash,
-                        e.mechanism,
-                        e.ref,
-                        e.receipt,
-                        e.actor,
-                        e.detail,
-                    ),
-                    strict=True,
-                ):
+                for column, value in zip(columns, (entry_id, *_entry_values(e)), strict=True):
                     column.append(value)
             # one array per column: the statement's text is the same for every batch size, so
             # psycopg converts it once (a multi-row VALUES list is re-parsed for every batch,
@@ -597,39 +566,7 @@ class _PgBatchTxn(_PgTxn):
         return self._buffered()
 
 
-def _as_entry(entry_id: int, e: NewEntry) -> LedgerEntry:
-    return LedgerEntry(
-        id=entry_id,
-        timestamp=e.timestamp,
-        kind=e.kind,
-        dataset=e.dataset,
-        analyst=e.analyst or None,
-        loss=e.loss,
-        query=e.query,
-        query_hash=e.query_hash,
-        mechanism=e.mechanism,
-        ref=e.ref,
-        receipt=e.receipt,
-        actor=e.actor,
-        detail=e.detail,
-    )
-
-
-_ENTRY_TYPES = (
-    "bigint",
-    "float8",
-    "text",
-    "text",
-    "text",
-    "text",
-    "text",
-    "text",
-    "text",
-    "bigint",
-    "text",
-    "text",
-    "text",
-)
+_ENTRY_TYPES = ("bigint", "float8", *["text"] * 7, "bigint", *["text"] * 3)  # _ENTRY_COLUMNS
 
 
 def _insert_entries_sql(s: str) -> str:

@@ -132,6 +132,25 @@ def _budget_values(row: BudgetRow) -> tuple[Any, ...]:
     )
 
 
+def _entry_values(entry: NewEntry) -> tuple[Any, ...]:
+    """A new entry's column values in ``_ENTRY_COLUMNS`` order without the id (both SQL
+    stores)."""
+    return (
+        entry.timestamp,
+        entry.kind,
+        entry.dataset,
+        _analyst_key(entry.analyst),
+        None if entry.loss is None else loss_to_text(entry.loss),
+        entry.query,
+        entry.query_hash,
+        entry.mechanism,
+        entry.ref,
+        entry.receipt,
+        entry.actor,
+        entry.detail,
+    )
+
+
 class _Txn:
     """StoreTransaction over one sqlite3 connection inside an open transaction."""
 
@@ -164,20 +183,7 @@ class _Txn:
         cursor = self._conn.execute(
             "INSERT INTO entries (ts, kind, dataset, analyst, loss, query, query_hash, mechanism,"
             " ref, receipt, actor, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                entry.timestamp,
-                entry.kind,
-                entry.dataset,
-                _analyst_key(entry.analyst),
-                None if entry.loss is None else loss_to_text(entry.loss),
-                entry.query,
-                entry.query_hash,
-                entry.mechanism,
-                entry.ref,
-                entry.receipt,
-                entry.actor,
-                entry.detail,
-            ),
+            _entry_values(entry),
         )
         entry_id = cursor.lastrowid
         if entry_id is None:  # pragma: no cover - sqlite always sets it after an INSERT

@@ -63,6 +63,24 @@ class NewEntry:
     actor: str = ""
     detail: str = ""
 
+    def with_id(self, entry_id: int) -> LedgerEntry:
+        """The entry as stored under ``entry_id``."""
+        return LedgerEntry(
+            id=entry_id,
+            timestamp=self.timestamp,
+            kind=self.kind,
+            dataset=self.dataset,
+            analyst=self.analyst or None,
+            loss=self.loss,
+            query=self.query,
+            query_hash=self.query_hash,
+            mechanism=self.mechanism,
+            ref=self.ref,
+            receipt=self.receipt,
+            actor=self.actor,
+            detail=self.detail,
+        )
+
 
 class StoreTransaction(Protocol):
     """Row operations available inside ``LedgerStore.write`` / ``LedgerStore.read``."""
