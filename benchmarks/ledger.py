@@ -253,7 +253,10 @@ def process_table(
             (
                 f"dpkit 8 processes x {threads} thread{'s' if threads > 1 else ''}, PostgreSQL",
                 lambda t=threads: processes_rate(
-                    f"{postgres_url}{sep}schema=bench_{os.urandom(4).hex()}", 8, charges, threads=t
+                    f"{postgres_url}{sep}schema=bench_{os.urandom(4).hex()}",
+                    8,
+                    max(charges, 250 * t),  # >= ~30 cycles per thread: a steady state, not startup
+                    threads=t,
                 ),
             )
             for threads in (1, 8, 32, 64)

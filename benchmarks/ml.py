@@ -284,8 +284,11 @@ def fit_time(rng: np.random.Generator, dpl: Any, repeats: int = 3) -> None:
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dpl.KMeans(10, epsilon=1, bounds=(-np.ones(10), np.ones(10))).fit(big)
-        line += f", diffprivlib {time.perf_counter() - start:.2f} s (one fit)"
+            # diffprivlib's own class (not the benchmark's faster, bit-identical subclass)
+            getattr(dpl, "original_kmeans", dpl.KMeans)(
+                10, epsilon=1, bounds=(-np.ones(10), np.ones(10))
+            ).fit(big)
+        line += f", diffprivlib {time.perf_counter() - start:.2f} s (one fit, its own class)"
     print(line, flush=True)
 
 
