@@ -126,17 +126,19 @@ def test_linear_regression_on_every_engine(make: Callable[..., Engine]) -> None:
     assert model.privacy_loss_ == dp.PureDP(20)
 
 
-def _lloyd_aggregates(engine: Engine, df: pd.DataFrame, d: int, k: int) -> dict[int, list[int]]:
+def _lloyd_aggregates(
+    engine: Engine, df: pd.DataFrame, centres: np.ndarray
+) -> dict[int, list[int]]:
     """The exact (pre-noise) per-cluster outputs of one Lloyd query, by cluster."""
     from dpkit.ml._common import check_box
-    from dpkit.ml._kmeans import _public_spread
     from dpkit.ml._session import _assignment, _counts_and_sums, _row_map
 
+    k, d = centres.shape
     session = Session(df, "u", dp.PureDP(1), engine=engine, max_rows=1)
     names = [f"x{t}" for t in range(d)]
     base, z = _row_map(session.query(), names, check_box((-1, 1), d=d))
     query = _counts_and_sums(
-        _assignment(base, z, _public_spread(k, d), "__ml_label"),
+        _assignment(base, z, centres, "__ml_label"),
         z,
         "__ml_label",
         k,
@@ -162,8 +164,8 @@ def _wide_table(n: int, d: int) -> pd.DataFrame:
     ("d", "k", "source"),
     [
         (4, 3, "parquet"),
+        (50, 20, "parquet"),
         pytest.param(50, 20, "pandas", marks=pytest.mark.slow),
-        pytest.param(50, 20, "parquet", marks=pytest.mark.slow),
     ],
 )
 def test_spark_runs_wide_lloyd_queries_like_duckdb(
@@ -175,15 +177,17 @@ def test_spark_runs_wide_lloyd_queries_like_duckdb(
     runs and its exact per-cluster aggregates are DuckDB's (edge values included)."""
     from dpkit.analytics.engines.duckdb_engine import DuckDBEngine
     from dpkit.analytics.engines.spark_engine import SparkEngine
+    from dpkit.ml._kmeans import _public_spread
 
     df = _wide_table(60, d)
+    centres = _public_spread(k, d)  # public random centres: drawn once for both engines
     src: Any = df
     if source == "parquet":
         src = str(tmp_path / "wide.parquet")
         df.to_parquet(src)
-    want = _lloyd_aggregates(DuckDBEngine(df), df, d, k)
+    want = _lloyd_aggregates(DuckDBEngine(df), df, centres)
     assert sum(row[0] for row in want.values()) == len(df)
-    assert _lloyd_aggregates(SparkEngine(src, spark=spark), df, d, k) == want
+    assert _lloyd_aggregates(SparkEngine(src, spark=spark), df, centres) == want
 
 
 def test_wide_plans_run_with_scoped_spark_settings(spark: Any) -> None:
