@@ -49,7 +49,7 @@ def run(n: int, d: int, k: int, engines: list[str], source: str, steps: list[str
     names = [f"x{i}" for i in range(d)]
     frame = pd.DataFrame(x, columns=names)
     frame["u"] = np.arange(n)
-    cases = {
+    cases: dict[str, tuple[str, dict[str, Any]]] = {
         "step": ("one Lloyd step", {"method": "lloyd", "max_iter": 1}),
         "lloyd": ("lloyd fit (5 steps)", {"method": "lloyd"}),
         "lsh": ("lsh fit (coreset + 1 step)", {"method": "lsh"}),
