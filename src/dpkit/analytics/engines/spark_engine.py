@@ -13,10 +13,11 @@ such keys or units Spark may keep different, equally valid, rows of heavy units.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +43,43 @@ from dpkit.analytics.engines._heavy import (
 )
 from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
 from dpkit.analytics.engines.sql import build_query, ident
-from dpkit.analytics.expr import ColumnKind
+from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Unary
 from dpkit.errors import InvalidDataError
 
-__all__ = ["SparkEngine", "default_spark_session"]
+__all__ = ["SparkEngine", "default_spark_session", "inlined_size"]
 
 _IN_LIST = 256
 """Up to this many candidate units are written into the SQL as an IN list; more are a temporary
 view, semi-joined."""
+
+_WIDE = 512
+"""Plans whose derived columns, expanded into one expression tree (:func:`inlined_size`), have
+at least this many nodes (a Lloyd query of dpkit.ml: 178 at d = 2, k = 2; 1,397 at d = 4, k = 3;
+1.6·10^6 at d = 50, k = 20) run with :data:`_WIDE_SETTINGS`, set for that query only
+(:func:`_scoped_conf`)."""
+
+_PUSH_RULES = (
+    "org.apache.spark.sql.catalyst.optimizer.PushDownPredicates",
+    "org.apache.spark.sql.catalyst.optimizer.PushPredicateThroughNonJoin",
+    "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation",
+)
+"""Catalyst pushes a filter below a projection by substituting the projection's expressions
+into it, as a tree. The derived columns of a wide plan form a DAG that shares its levels (a
+Lloyd query's label reads k - 1 indicators, each reading k distances, each d scaled features,
+each a clamp that reads its value several times), so pushing the bounding's key filter below
+them expanded that DAG into a tree exponential in its depth: the driver ran out of heap while
+optimising (d = 4, k = 3 from a Parquet file already did). Those filters only select rows the
+engine must compute anyway; without pushdown the plan stays the size of the SQL. A local
+source (pandas, Arrow) is a LocalRelation, whose projections ConvertToLocalRelation evaluates
+on the driver, interpreted, while optimising (25 s of a 35 s Lloyd step at d = 50, k = 20,
+n = 10^4, and out of heap at 10^5): excluded too, so the projections run as generated code."""
+
+_WIDE_SETTINGS = {
+    "spark.sql.optimizer.excludedRules": ",".join(_PUSH_RULES),
+    # one whole-stage method over a wide projection is too large for Janino (out of heap at
+    # d = 50, k = 20); without it each projection is generated as split methods
+    "spark.sql.codegen.wholeStage": "false",
+}
 
 
 def default_spark_session() -> Any:
@@ -71,6 +101,49 @@ def default_spark_session() -> Any:
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .getOrCreate()
     )
+
+
+def inlined_size(plan: BoundedPlan) -> int:
+    """The number of nodes of the largest derived column of ``plan`` with every derived column
+    it reads substituted by its expression (as Catalyst substitutes them when it pushes a
+    filter below the projections): public, from the plan's expressions alone."""
+    sizes: dict[str, int] = {}
+
+    def size(expr: Expr) -> int:
+        if isinstance(expr, Col):
+            return sizes.get(expr.name, 1)
+        if isinstance(expr, Binary):
+            return 1 + size(expr.left) + size(expr.right)
+        if isinstance(expr, Unary | IsIn):
+            return 1 + size(expr.operand)
+        return 1
+
+    for step in plan.steps:
+        if step.kind == "derive" and step.expr is not None:
+            sizes[step.name] = size(step.expr)
+    return max(sizes.values(), default=0)
+
+
+@contextlib.contextmanager
+def _scoped_conf(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
+    """Apply ``settings`` to ``spark``'s SQL conf for the block, then restore the previous
+    values (an excluded-rules list is extended, not replaced). The conf is the session's: a
+    query run concurrently on the same SparkSession sees these settings meanwhile."""
+    conf = spark.conf
+    before = {key: conf.get(key, None) for key in settings}
+    try:
+        for key, value in settings.items():
+            old = before[key]
+            if key.endswith("excludedRules") and old:
+                value = ",".join([old, value])
+            conf.set(key, value)
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                conf.unset(key)
+            else:
+                conf.set(key, old)
 
 
 def _kind(data_type: Any) -> tuple[ColumnKind, bool]:
@@ -234,12 +307,17 @@ class SparkEngine:
                 heavy.createOrReplaceTempView(view)
                 sub = exp.select(unit.copy()).from_(exp.to_table(view))
                 predicate = exp.In(this=unit, query=sub.subquery())
+        settings = _WIDE_SETTINGS if inlined_size(plan) >= _WIDE else {}
         try:
-            frame = self._spark.sql(self.sql(plan, predicate))
-            if hasattr(frame, "toArrow"):
-                table: pa.Table = frame.toArrow()
-                return table
-            return pa.Table.from_pandas(frame.toPandas(), preserve_index=False)  # pragma: no cover
+            text = self.sql(plan, predicate)
+            with _scoped_conf(self._spark, settings):  # the optimizer runs at toArrow
+                frame = self._spark.sql(text)
+                if hasattr(frame, "toArrow"):
+                    table: pa.Table = frame.toArrow()
+                    return table
+                return pa.Table.from_pandas(  # pragma: no cover
+                    frame.toPandas(), preserve_index=False
+                )
         finally:
             if view is not None:
                 self._spark.catalog.dropTempView(view)
