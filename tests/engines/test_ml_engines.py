@@ -228,3 +228,49 @@ def test_which_plans_are_wide() -> None:
         )
         sizes.append(inlined_size(session.compile(query, epsilon=1).plans[0]))
     assert sizes[0] < _WIDE <= sizes[1]
+
+
+def test_concurrent_scoped_settings_are_restored() -> None:
+    """Two threads running wide queries at once cannot interleave their saves and restores (the
+    second would save the first's settings and restore them afterwards, leaving pushdown off
+    for good): scoped blocks run one at a time and the conf ends as it began."""
+    import threading
+    import time
+
+    from dpkit.analytics.engines.spark_engine import _WIDE_SETTINGS, _scoped_conf
+
+    class Conf:
+        def __init__(self) -> None:
+            self.values: dict[str, str] = {}
+
+        def get(self, key: str, default: str | None = None) -> str | None:
+            return self.values.get(key, default)
+
+        def set(self, key: str, value: str) -> None:
+            self.values[key] = value
+
+        def unset(self, key: str) -> None:
+            self.values.pop(key, None)
+
+    class FakeSpark:
+        conf = Conf()
+
+    spark = FakeSpark()
+    inside = threading.Event()
+
+    def first() -> None:
+        with _scoped_conf(spark, _WIDE_SETTINGS):
+            inside.set()
+            time.sleep(0.2)
+
+    def second() -> None:
+        inside.wait()
+        with _scoped_conf(spark, _WIDE_SETTINGS):
+            time.sleep(0.4)  # outlasts the first: its restore would come last
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert spark.conf.values == {}

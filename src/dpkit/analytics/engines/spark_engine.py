@@ -17,6 +17,7 @@ import contextlib
 import os
 import secrets
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,9 @@ source (pandas, Arrow) is a LocalRelation, whose projections ConvertToLocalRelat
 on the driver, interpreted, while optimising (25 s of a 35 s Lloyd step at d = 50, k = 20,
 n = 10^4, and out of heap at 10^5): excluded too, so the projections run as generated code."""
 
+_CONF_LOCK = threading.Lock()
+"""Held while a query runs with :data:`_WIDE_SETTINGS` (see :func:`_scoped_conf`)."""
+
 _WIDE_SETTINGS = {
     "spark.sql.optimizer.excludedRules": ",".join(_PUSH_RULES),
     # one whole-stage method over a wide projection is too large for Janino (out of heap at
@@ -128,7 +132,18 @@ def inlined_size(plan: BoundedPlan) -> int:
 def _scoped_conf(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
     """Apply ``settings`` to ``spark``'s SQL conf for the block, then restore the previous
     values (an excluded-rules list is extended, not replaced). The conf is the session's: a
-    query run concurrently on the same SparkSession sees these settings meanwhile."""
+    query run concurrently on the same SparkSession sees these settings meanwhile (they change
+    how a plan is optimised and compiled, not its result). Scoped blocks of this process run one
+    at a time (:data:`_CONF_LOCK`), so two wide queries in two threads cannot interleave their
+    saves and restores and leave the settings on."""
+    if not settings:
+        yield
+        return
+    with _CONF_LOCK:
+        yield from _apply_and_restore(spark, settings)
+
+
+def _apply_and_restore(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
     conf = spark.conf
     before = {key: conf.get(key, None) for key in settings}
     try:
