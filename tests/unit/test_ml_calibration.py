@@ -215,7 +215,5 @@ def test_regression_statistics_are_calibrated_for_one_extreme_row(
     realised = _check_pair(runs[0], runs[1], Fraction(claimed))
     p = d + 1 if intercept else d
     pure = "epsilon" in budget
-    # (under zCDP the declared L2 is p = ||xxᵀ||_F, above the upper triangle's realised
-    # sqrt(p(p+1)/2): conservative)
     assert realised[0] == pytest.approx((p * p + p) / 2 if pure else ((p * p + p) / 2) ** 0.5)
     assert realised[1] == pytest.approx(p if pure else p**0.5)

@@ -7,8 +7,8 @@ Reason. Rows go through the public row map (:mod:`dpkit.ml._common`): x to [-1, 
 [-1, 1], from the declared ``bounds_X`` / ``bounds_y`` (NaN → midpoint, clamp). With
 z = (x, 1) (p = d + 1 coordinates, or p = d without intercept), one row adds
 
-* zzᵀ to A = ZᵀZ: the upper triangle (p(p+1)/2 entries) moves by at most (p² + p)/2 in L1
-  and at most ||z||² <= p in L2;
+* zzᵀ to A = ZᵀZ: the upper triangle (p(p+1)/2 entries, each z_i·z_j in [-1, 1]) moves by at
+  most (p² + p)/2 in L1 and √((p² + p)/2) in L2 (rounded up exactly; below ||zzᵀ||_F = p);
 * z·y to b = Zᵀy: at most p in L1 and √p in L2;
 * y² <= 1 to c = yᵀy.
 
@@ -182,7 +182,7 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
             iu = np.triu_indices(p)
             pf = Fraction(p)
             share_a, share_b, share_c = (budget.total * s for s in _SHARES)
-            l1_a, l2_a = (pf * pf + pf) / 2, pf
+            l1_a, l2_a = (pf * pf + pf) / 2, sqrt_upper((pf * pf + pf) / 2)
             l1_b, l2_b = pf, sqrt_upper(pf)
             upper = budget.noisy_vector(a[iu], share_a, l1_a, l2_a, p * (p + 1) // 2)
             b_noisy = budget.noisy_vector(b, share_b, l1_b, l2_b, p)
