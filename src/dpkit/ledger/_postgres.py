@@ -298,9 +298,9 @@ class _PgBatchTxn(_PgTxn):
     Writes are buffered in the client until the batch ends; the reads they affect (budgets,
     entries) are answered from the buffer laid over the database, so every request sees the
     effects of the requests before it exactly as if they had been written. When the batch ends,
-    one round trip sends every new entry (one multi-row INSERT), every changed budget row and
-    the COMMIT. So a refused request is undone by dropping its part of the buffer (no SAVEPOINT,
-    nothing was sent), and the statements that hold the writer lock are few:
+    one round trip sends every new entry (one INSERT of one array per column), every changed
+    budget row and the COMMIT. So a refused request is undone by dropping its part of the buffer
+    (no SAVEPOINT, nothing was sent), and the statements that hold the writer lock are few:
 
     * the first read of a budget takes the writer lock, reads the dataset's and the analyst's
       rows, and draws entry ids from the entries' identity sequence - in one round trip
