@@ -226,6 +226,10 @@ def check_box(bounds: Any, name: str = "bounds", d: int | None = None) -> Box:
         raise InvalidParameterError(name, bounds, "lower < upper in every coordinate", hint)
     if float(np.max(np.abs(np.concatenate([lower, upper])))) > 1e150:
         raise InvalidParameterError(name, bounds, "of magnitude at most 1e150", hint)
+    if not np.all((upper - lower) / 2 > 0):  # the row map divides by the half-width
+        raise InvalidParameterError(
+            name, bounds, "lower < upper with a half-width (upper - lower)/2 above 0", hint
+        )
     return Box(lower.copy(), upper.copy())
 
 

@@ -1,0 +1,79 @@
+"""Review probe: a batch's entries go as one array per column; the timestamps come from the
+ledger's ``clock`` (a user callable). A batch whose clock values mix ints and floats (or numpy
+floats) must store the same as the one-row INSERT did (every value bound on its own)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpkit.core.losses import PureDP
+from dpkit.ledger import BudgetMonitor, Ledger
+from dpkit.ledger._postgres import PostgresStore
+from dpkit.ledger._store import StoreTransaction
+
+QUIET = BudgetMonitor(log=False)
+
+
+class _Captured(Exception):
+    pass
+
+
+def _captured_works(
+    store: PostgresStore, calls: list[Callable[[], object]]
+) -> list[Callable[[StoreTransaction], Any]]:
+    works: list[Callable[[StoreTransaction], Any]] = []
+
+    def capture(work: Callable[[StoreTransaction], Any], *, sync: bool = True) -> None:
+        works.append(work)
+        raise _Captured
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store, "write", capture)
+        for call in calls:
+            with pytest.raises(_Captured):
+                call()
+    return works
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1_700_000_000, 1_700_000_000.5, 1_700_000_001],
+        [1_700_000_000.5, 1_700_000_001, 1_700_000_002.25],
+        [np.float64(1_700_000_000.123456789), 1_700_000_001.5, 1_700_000_002.0],
+        [1_700_000_000.123456789, 1_700_000_000.1234567891, 2.0**60 + 0.0],
+    ],
+)
+def test_a_batch_stores_every_clock_value(postgres_url: str, values: list[object]) -> None:
+    from dpkit.ledger._store import _Request
+
+    ticks = itertools.cycle(values)
+    produced: list[object] = []
+
+    def clock() -> object:
+        produced.append(next(ticks))
+        return produced[-1]
+
+    ledger = Ledger.open(postgres_url, monitor=QUIET, clock=clock)  # type: ignore[arg-type]
+    ledger.create_budget("d", PureDP(100))
+    store = ledger.store
+    assert isinstance(store, PostgresStore)
+    calls: list[Callable[[], object]] = [
+        lambda: ledger.reserve("d", PureDP(Fraction(1, 10))) for _ in values
+    ]
+    works = _captured_works(store, calls)
+    batch = [_Request(w) for w in works]
+    store._await_durable(store._run_batch(batch))
+    assert all(r.error is None for r in batch), [r.error for r in batch]
+    got = [e.timestamp for e in ledger.history("d") if e.kind == "reserve"]
+    assert len(got) == len(values)
+    assert all(isinstance(t, float) for t in got)
+    exact = {float(v) for v in produced}  # type: ignore[arg-type]
+    assert set(got) <= exact and len(set(got)) == len(set(map(float, values)))  # type: ignore[arg-type]
+    ledger.close()
