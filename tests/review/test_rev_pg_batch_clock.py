@@ -77,3 +77,28 @@ def test_a_batch_stores_every_clock_value(postgres_url: str, values: list[object
     exact = {float(v) for v in produced}  # type: ignore[arg-type]
     assert set(got) <= exact and len(set(got)) == len(set(map(float, values)))  # type: ignore[arg-type]
     ledger.close()
+
+
+def test_a_nul_text_in_a_batch_fails_alone(postgres_url: str) -> None:
+    """A text PostgreSQL cannot store (NUL) in one request of a batch: the batch's one INSERT
+    of arrays fails as a whole, and each request is then run alone, so only that one fails and
+    the others are stored and charged exactly once."""
+    from dpkit.ledger._store import _Request
+
+    ledger = Ledger.open(postgres_url, monitor=QUIET)
+    ledger.create_budget("d", PureDP(1))
+    store = ledger.store
+    assert isinstance(store, PostgresStore)
+    texts = ["a", "b\x00c", "d"]
+    calls: list[Callable[[], object]] = [
+        (lambda t=t: ledger.reserve("d", PureDP(Fraction(1, 10)), query=t)) for t in texts
+    ]
+    batch = [_Request(w) for w in _captured_works(store, calls)]
+    token = store._run_batch(batch)
+    if token is not None:
+        store._await_durable(token)
+    assert [r.error is None for r in batch] == [True, False, True]
+    assert ledger.budget("d").charges == 2
+    assert [e.query for e in ledger.history("d") if e.kind == "reserve"] == ["a", "d"]
+    assert ledger.replay().ok
+    ledger.close()
