@@ -823,6 +823,15 @@ class PostgresStore(GroupCommitStore):
                     r.result = None
                     r.error = error
             return None
+        except Exception as exc:  # e.g. a text the client cannot encode: not sent, not committed
+            self._abandon(conn)
+            if not conn.closed and len(batch) > 1:
+                raise _RetryAlone() from None
+            for r in batch:
+                if r.error is None:
+                    r.result = None
+                    r.error = exc
+            return None
         self._remember(txn.written())
         # a transaction that held the writer lock committed asynchronously: wait for a flush;
         # one that did not (only finalisations) committed synchronously: it is on disk

@@ -258,6 +258,12 @@ class GroupCommitStore:
         try:
             try:
                 token = self._run_batch(batch)
+            except BaseException as exc:
+                for r in batch:  # the batch failed: nobody in it is acknowledged
+                    r.result = None
+                    if r.error is None:
+                        r.error = exc
+                raise
             finally:
                 if self.pipeline or token is None:
                     handed = True
