@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,31 @@ def postgres_url(postgres_server_url: str) -> str:
 
     sep = "&" if "?" in postgres_server_url else "?"
     return f"{postgres_server_url}{sep}schema=t{secrets.token_hex(8)}"
+
+
+class _Captured(Exception):
+    pass
+
+
+@pytest.fixture
+def captured_requests() -> Callable[[Any, list[Callable[[], object]]], list[Any]]:
+    """``capture(store, calls)``: the write each call hands to ``store.write``, as group-commit
+    requests that were not run, so that a test can run them as one batch
+    (``store._run_batch(requests)``)."""
+    from dpkit.ledger._store import _Request
+
+    def capture(store: Any, calls: list[Callable[[], object]]) -> list[Any]:
+        works: list[Any] = []
+
+        def write(work: Any, *, sync: bool = True) -> None:
+            works.append(work)
+            raise _Captured
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store, "write", write)
+            for call in calls:
+                with pytest.raises(_Captured):
+                    call()
+        return [_Request(w) for w in works]
+
+    return capture

@@ -15,30 +15,8 @@ import pytest
 from dpkit.core.losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 from dpkit.ledger._postgres import PostgresStore
-from dpkit.ledger._store import StoreTransaction
 
 QUIET = BudgetMonitor(log=False)
-
-
-class _Captured(Exception):
-    pass
-
-
-def _captured_works(
-    store: PostgresStore, calls: list[Callable[[], object]]
-) -> list[Callable[[StoreTransaction], Any]]:
-    works: list[Callable[[StoreTransaction], Any]] = []
-
-    def capture(work: Callable[[StoreTransaction], Any], *, sync: bool = True) -> None:
-        works.append(work)
-        raise _Captured
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(store, "write", capture)
-        for call in calls:
-            with pytest.raises(_Captured):
-                call()
-    return works
 
 
 @pytest.mark.parametrize(
@@ -50,8 +28,9 @@ def _captured_works(
         [1_700_000_000.123456789, 1_700_000_000.1234567891, 2.0**60 + 0.0],
     ],
 )
-def test_a_batch_stores_every_clock_value(postgres_url: str, values: list[object]) -> None:
-    from dpkit.ledger._store import _Request
+def test_a_batch_stores_every_clock_value(
+    postgres_url: str, values: list[object], captured_requests: Any
+) -> None:
 
     ticks = itertools.cycle(values)
     produced: list[object] = []
@@ -67,8 +46,7 @@ def test_a_batch_stores_every_clock_value(postgres_url: str, values: list[object
     calls: list[Callable[[], object]] = [
         lambda: ledger.reserve("d", PureDP(Fraction(1, 10))) for _ in values
     ]
-    works = _captured_works(store, calls)
-    batch = [_Request(w) for w in works]
+    batch = captured_requests(store, calls)
     store._await_durable(store._run_batch(batch))
     assert all(r.error is None for r in batch), [r.error for r in batch]
     got = [e.timestamp for e in ledger.history("d") if e.kind == "reserve"]
@@ -79,11 +57,10 @@ def test_a_batch_stores_every_clock_value(postgres_url: str, values: list[object
     ledger.close()
 
 
-def test_a_nul_text_in_a_batch_fails_alone(postgres_url: str) -> None:
+def test_a_nul_text_in_a_batch_fails_alone(postgres_url: str, captured_requests: Any) -> None:
     """A text PostgreSQL cannot store (NUL) in one request of a batch: the batch's one INSERT
     of arrays fails as a whole, and each request is then run alone, so only that one fails and
     the others are stored and charged exactly once."""
-    from dpkit.ledger._store import _Request
 
     ledger = Ledger.open(postgres_url, monitor=QUIET)
     ledger.create_budget("d", PureDP(1))
@@ -93,7 +70,7 @@ def test_a_nul_text_in_a_batch_fails_alone(postgres_url: str) -> None:
     calls: list[Callable[[], object]] = [
         (lambda t=t: ledger.reserve("d", PureDP(Fraction(1, 10)), query=t)) for t in texts
     ]
-    batch = [_Request(w) for w in _captured_works(store, calls)]
+    batch = captured_requests(store, calls)
     token = store._run_batch(batch)
     if token is not None:
         store._await_durable(token)

@@ -20,38 +20,17 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-import pytest
-
 from dpkit.core.losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 from dpkit.ledger._postgres import PostgresStore
-from dpkit.ledger._store import GroupCommitStore, StoreTransaction, _Request
+from dpkit.ledger._store import GroupCommitStore, _Request
 
 QUIET = BudgetMonitor(log=False)
 
 
-class _Captured(Exception):
-    pass
-
-
-def _captured_works(
-    store: PostgresStore, calls: list[Callable[[], object]]
-) -> list[Callable[[StoreTransaction], Any]]:
-    works: list[Callable[[StoreTransaction], Any]] = []
-
-    def capture(work: Callable[[StoreTransaction], Any], *, sync: bool = True) -> None:
-        works.append(work)
-        raise _Captured
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(store, "write", capture)
-        for call in calls:
-            with pytest.raises(_Captured):
-                call()
-    return works
-
-
-def test_an_unencodable_text_fails_its_request_alone(postgres_url: str) -> None:
+def test_an_unencodable_text_fails_its_request_alone(
+    postgres_url: str, captured_requests: Any
+) -> None:
     ledger = Ledger.open(postgres_url, monitor=QUIET)
     ledger.create_budget("d", PureDP(1))
     store = ledger.store
@@ -60,7 +39,7 @@ def test_an_unencodable_text_fails_its_request_alone(postgres_url: str) -> None:
     calls: list[Callable[[], object]] = [
         (lambda t=t: ledger.reserve("d", PureDP(Fraction(1, 10)), mechanism=t)) for t in texts
     ]
-    batch = [_Request(w) for w in _captured_works(store, calls)]
+    batch = captured_requests(store, calls)
     try:
         token = store._run_batch(batch)
     except Exception as exc:  # the batch failed: then nobody may hold a result

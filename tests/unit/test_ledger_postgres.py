@@ -25,7 +25,6 @@ from dpkit.ledger._postgres import (
     PostgresStore,
     split_url,
 )
-from dpkit.ledger._store import StoreTransaction
 
 QUIET = BudgetMonitor(log=False)
 
@@ -197,34 +196,12 @@ def test_the_database_refuses_ids_it_did_not_issue_and_stray_finalisations(
         assert ids.fetchone() == (0,)
 
 
-class _Captured(Exception):
-    pass
-
-
-def _captured_works(
-    store: PostgresStore, calls: list[Callable[[], object]]
-) -> list[Callable[[StoreTransaction], Any]]:
-    """The ``work`` each call hands to ``store.write``, without running it (so that the test
-    can run them as one batch)."""
-    works: list[Callable[[StoreTransaction], Any]] = []
-
-    def capture(work: Callable[[StoreTransaction], Any], *, sync: bool = True) -> None:
-        works.append(work)
-        raise _Captured
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(store, "write", capture)
-        for call in calls:
-            with pytest.raises(_Captured):
-                call()
-    return works
-
-
-def test_a_finalisation_that_loses_a_race_fails_alone(postgres_url: str) -> None:
+def test_a_finalisation_that_loses_a_race_fails_alone(
+    postgres_url: str, captured_requests: Any
+) -> None:
     """Process A finalises its reservations without reading them (it wrote them); if process B
     finalised one meanwhile, the unique index refuses A's batch, and A reruns its requests one
     by one: that commit fails with ReservationStateError, its batch-mates succeed."""
-    from dpkit.ledger._store import _Request
 
     a = Ledger.open(postgres_url, monitor=QUIET)
     b = Ledger.open(postgres_url, monitor=QUIET)
@@ -235,7 +212,7 @@ def test_a_finalisation_that_loses_a_race_fails_alone(postgres_url: str) -> None
 
     store = a.store
     assert isinstance(store, PostgresStore)
-    works = _captured_works(
+    batch = captured_requests(
         store,
         [
             lambda: a.commit(raced),
@@ -243,7 +220,6 @@ def test_a_finalisation_that_loses_a_race_fails_alone(postgres_url: str) -> None
             lambda: a.reserve("d", PureDP(Fraction(1, 10))),
         ],
     )
-    batch = [_Request(w) for w in works]
     token = store._run_batch(batch)
     assert token is not None
     store._await_durable(token)
@@ -258,10 +234,9 @@ def test_a_finalisation_that_loses_a_race_fails_alone(postgres_url: str) -> None
     b.close()
 
 
-def test_a_batch_reads_its_own_writes(postgres_url: str) -> None:
+def test_a_batch_reads_its_own_writes(postgres_url: str, captured_requests: Any) -> None:
     """Requests batched in one transaction see the entries and budgets written by the requests
     before them (the buffer is laid over the database), and a refused request leaves nothing."""
-    from dpkit.ledger._store import _Request
 
     ledger = Ledger.open(postgres_url, monitor=QUIET)
     ledger.create_budget("d", PureDP(Fraction(3, 10)))
@@ -269,10 +244,9 @@ def test_a_batch_reads_its_own_writes(postgres_url: str) -> None:
     assert isinstance(store, PostgresStore)
     reserve = lambda: ledger.reserve("d", PureDP(Fraction(1, 10)))  # noqa: E731
     # the fourth reservation does not fit; the budget exists already (in the database)
-    works = _captured_works(
+    batch = captured_requests(
         store, [reserve, reserve, reserve, reserve, lambda: ledger.create_budget("d", PureDP(1))]
     )
-    batch = [_Request(w) for w in works]
     store._await_durable(store._run_batch(batch))
     assert [r.error is None for r in batch] == [True, True, True, False, False]
     assert isinstance(batch[3].error, BudgetExceededError)
@@ -301,11 +275,12 @@ HOSTILE_TEXTS = [
 ]
 
 
-def test_a_batch_of_hostile_texts_is_stored_exactly(postgres_url: str) -> None:
+def test_a_batch_of_hostile_texts_is_stored_exactly(
+    postgres_url: str, captured_requests: Any
+) -> None:
     """A batch's entries travel as one array per column (``unnest``): texts that mean something
     in an array literal (NULL, braces, quotes, commas, backslashes) or are long come back
     exactly, in one batch and in id order; a missing ref stays NULL."""
-    from dpkit.ledger._store import _Request
 
     ledger = Ledger.open(postgres_url, monitor=QUIET)
     ledger.create_budget("d", PureDP(100))
@@ -315,8 +290,7 @@ def test_a_batch_of_hostile_texts_is_stored_exactly(postgres_url: str) -> None:
         (lambda t=t: ledger.reserve("d", PureDP(Fraction(1, 10)), query=t, mechanism=t))
         for t in HOSTILE_TEXTS
     ]
-    works = _captured_works(store, calls)
-    batch = [_Request(w) for w in works]
+    batch = captured_requests(store, calls)
     store._await_durable(store._run_batch(batch))
     assert all(r.error is None for r in batch)
     reserves = [e for e in ledger.history("d") if e.kind == "reserve"]
