@@ -20,6 +20,9 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+import pytest
+
+import dpkit.ledger._ledger as ledger_module
 from dpkit.core.losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 from dpkit.ledger._postgres import PostgresStore
@@ -29,8 +32,11 @@ QUIET = BudgetMonitor(log=False)
 
 
 def test_an_unencodable_text_fails_its_request_alone(
-    postgres_url: str, captured_requests: Any
+    postgres_url: str, captured_requests: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Ledger.reserve now refuses such a text up front (test_ledger_texts.py); this exercises the
+    # store's own defence, for a text that reaches it another way
+    monkeypatch.setattr(ledger_module, "_check_text", lambda name, value: value)
     ledger = Ledger.open(postgres_url, monitor=QUIET)
     ledger.create_budget("d", PureDP(1))
     store = ledger.store

@@ -105,6 +105,32 @@ def open_store(
     return SQLiteStore(target, timeout=timeout, group_commit=group_commit)
 
 
+def _check_text(name: str, value: Any) -> str:
+    """A string every store can hold: no NUL character (PostgreSQL's text refuses it) and no
+    lone surrogate (not encodable as UTF-8). Refused here, from the caller's own input, before
+    anything is written - otherwise the store's encoder would fail mid-batch."""
+    if not isinstance(value, str):
+        raise InvalidParameterError(name, value, "a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        ok = False
+    else:
+        ok = "\x00" not in value
+    if not ok:
+        raise InvalidParameterError(
+            name,
+            value.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace"),
+            "text without NUL characters or lone surrogates (storable as UTF-8)",
+        )
+    return value
+
+
+def _storable(text: str) -> str:
+    """``text`` with NUL and lone surrogates replaced (for a record that must be written)."""
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\ufffd")
+
+
 def _check_name(name: str, value: Any, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
@@ -112,6 +138,7 @@ def _check_name(name: str, value: Any, *, optional: bool = False) -> str | None:
         raise InvalidParameterError(
             name, value, "a non-empty string" + (" or None" if optional else "")
         )
+    _check_text(name, value)
     if "," in value and name == "privacy_unit":
         raise InvalidParameterError(name, value, "a name without commas")
     return value
@@ -229,6 +256,7 @@ class Ledger:
         _check_name("dataset", dataset)
         _check_name("analyst", analyst, optional=True)
         _check_name("privacy_unit", privacy_unit)
+        _check_text("actor", actor)
         total = check_loss(total, "total")
         now = self._clock()
 
@@ -291,6 +319,8 @@ class Ledger:
         """
         _check_name("dataset", dataset)
         _check_name("analyst", analyst, optional=True)
+        _check_text("actor", actor)
+        _check_text("reason", reason)
         total = check_loss(total, "total")
         now = self._clock()
 
@@ -374,6 +404,8 @@ class Ledger:
         loss = check_loss(loss)
         if not isinstance(query, str) or not isinstance(mechanism, str):
             raise InvalidParameterError("query/mechanism", (query, mechanism), "strings")
+        _check_text("query", query)
+        _check_text("mechanism", mechanism)
         now = self._clock()
         digest = query_hash(query)
 
@@ -431,6 +463,8 @@ class Ledger:
         and counts in full (see the module docstring)."""
         if receipt is not None and (not isinstance(receipt, str) or not receipt):
             raise InvalidParameterError("receipt", receipt, "a non-empty string or None")
+        if receipt is not None:
+            _check_text("receipt", receipt)
         now = self._clock()
         receipt_id = receipt or f"rcpt-{self._store.ledger_id[:8]}-{reservation.id:010d}"
 
@@ -474,7 +508,7 @@ class Ledger:
                     loss=reservation.loss,
                     ref=reservation.id,
                     actor=reservation.analyst or "",
-                    detail=str(reason)[:2000],
+                    detail=_storable(str(reason)[:2000]),
                 )
             )
 
