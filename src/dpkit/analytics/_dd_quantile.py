@@ -146,6 +146,13 @@ def distance_to_instability(
 # ----------------------------------------------------------------------------- smooth
 _TRUNCATE = 50.0  # terms below width·e^{-50} are replaced by that floor (see smooth_bound)
 
+SMOOTH_BETA_CAP = 20.0
+"""The smooth bound is computed with β' = min(β, 20). A β'-smooth upper bound on the local
+sensitivity is also β-smooth for every β >= β' (S(x) <= e^{β'}·S(y) <= e^β·S(y)), so the plan's
+calibration for β still holds; without the cap, a large ε (β of hundreds) made the floor term
+e^β·width·e^{-50} dominate — noise far beyond the bounds, every release clamped to the edge of
+the output range — or overflowed e^β after the charge."""
+
 
 def smooth_bound(group: GroupCounts, q: Fraction, beta: float, k: int) -> float:
     """log of T(x) = max(max_{a<=r<=b} (x_(b) − x_(a))·e^{−(β/k)(b − a)}, (hi − lo)·e^{−50}).
@@ -332,6 +339,13 @@ def ptr_release(
     return group.statistic(q) + int(discrete_laplace_wide(release_scale, 1)[0])
 
 
+def unit_smooth_bound(group: GroupCounts, q: Fraction, k: int, beta: float) -> float:
+    """S = e^β'·T(x) with β' = min(β, SMOOTH_BETA_CAP), inflated by 1 + 2^-30: an upper bound
+    on the unit-level local sensitivity that is β'-smooth, hence β-smooth (SMOOTH_BETA_CAP)."""
+    capped = min(beta, SMOOTH_BETA_CAP)
+    return math.exp(capped + smooth_bound(group, q, capped, k)) * (1 + 2.0**-30)
+
+
 def smooth_release(group: GroupCounts, q: Fraction, k: int, plan: Any, shift: int) -> int:
     """One draw of :func:`smooth_release_many`."""
     return smooth_release_many(group, q, k, plan, shift, 1)[0]
@@ -354,8 +368,7 @@ def smooth_release_many(
     from dpkit.sensitivity._lazy import floor_scaled_noise
     from dpkit.sensitivity._noise import cauchy_lattice, discrete_laplace_wide
 
-    log_t = smooth_bound(group, q, float(plan.beta), k)
-    s_steps = math.exp(float(plan.beta) + log_t) * (1 + 2.0**-30)
+    s_steps = unit_smooth_bound(group, q, k, float(plan.beta))
     width = (group.hi - group.lo) << shift
     low, high = (group.lo << shift) - width, (group.hi << shift) + width
     centre = group.statistic(q) << shift

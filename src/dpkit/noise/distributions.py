@@ -9,6 +9,7 @@ tail quantiles in closed form (or by exact summation). Distributions whose log-p
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol, runtime_checkable
@@ -77,8 +78,16 @@ class DiscreteLaplace:
     period = 1
     level_step = 1
 
+    def _log_p(self) -> float:
+        """log p = -1/scale, computed without underflow (p itself is 0.0 in float64 for scales
+        below ~1/745: a query at large ε)."""
+        try:
+            return -float(1 / self.scale)
+        except OverflowError:  # 1/scale beyond float64: p is 0 to any precision
+            return -sys.float_info.max
+
     def _p(self) -> float:
-        return math.exp(-1.0 / float(self.scale))
+        return math.exp(self._log_p())
 
     def level(self, k: np.ndarray) -> np.ndarray:
         return np.abs(np.asarray(k, dtype=np.int64))
@@ -88,16 +97,17 @@ class DiscreteLaplace:
 
     def log_pmf(self, k: np.ndarray) -> np.ndarray:
         p = self._p()
-        return (
-            np.log1p(-p) - np.log1p(p) - np.abs(np.asarray(k, dtype=np.float64)) / float(self.scale)
-        )
+        with np.errstate(over="ignore"):
+            steps = np.abs(np.asarray(k, dtype=np.float64)) * self._log_p()
+        return np.log1p(-p) - np.log1p(p) + steps
 
     def cdf(self, k: np.ndarray) -> np.ndarray:
         p = self._p()
         k = np.asarray(k, dtype=np.float64)
         with np.errstate(over="ignore"):
-            neg = np.exp(-np.abs(k) / float(self.scale)) / (1 + p)
-            pos = 1.0 - p * np.exp(-np.abs(k) / float(self.scale)) / (1 + p)
+            decay = np.exp(np.abs(k) * self._log_p())  # p^|k|
+            neg = decay / (1 + p)
+            pos = 1.0 - p * decay / (1 + p)
         return np.where(k < 0, neg, pos)
 
     def expected_abs(self) -> float:
@@ -111,8 +121,12 @@ class DiscreteLaplace:
     def tail_bound(self, alpha: float) -> int:
         alpha = check_alpha(alpha)
         p = self._p()
-        # P(|Z| > h) = 2 p^{h+1} / (1 + p)
-        h = math.ceil(math.log(alpha * (1 + p) / 2) / math.log(p)) - 1
+        log_p = self._log_p()
+        # P(|Z| > h) = 2 p^{h+1} / (1 + p); with log p from the scale (p underflows to 0 at
+        # scales below ~1/745, where log(p) used to raise and the bound is 0)
+        if p == 0.0:
+            return 0
+        h = math.ceil(math.log(alpha * (1 + p) / 2) / log_p) - 1
         while h > 0 and 2 * p**h / (1 + p) <= alpha:
             h -= 1
         while 2 * p ** (h + 1) / (1 + p) > alpha:

@@ -52,10 +52,40 @@ class Noisy:
     measurement: Measurement[Any]
     _halfwidths: dict[float, float] = field(default_factory=dict, repr=False, compare=False)
 
-    def apply(self, exact: np.ndarray) -> np.ndarray:
-        if exact.size == 0:
-            return exact.astype(np.int64)
-        return np.asarray(self.measurement(exact.astype(np.int64)), dtype=np.int64)
+    def apply(self, exact: Any) -> np.ndarray:
+        """The exact integer outputs plus the measurement's lattice noise, exactly.
+
+        ``exact`` holds integers of any size (Python ints or int64). The noise is added in
+        Python integers, never saturated or wrapped: an int64 total beyond ±2^62 used to be
+        clamped by the measurement's input saturation (a silently wrong sum at a large ε over
+        billions of rows, where the grid is fine), and the Gaussian's int64 addition could wrap.
+        The noise is the measurement's own lattice noise, so the privacy map is unchanged.
+        Returns int64 when every released value fits, else float64 (the nearest doubles).
+        """
+        array = np.asarray(exact)
+        array = array.reshape(-1) if array.dtype != object else np.array(list(array.reshape(-1)))
+        if array.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        noise = self.measurement.noise
+        lattice = getattr(noise, "lattice", None)
+        if lattice is None or getattr(noise, "exponent", None) != 0:  # pragma: no cover
+            raise PrivacyCheckError(
+                f"internal check failed: {self.measurement.name} is not integer lattice noise"
+            )
+        z = np.asarray(lattice.sample(array.size), dtype=np.int64)
+        try:
+            ints = array.astype(np.int64)  # OverflowError: a value beyond int64
+        except OverflowError:
+            ints = None
+        if ints is not None:
+            total = ints + z
+            wrapped = ((ints >= 0) == (z >= 0)) & ((total >= 0) != (ints >= 0))
+            if not wrapped.any():
+                return total
+        released = [int(v) + int(d) for v, d in zip(array.tolist(), z.tolist(), strict=True)]
+        if all(_INT64_MIN <= v <= _INT64_MAX for v in released):
+            return np.array(released, dtype=np.int64)
+        return np.array([float(v) for v in released], dtype=np.float64)
 
     def halfwidth(self, alpha: float) -> float:
         """Cached per alpha: a compiled query may be released many times (audits)."""
@@ -73,6 +103,8 @@ class Noisy:
     def loss(self) -> PrivacyLoss:
         return self.measurement.loss
 
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 Finisher: TypeAlias = Callable[["Context"], None]
 

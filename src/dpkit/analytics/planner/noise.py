@@ -191,6 +191,8 @@ def linear_noise_halfwidth(
     log_two_over_alpha = math.log(2 / alpha)
     if isinstance(lattice, DiscreteGaussian):
         chernoff = lattice.sigma * float(np.sqrt(np.sum(w * w))) * math.sqrt(2 * log_two_over_alpha)
+    elif isinstance(lattice, DiscreteLaplace) and math.exp(-1.0 / float(lattice.scale)) == 0.0:
+        chernoff = math.inf  # p underflows (a large ε): the union bound is already exact, 0
     elif isinstance(lattice, DiscreteLaplace):
         p = math.exp(-1.0 / float(lattice.scale))
         s_max = -math.log(p) / float(w.max())  # the MGF is finite for |s·w_j| < ln(1/p)

@@ -72,6 +72,10 @@ from dpkit.workloads._residual import _subsets
 
 __all__ = ["MarginalsPlan", "RangesPlan", "plan_marginals", "plan_ranges"]
 
+_VARIANCE_FLOOR = 1e-250
+"""The smallest per-cell noise variance the least-squares weights use (1/v stays finite for
+tables of up to 2^52 per cell)."""
+
 STRATEGY_SECONDS = 1.0
 """The optimisation budget of a Session strategy (OPT_M or OPT_0) per distinct workload."""
 
@@ -207,7 +211,9 @@ class MarginalsPlan:
             table = np.clip(exact[a], 0, 2**52)
             z = lattice.sample(n_runs * max(1, table.size)).reshape((n_runs, *table.shape))
             noisy[a] = (table[None] + z).astype(np.float64)
-            var[a] = float(lattice.variance())
+            # floored: at a large ε the lattice's variance underflows to 0 (the measurement is
+            # exact), and 1/0 in the weights below failed after the charge
+            var[a] = max(float(lattice.variance()), _VARIANCE_FLOOR)
         subsets = _subsets
         closure = sorted(
             {b for c in self.agg.cliques for b in subsets(c)}, key=lambda t: (len(t), t)

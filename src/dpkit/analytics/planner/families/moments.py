@@ -60,11 +60,8 @@ def _compile_moments(
     def finish(ctx: Context) -> None:
         n_exact = np.array(ctx.main[count.output], dtype=object)
         s_exact = np.array(ctx.main[total.output], dtype=object)
-        centered = np.array(
-            [int(s) - center * int(n) for s, n in zip(s_exact, n_exact, strict=True)],
-            dtype=np.int64,
-        )
-        n_noisy = count.apply(np.array(n_exact, dtype=np.int64)).astype(np.float64)
+        centered = [int(s) - center * int(n) for s, n in zip(s_exact, n_exact, strict=True)]
+        n_noisy = count.apply(n_exact).astype(np.float64)
         s_noisy = total.apply(centered).astype(np.float64)
         n_safe = np.maximum(n_noisy, 1.0)
         z = float(_NORMAL.inv_cdf(1 - ctx.alpha / 2))
@@ -87,13 +84,10 @@ def _compile_moments(
             )
             return
         q_exact = np.array(ctx.main[squares.output], dtype=object)
-        q_centered = np.array(
-            [
-                int(q) - 2 * center * int(s) + center * center * int(n)
-                for q, s, n in zip(q_exact, s_exact, n_exact, strict=True)
-            ],
-            dtype=np.int64,
-        )
+        q_centered = [
+            int(q) - 2 * center * int(s) + center * center * int(n)
+            for q, s, n in zip(q_exact, s_exact, n_exact, strict=True)
+        ]
         q_noisy = squares.apply(q_centered).astype(np.float64)
         var_q = squares.variance()
         raw = q_noisy / n_safe - mean_c**2

@@ -37,6 +37,7 @@ import numpy as np
 
 from dpkit._exact import log_upper
 from dpkit.analytics._dd_quantile import (
+    SMOOTH_BETA_CAP,
     GroupCounts,
     inverse_release,
     ptr_release,
@@ -297,7 +298,10 @@ def _build_smooth_zcdp(
     per_group = rho / groups
     if beta is None:
         eps_g = math.sqrt(2 * float(per_group))
-        beta = Fraction(eps_g * float(ZCDP_BETA_SHARE) * (1 - 1e-6)) - _BETA_SLACK
+        # at most SMOOTH_BETA_CAP: the release computes its bound with β <= the cap anyway,
+        # and a β of thousands (ρ = 1e9) overflowed e^β in the calibration
+        share = min(eps_g * float(ZCDP_BETA_SHARE) * (1 - 1e-6), SMOOTH_BETA_CAP)
+        beta = Fraction(share) - _BETA_SLACK
         if beta <= 0:
             raise UnsupportedQueryError(f"ρ per group {float(per_group):.3g} is too small")
     if noise == "auto":

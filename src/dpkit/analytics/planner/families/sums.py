@@ -38,7 +38,7 @@ def _sum_finisher(name: str, noisy: Noisy, grid: SumGrid, note: str = "") -> Fin
 
     def finish(ctx: Context) -> None:
         totals = [grid.to_coarse(int(v)) for v in ctx.main[noisy.output]]
-        released = noisy.apply(np.array(totals, dtype=np.int64))
+        released = noisy.apply(totals)  # exact integers: never saturated (Noisy.apply)
         values = np.ldexp(released.astype(np.float64), grid.coarse)
         h = noisy.halfwidth(ctx.alpha) * g + grid.rounding_bound()
         ctx.columns[name] = values
