@@ -14,9 +14,11 @@ from dpkit.errors import (
     BudgetExceededError,
     DomainMismatchError,
     DPError,
+    InternalError,
     InvalidDataError,
     InvalidParameterError,
     PrivacyCheckError,
+    UnreadableDataError,
     UnsupportedQueryError,
 )
 
@@ -140,6 +142,7 @@ __all__ = [
     "DPError",
     "DomainMismatchError",
     "Fraction",
+    "InternalError",
     "InvalidDataError",
     "InvalidParameterError",
     "KeySet",
@@ -154,6 +157,7 @@ __all__ = [
     "Session",
     "SymmetricDistance",
     "Transformation",
+    "UnreadableDataError",
     "UnsupportedQueryError",
     "VectorDomain",
     "__version__",

@@ -10,20 +10,32 @@ working. Each message names the parameter, the value it got, what is allowed, an
     ├── DomainMismatchError (TypeError)      two pieces of a pipeline do not fit together
     ├── BudgetExceededError                  a release would spend more than the budget allows
     ├── UnsupportedQueryError                a query dpkit cannot answer privately
-    └── PrivacyCheckError (AssertionError)   a privacy check found a violated claim
+    ├── PrivacyCheckError (AssertionError)   a privacy check found a violated claim
+    ├── UnreadableDataError                  the data could not be read (after the reservation)
+    └── InternalError                        a bug in dpkit itself
+
+A query has three outcomes: refused before anything is reserved (any DPError, nothing charged),
+released and charged, or failed after the reservation — charged, and then always an
+:class:`UnreadableDataError` (the file or engine could not be read: a malformed CSV file, an I/O
+error) or an :class:`InternalError` (dpkit's own bug), whose ``charged`` attribute is True.
+Numbers in messages are printed as people write them (:mod:`dpkit._format`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from dpkit._format import shown
+
 __all__ = [
     "BudgetExceededError",
     "DPError",
     "DomainMismatchError",
+    "InternalError",
     "InvalidDataError",
     "InvalidParameterError",
     "PrivacyCheckError",
+    "UnreadableDataError",
     "UnsupportedQueryError",
 ]
 
@@ -46,7 +58,7 @@ class InvalidParameterError(DPError, ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        message = f"{parameter}={value!r} is not allowed: {parameter} must be {allowed}."
+        message = f"{parameter}={shown(value)} is not allowed: {parameter} must be {allowed}."
         if hint:
             message += f" {hint}"
         super().__init__(message)
@@ -88,3 +100,28 @@ class UnsupportedQueryError(DPError):
 
 class PrivacyCheckError(DPError, AssertionError):
     """A privacy check (exact or statistical) found a claim that does not hold."""
+
+
+class UnreadableDataError(DPError):
+    """The data could not be read: a malformed file, an I/O error, an engine that failed while
+    reading. Raised after the query's budget was reserved (the data are private, so only reading
+    them tells), and the charge stays (``charged``). The message never quotes the data."""
+
+    def __init__(self, message: str, *, charged: bool = True) -> None:
+        self.charged = charged
+        super().__init__(message)
+
+
+class InternalError(DPError):
+    """A bug in dpkit itself, not a problem with the query or the data; please report it.
+
+    ``charged`` says whether the query's budget stays spent (the failure came after the
+    reservation) or nothing was charged (it was caught before). ``trace`` holds where it
+    happened (files, lines and functions, never the message, which can quote the data), for a
+    bug report.
+    """
+
+    def __init__(self, message: str, *, charged: bool, trace: tuple[str, ...] = ()) -> None:
+        self.charged = charged
+        self.trace = trace
+        super().__init__(message)

@@ -41,7 +41,7 @@ from dpkit.analytics.blocks import BLOCK_ENGINES, BlockCall, engine_blocks
 from dpkit.analytics.query import Query, count
 from dpkit.analytics.results import Accuracy, Release
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import DPError, InvalidParameterError
 from dpkit.noise import random_words
 from dpkit.sensitivity.sample_aggregate import choose_m, make_sample_and_aggregate
 
@@ -180,6 +180,16 @@ def run_sample_and_aggregate(
         ]
     )
     session._check_open()
+    from dpkit.analytics.session import _failed_after_reservation, _internal
+
+    aggregate = measurement.info["aggregate"]
+    try:  # public: the aggregator on the default outputs, before anything is reserved
+        for j in range(d):
+            float(aggregate(np.tile(fill, (chosen, 1))[:, j]))
+    except DPError:
+        raise
+    except Exception as error:
+        raise _internal(error, "checking the aggregator on public outputs", charged=False) from None
     reservation = session.ledger.reserve(
         session.dataset,
         charge,
@@ -188,18 +198,18 @@ def run_sample_and_aggregate(
         query=description.splitlines()[0][:500],
         mechanism=f"sample_and_aggregate:{aggregator}",
     )
-    from dpkit.analytics.session import _failed_after_reservation
-
     try:
         salt = int(random_words(1)[0] >> np.uint64(2))
         values = engine_blocks(
             session.engine, steps, session.privacy_unit, wanted, chosen, salt, call
         )
+    except BaseException as error:
+        raise _failed_after_reservation(session.ledger, reservation, error, reading=True) from None
+    try:
         values = np.clip(values, lo, hi)
-        aggregate = measurement.info["aggregate"]
         released = [float(aggregate(values[:, j])) for j in range(d)]
     except BaseException as error:
-        raise _failed_after_reservation(session.ledger, reservation, error) from None
+        raise _failed_after_reservation(session.ledger, reservation, error, reading=False) from None
     receipt = session.ledger.commit(reservation)
     table = pd.DataFrame({name: [value] for name, value in zip(labels, released, strict=True)})
     note = (

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit._exact import Number, check_delta, check_epsilon, check_rho
 from dpkit.analytics._em import em_quantile_index, rank_error_bound
@@ -33,11 +34,17 @@ from dpkit.analytics.planner import CompiledQuery, Mechanism, compile_query, rew
 from dpkit.analytics.query import Bounding, Query, count
 from dpkit.analytics.results import Release
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
-from dpkit.errors import DPError, InvalidParameterError
+from dpkit.errors import (
+    DPError,
+    InternalError,
+    InvalidDataError,
+    InvalidParameterError,
+    UnreadableDataError,
+)
 from dpkit.ledger import Ledger
 from dpkit.noise import random_words
 
-__all__ = ["BoundsEstimate", "Session"]
+__all__ = ["BoundsEstimate", "Session", "dry_run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,25 +111,103 @@ def _check_floor(name: str, value: Fraction, given: object) -> Fraction:
     return value
 
 
+_READING_MODULES = ("duckdb", "pyarrow", "pandas", "pyspark", "py4j", "polars")
+"""Errors raised by these libraries while a plan runs are errors reading the data (a file that
+does not parse, a type the engine cannot read); other errors are dpkit's own bugs."""
+
+
+def _reading_error(error: BaseException) -> bool:
+    if isinstance(error, OSError | MemoryError | UnicodeError):
+        return True
+    return any(
+        (kind.__module__ or "").lstrip("_").split(".")[0] in _READING_MODULES
+        for kind in type(error).__mro__
+    )
+
+
+def _trace(error: BaseException) -> tuple[str, ...]:
+    """Where ``error`` happened (file, line, function), never its message (it can quote data)."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    return tuple(f"{f.filename}:{f.lineno} in {f.name}" for f in frames[-12:])
+
+
+def _internal(error: BaseException, doing: str, *, charged: bool) -> InternalError:
+    """An :class:`InternalError` for ``error``: its class (and dpkit's own message, which never
+    quotes data), what dpkit was doing, and what happened to the budget."""
+    own = f": {error}" if isinstance(error, DPError) else ""
+    spent = (
+        "the query's budget stays spent (the data may have been read)"
+        if charged
+        else "nothing was reserved or charged"
+    )
+    return InternalError(
+        f"internal error in dpkit while {doing} ({type(error).__name__}{own}); {spent}. This is "
+        "a dpkit bug, not a problem with the query or the data: please report it to the dpkit "
+        "maintainers with the query (not the data) and the dpkit version. The error's own "
+        "message is withheld because it can quote the data.",
+        charged=charged,
+        trace=_trace(error),
+    )
+
+
 def _failed_after_reservation(
-    ledger: Ledger, reservation: Any, error: BaseException
+    ledger: Ledger, reservation: Any, error: BaseException, *, reading: bool | None = None
 ) -> BaseException:
     """Record a failure after the reservation (the charge stays) and return the error to raise.
 
-    An engine's error text can quote the data it choked on (a value that did not cast, a CSV
-    line), and after the reservation that text would be an unaccounted release. So the ledger
-    records only the error's class, and any error that is not dpkit's own (whose messages never
-    carry data) is replaced by a :class:`DPError` that names the class only; the original is not
-    chained (``from None``). KeyboardInterrupt and friends pass through unchanged.
+    Every failure after the reservation is one of two documented kinds (both charged):
+
+    * :class:`UnreadableDataError` — the data could not be read: a malformed file (the engines
+      raise it themselves), an I/O error, an error of the engine library while it ran the plan;
+    * :class:`InternalError` — a bug in dpkit: any other error while the plan ran, and every
+      error while the exact results were turned into the release (``reading=False``).
+
+    ``reading``: True while the engine runs the plans, False while dpkit post-processes, None
+    when the caller cannot tell (then only the error's type decides). An engine's error text can
+    quote the data it choked on, and after the reservation that text would be an unaccounted
+    release: the ledger records only the error's class, a message is kept only when it is
+    dpkit's own (those never carry data), and the original is never chained. KeyboardInterrupt
+    and friends pass through unchanged.
     """
     ledger.fail(reservation, type(error).__name__)
-    if isinstance(error, DPError) or not isinstance(error, Exception):
+    if not isinstance(error, Exception) or isinstance(error, InternalError):
         return error
-    return DPError(
-        f"the query failed while reading the data ({type(error).__name__}); its budget stays "
-        "spent. The engine's message is withheld because it can quote the data. Check that "
-        "the declared keys, bounds and types match the table."
-    )
+    if isinstance(error, UnreadableDataError):  # an engine's own: a malformed file, say
+        return UnreadableDataError(f"{error}. The query's budget stays spent.", charged=True)
+    if reading is not False and isinstance(error, InvalidDataError):
+        return UnreadableDataError(f"the data could not be read: {error}; its budget stays spent")
+    if reading is not False and not isinstance(error, DPError) and _reading_error(error):
+        return UnreadableDataError(
+            f"the data could not be read ({type(error).__name__}); the query's budget stays "
+            "spent. The engine's message is withheld because it can quote the data. Check that "
+            "the file is well formed and that the declared keys, bounds and types match it."
+        )
+    doing = "running the query's plan" if reading else "computing the release"
+    return _internal(error, doing, charged=True)
+
+
+def dry_run(compiled: CompiledQuery, alpha: float) -> None:
+    """Release ``compiled`` on an empty table — public, no data — before anything is reserved.
+
+    Everything the release computes from public inputs alone (the noise's intervals, variances
+    and rank bounds, the finishers' arithmetic) then runs before the reservation, so a failure
+    there is a refusal that charges nothing, never a failure after the charge. The empty table
+    is a valid input: a query that fails on it could fail on a neighbour of any table, so it is
+    refused whatever the data. A dpkit error (a refusal from public inputs) passes through; any
+    other error is an :class:`InternalError` with ``charged=False``.
+    """
+    empty = [
+        pa.table({name: pa.array([], type=pa.int64()) for name in plan.result_columns})
+        for plan in compiled.plans
+    ]
+    try:
+        compiled.release(empty, alpha)
+    except DPError:
+        raise
+    except Exception as error:
+        raise _internal(error, "checking the query on an empty table", charged=False) from None
 
 
 def _ledger_charge(
@@ -322,14 +407,19 @@ class Session:
     ) -> CompiledQuery:
         """Compile ``query`` for a budget without touching data or the ledger."""
         budget = _query_budget(epsilon, delta, rho, loss)
-        return compile_query(
-            query,
-            self.schema,
-            self.privacy_unit,
-            budget,
-            mechanism=mechanism,
-            defaults=self.defaults,
-        )
+        try:
+            return compile_query(
+                query,
+                self.schema,
+                self.privacy_unit,
+                budget,
+                mechanism=mechanism,
+                defaults=self.defaults,
+            )
+        except DPError:
+            raise
+        except Exception as error:  # planning reads public inputs only: any other error is ours
+            raise _internal(error, "planning the query", charged=False) from None
 
     def explain(self, query: Query, **budget: Any) -> str:
         """How ``query`` would be answered (bounds, sensitivities, mechanisms, loss split)."""
@@ -361,6 +451,7 @@ class Session:
         )
         mechanisms = ", ".join(compiled.mechanisms)
         charge = _ledger_charge(compiled.loss, delta, loss)
+        dry_run(compiled, alpha)  # public failures are refusals, decided before the reservation
         reservation = self.ledger.reserve(
             self.dataset,
             charge,
@@ -371,9 +462,14 @@ class Session:
         )
         try:
             results = [self.engine.run(plan) for plan in compiled.plans]
+        except BaseException as error:
+            raise _failed_after_reservation(self.ledger, reservation, error, reading=True) from None
+        try:
             tables, accuracy = compiled.release(results, alpha)
         except BaseException as error:
-            raise _failed_after_reservation(self.ledger, reservation, error) from None
+            raise _failed_after_reservation(
+                self.ledger, reservation, error, reading=False
+            ) from None
         receipt = self.ledger.commit(reservation)
         return Release(
             tables,
@@ -402,9 +498,11 @@ class Session:
         :mod:`dpkit.analytics.bounding`). ``base`` may filter or derive columns first.
         """
         self._check_open()
-        eps = check_epsilon(epsilon)
+        eps = _check_floor("epsilon", check_epsilon(epsilon), epsilon)
         if not 0 < coverage < 1:
             raise InvalidParameterError("coverage", coverage, "in (0, 1), e.g. 0.95")
+        if not 0 < alpha < 1:
+            raise InvalidParameterError("alpha", alpha, "in (0, 1), e.g. 0.05")
         probe = (base or Query()).bound(max_rows=max_rows).agg(count())
         checked = validate(probe, self.schema, self.privacy_unit)
         if column not in checked.schema or checked.schema[column] != "numeric":
@@ -431,6 +529,32 @@ class Session:
             BinSpec("edges", column=column, edges=edges),
         )
         loss = PureDP(eps)
+        half = eps / 2
+        q_low = Fraction(1 - coverage).limit_denominator(10**6) / 2
+        prior = _magnitude_penalty(edges)
+
+        def choose(counts: np.ndarray) -> tuple[float, float]:
+            below = [0, *np.cumsum(counts).tolist()]
+            n = int(counts.sum())
+            j_low = em_quantile_index(below, n, q_low, half, contrib.rows_l1, prior)
+            j_high = em_quantile_index(below, n, 1 - q_low, half, contrib.rows_l1, prior)
+            inner = edges[1:-1]
+            lower = edges[max(min(j_low, len(edges) - 2), 1)]
+            upper = edges[min(max(j_high, 1), len(edges) - 2)]
+            if upper <= lower:
+                position = inner.index(lower) if lower in inner else 0
+                upper = inner[min(position + 1, len(inner) - 1)]
+            return lower, upper
+
+        # everything public runs before the reservation: the rank bound, and the selection on
+        # an empty table (a failure there is a refusal, never a failure after the charge)
+        try:
+            rank_error = rank_error_bound(len(edges), half, contrib.rows_l1, alpha)
+            choose(np.zeros(len(edges) - 1, dtype=np.int64))
+        except DPError:
+            raise
+        except Exception as error:
+            raise _internal(error, "checking the bounds estimate", charged=False) from None
         reservation = self.ledger.reserve(
             self.dataset,
             loss,
@@ -441,29 +565,19 @@ class Session:
         )
         try:
             table = self.engine.run(plan).to_pydict()
+        except BaseException as error:
+            raise _failed_after_reservation(self.ledger, reservation, error, reading=True) from None
+        try:
             counts = np.zeros(len(edges) - 1, dtype=np.int64)
             bins, rows = table[plan.group_columns[0]], table[plan.output_columns[0]]
-            for b, value in zip(bins, rows, strict=True):
-                counts[int(b)] = int(value)
-            below = [0, *np.cumsum(counts).tolist()]
-            n = int(counts.sum())
-            half = eps / 2
-            q_low = Fraction(1 - coverage).limit_denominator(10**6) / 2
-            prior = _magnitude_penalty(edges)
-            j_low = em_quantile_index(below, n, q_low, half, contrib.rows_l1, prior)
-            j_high = em_quantile_index(below, n, 1 - q_low, half, contrib.rows_l1, prior)
+            counts[np.asarray(bins, dtype=np.int64)] = np.asarray(rows, dtype=np.int64)
+            lower, upper = choose(counts)
         except BaseException as error:
-            raise _failed_after_reservation(self.ledger, reservation, error) from None
+            raise _failed_after_reservation(
+                self.ledger, reservation, error, reading=False
+            ) from None
         receipt = self.ledger.commit(reservation)
-        inner = edges[1:-1]
-        lower = edges[max(min(j_low, len(edges) - 2), 1)]
-        upper = edges[min(max(j_high, 1), len(edges) - 2)]
-        if upper <= lower:
-            position = inner.index(lower) if lower in inner else 0
-            upper = inner[min(position + 1, len(inner) - 1)]
-        return BoundsEstimate(
-            lower, upper, loss, rank_error_bound(len(below), half, contrib.rows_l1, alpha), receipt
-        )
+        return BoundsEstimate(lower, upper, loss, rank_error, receipt)
 
     def sample_and_aggregate(
         self,

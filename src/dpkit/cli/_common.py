@@ -240,7 +240,8 @@ def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
                 hint = getattr(error, "hint", None) or ""
                 if hint and message.endswith(hint):
                     message = message[: -len(hint)].rstrip()
-                _report(message, hint, 2)
+                # 2: refused, nothing charged; 1: failed after the reservation (charged)
+                _report(message, hint, 1 if getattr(error, "charged", False) else 2)
             if isinstance(error, OSError):
                 where = f" {error.filename!r}" if getattr(error, "filename", None) else ""
                 _report(

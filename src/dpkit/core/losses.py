@@ -31,6 +31,7 @@ from dpkit._exact import (
     log_upper,
     sqrt_upper,
 )
+from dpkit._format import number
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["ZCDP", "ApproxDP", "PrivacyLoss", "PureDP", "compose", "parallel"]
@@ -234,12 +235,7 @@ def parallel(*losses: PrivacyLoss) -> PrivacyLoss:
 
 
 def _fmt(x: Fraction) -> str:
-    if x.denominator == 1:
-        return str(x.numerator)
-    as_float = float(x)
-    if Fraction(repr(as_float)) == x:
-        return repr(as_float)
-    return f"{as_float:.6g}"
+    return number(x)  # never 309 digits for ε = 1e308 (dpkit._format)
 
 
 def exp_epsilon_upper(loss: PureDP) -> Fraction:

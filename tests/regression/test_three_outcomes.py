@@ -1,0 +1,234 @@
+"""Regression (issue 21): every Session entry point has three outcomes — refused before the
+reservation (nothing charged), released and charged, or failed after the reservation (charged)
+as one of two documented kinds: UnreadableDataError (the data could not be read) or
+InternalError (a dpkit bug, "please report"). Before the fix, every error after the
+reservation that was not dpkit's own was reported as "the query failed while reading the data",
+including dpkit's own bugs (a ZeroDivisionError in an interval), and failures that depended
+only on public inputs (the interval of a count at a large ε) happened after the charge.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import dpkit as dp
+from dpkit.analytics import Session, count, mean
+from dpkit.analytics.planner import compiled as compiled_module
+
+FRAME = pd.DataFrame({"u": np.arange(200), "x": np.linspace(0, 10, 200)})
+SECRET = "SECRET-31337"
+
+
+def _session(**options: Any) -> Session:
+    return Session(FRAME, "u", dp.PureDP(100), max_rows=1, **options)
+
+
+def _failed(session: Session) -> list[Any]:
+    return [e for e in session.ledger.history() if e.kind == "fail"]
+
+
+def test_a_bug_in_the_release_is_an_internal_error_charged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A post-processing bug that shows only on the data (not on the empty table of the dry
+    run): charged, reported as dpkit's bug, its message (which could quote data) withheld."""
+    apply = compiled_module.Noisy.apply
+
+    def buggy(self: Any, exact: Any) -> Any:
+        if np.asarray(exact, dtype=object).sum() > 0:
+            raise ZeroDivisionError(SECRET)
+        return apply(self, exact)
+
+    monkeypatch.setattr(compiled_module.Noisy, "apply", buggy)
+    session = _session()
+    with pytest.raises(dp.InternalError) as info:
+        session.evaluate(session.query().agg(count()), epsilon=1)
+    error = info.value
+    assert error.charged and session.spent == dp.PureDP(1) and len(_failed(session)) == 1
+    assert "dpkit bug" in str(error) and "ZeroDivisionError" in str(error)
+    assert "read" not in str(error).split("(")[0]  # not "failed while reading the data"
+    assert SECRET not in str(error) and error.__cause__ is None
+    assert any("compiled.py" in frame or "count.py" in frame for frame in error.trace)
+    assert not any(SECRET in frame for frame in error.trace)
+
+
+@pytest.mark.parametrize(
+    ("raised", "kind"),
+    [
+        (OSError(5, SECRET), dp.UnreadableDataError),
+        (UnicodeDecodeError("utf-8", b"\xff", 0, 1, SECRET), dp.UnreadableDataError),
+        (MemoryError(SECRET), dp.UnreadableDataError),
+        (dp.InvalidDataError("source", "no file at 'gone.csv'"), dp.UnreadableDataError),
+        (KeyError(SECRET), dp.InternalError),
+        (ZeroDivisionError(SECRET), dp.InternalError),
+        (dp.PrivacyCheckError("internal check failed"), dp.InternalError),
+    ],
+)
+def test_an_engine_failure_is_unreadable_data_or_a_bug(
+    monkeypatch: pytest.MonkeyPatch, raised: BaseException, kind: type
+) -> None:
+    session = _session()
+
+    def run(plan: Any) -> Any:
+        raise raised
+
+    monkeypatch.setattr(session.engine, "run", run)
+    with pytest.raises(kind) as info:
+        session.evaluate(session.query().agg(count()), epsilon=1)
+    assert info.value.charged and session.spent == dp.PureDP(1)  # type: ignore[attr-defined]
+    assert SECRET not in str(info.value) and info.value.__cause__ is None
+    assert type(raised).__name__ in _failed(session)[0].detail
+
+
+def test_a_library_error_of_the_engine_is_unreadable_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    import duckdb
+
+    session = _session()
+
+    def run(plan: Any) -> Any:
+        raise duckdb.ConversionException(f"Could not convert string '{SECRET}' to INT32")
+
+    monkeypatch.setattr(session.engine, "run", run)
+    with pytest.raises(dp.UnreadableDataError) as info:
+        session.evaluate(session.query().agg(count()), epsilon=1)
+    assert "ConversionException" in str(info.value) and SECRET not in str(info.value)
+
+
+def test_a_public_failure_of_the_release_is_refused_before_the_reservation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Everything the release computes from public inputs runs before the reservation (a dry
+    run on the empty table): a failure there charges nothing."""
+
+    def broken(measurement: Any, alpha: float) -> float:
+        raise ValueError("math domain error")
+
+    monkeypatch.setattr(compiled_module, "noise_halfwidth", broken)
+    session = _session()
+    with pytest.raises(dp.InternalError) as info:
+        session.evaluate(session.query().agg(count()), epsilon=1)
+    assert not info.value.charged and "nothing was reserved or charged" in str(info.value)
+    assert session.spent == dp.PureDP(0) and session.ledger.history(kinds=["reserve"]) == []
+
+
+def test_a_planning_failure_is_a_refusal_not_a_raw_exception(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dpkit.analytics import session as session_module
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OverflowError("math range error")
+
+    monkeypatch.setattr(session_module, "compile_query", broken)
+    session = _session()
+    with pytest.raises(dp.InternalError) as info:
+        session.evaluate(session.query().agg(count()), epsilon=1)
+    assert not info.value.charged and session.spent == dp.PureDP(0)
+
+
+def test_estimate_bounds_has_the_same_three_outcomes(monkeypatch: pytest.MonkeyPatch) -> None:
+    session = _session()
+    estimate = session.estimate_bounds("x", epsilon=1)
+    assert estimate.upper > estimate.lower and session.spent == dp.PureDP(1)
+    with pytest.raises(dp.InvalidParameterError):
+        session.estimate_bounds("x", epsilon=1, alpha=2)  # used to fail after the charge
+    with pytest.raises(dp.InvalidParameterError):
+        session.estimate_bounds("x", epsilon=1e-300)  # below the floor every query has
+    assert session.spent == dp.PureDP(1)
+
+    def run(plan: Any) -> Any:
+        raise ZeroDivisionError(SECRET)
+
+    monkeypatch.setattr(session.engine, "run", run)
+    with pytest.raises(dp.InternalError) as info:
+        session.estimate_bounds("x", epsilon=1)
+    assert info.value.charged and session.spent == dp.PureDP(2)
+
+
+def test_sample_and_aggregate_classifies_its_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dpkit.analytics.sample_aggregate as sa
+
+    session = _session()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(5, SECRET)
+
+    monkeypatch.setattr(sa, "engine_blocks", broken)
+    with pytest.raises(dp.UnreadableDataError) as info:
+        session.sample_and_aggregate(
+            lambda rows: rows["x"].mean(),
+            columns=["x"],
+            output_range=(0, 10),
+            n_range=(100, 1000),
+            m=10,
+            epsilon=1,
+        )
+    assert info.value.charged and session.spent == dp.PureDP(1)
+
+
+# ------------------------------------------------------------------ the command line
+def _cli(tmp_path: Path) -> tuple[typer.Typer, Path, Path]:
+    from dpkit.analytics.cli import query_command
+    from dpkit.ledger import BudgetMonitor, Ledger
+
+    app = typer.Typer()
+    app.command("query")(query_command)
+    app.command("other")(lambda: None)
+    data = tmp_path / "people.csv"
+    FRAME.to_csv(data, index=False)
+    ledger = tmp_path / "ledger.sqlite"
+    with Ledger.open(ledger, monitor=BudgetMonitor(log=False)) as opened:
+        opened.create_budget("people", dp.PureDP(10), privacy_unit="u")
+    return app, data, ledger
+
+
+def _spent(ledger: Path) -> Any:
+    from dpkit.ledger import BudgetMonitor, Ledger
+
+    with Ledger.open(ledger, monitor=BudgetMonitor(log=False)) as opened:
+        return opened.spent("people")
+
+
+def test_the_cli_reports_a_dpkit_bug_as_one_charged_internal_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, data, ledger = _cli(tmp_path)
+    apply = compiled_module.Noisy.apply
+
+    def buggy(self: Any, exact: Any) -> Any:
+        if np.asarray(exact, dtype=object).sum() > 0:
+            raise ZeroDivisionError(SECRET)
+        return apply(self, exact)
+
+    monkeypatch.setattr(compiled_module.Noisy, "apply", buggy)
+    args = ["query", str(data), "SELECT COUNT(*)", "-d", "people", "--epsilon", "1"]
+    result = CliRunner().invoke(
+        app, [*args, "--max-rows", "1"], env={"COLUMNS": "200", "DPKIT_LEDGER": str(ledger)}
+    )
+    assert result.exit_code == 1, result.output
+    assert "internal error in dpkit" in result.output and "dpkit bug" in result.output
+    assert "could not be read" not in result.output and SECRET not in result.output
+    assert _spent(ledger) == dp.PureDP(1)
+
+
+def test_messages_print_numbers_as_people_write_them() -> None:
+    """A refusal printed a 309-digit integer (a budget of ε = 1e308)."""
+    session = Session(FRAME, "u", dp.PureDP(10**9), max_rows=1)
+    with pytest.raises(dp.BudgetExceededError) as info:
+        session.evaluate(session.query().agg(count()), epsilon=2 * 10**9)
+    assert not re.search(r"\d{16}", str(info.value)), str(info.value)
+    with pytest.raises(dp.InvalidParameterError) as refused:
+        dp.make_geometric(1, epsilon=-dp.Fraction(10**400, 3))
+    assert "Fraction(" not in str(refused.value) and not re.search(r"\d{16}", str(refused.value))
+    assert str(dp.PureDP(10**308)) == "ε=1e+308"
+    assert str(dp.ZCDP(dp.Fraction(10**200, 3))) == "ρ=3.33333e+199"
+    zcdp = Session(FRAME, "u", dp.PureDP(1), max_rows=1)
+    with pytest.raises(dp.InvalidParameterError) as mixed:
+        zcdp.evaluate(zcdp.query().agg(mean("x", (0, 10))), rho=dp.Fraction(10**100, 7))
+    assert not re.search(r"\d{16}", str(mixed.value)), str(mixed.value)
