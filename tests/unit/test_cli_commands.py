@@ -376,9 +376,11 @@ def _check_refusals(
         assert "Traceback" not in result.stderr and not ANSI.search(result.stderr)
 
 
-def test_a_malformed_csv_line_is_skipped_not_an_error(workdir: Path, ledger: Path) -> None:
-    """One person's malformed line must not decide whether the query fails after it was charged
-    (review finding 10): every engine skips it, and nothing of it is printed."""
+def test_a_malformed_csv_file_fails_whole_after_the_charge(workdir: Path, ledger: Path) -> None:
+    """Issue 21: one unbalanced quote used to make the engines read part of the file (and answer
+    with exit 0); a malformed line used to be skipped. The file now fails whole, after the
+    reservation (the file is private), charged, reported as unreadable, quoting nothing."""
+    before = _spent(workdir, ledger, "tx")
     result = dpkit_run(
         "query",
         "broken.csv",
@@ -394,8 +396,12 @@ def test_a_malformed_csv_line_is_skipped_not_an_error(workdir: Path, ledger: Pat
         cwd=workdir,
         ledger=ledger,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("error: broken.csv could not be read;"), result.stderr
+    assert "budget stays spent" in result.stderr and "check_csv('broken.csv')" in result.stderr
     assert "SECRETVALUE" not in result.stdout + result.stderr
+    assert "line 51" not in result.stderr  # which line is wrong is private too
+    assert _spent(workdir, ledger, "tx") != before  # charged
 
 
 def test_ladder_reproduce_refuses_to_overwrite(workdir: Path) -> None:

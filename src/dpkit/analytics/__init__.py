@@ -16,6 +16,7 @@ See docs/analytics.md for the tutorial.
 """
 
 from dpkit.analytics.engines import DuckDBEngine, Engine, PandasEngine
+from dpkit.analytics.engines._csv import check_csv
 from dpkit.analytics.expr import Expr, col, lit
 from dpkit.analytics.planner import CompiledQuery
 from dpkit.analytics.query import (
@@ -51,6 +52,7 @@ __all__ = [
     "Query",
     "Release",
     "Session",
+    "check_csv",
     "col",
     "count",
     "count_distinct_units",

@@ -227,6 +227,20 @@ def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, u
     del unit
 
 
+def _unreadable_hint(data: Path) -> str:
+    if data.suffix.lower() in (".csv", ".tsv"):
+        return (
+            "dpkit reads a CSV file whole and strictly (UTF-8; a header; every line with as many "
+            'fields; quotes only around whole fields, "" for a quote inside), never skipping '
+            'a line. Find the bad line locally: python -c "from dpkit.analytics import '
+            f"check_csv; check_csv('{data}')\""
+        )
+    return (
+        f'Check the file locally, without dpkit, e.g. duckdb -c "DESCRIBE SELECT * FROM '
+        f"'{data}'\"; then match --schema to its columns."
+    )
+
+
 def _footnotes(
     parsed: ParsedQuery,
     max_rows: int | None,
@@ -405,6 +419,7 @@ def query_command(
 
     from dpkit.analytics.query import KeySet, Query
     from dpkit.analytics.session import Session
+    from dpkit.errors import UnreadableDataError
     from dpkit.ledger import BudgetMonitor, Ledger
 
     alerts: list[Any] = []
@@ -473,19 +488,14 @@ def query_command(
                 )
                 try:
                     release = session.evaluate(final, loss=query_loss, alpha=alpha)
-                except Exception as error:
-                    if "failed while reading the data" in str(error):
-                        raise CLIError(
-                            f"{data.name} could not be read as declared; the query's budget "
-                            "stays spent (the engine's message is withheld: it can quote the "
-                            "data)",
-                            "Check the file locally, without dpkit, e.g. "
-                            f"python -c \"import pandas; pandas.read_csv('{data}')\" or "
-                            f"duckdb -c \"DESCRIBE SELECT * FROM '{data}'\"; then match "
-                            "--schema to its columns.",
-                            code=1,
-                        ) from None
-                    raise
+                except UnreadableDataError:
+                    raise CLIError(
+                        f"{data.name} could not be read; the query's budget stays spent (which "
+                        "line or value is wrong is not shown: it could tell something about the "
+                        "data)",
+                        _unreadable_hint(data),
+                        code=1,
+                    ) from None
             finally:
                 session.close()
     finally:

@@ -187,13 +187,18 @@ def csv_header(path: str | Path) -> list[str]:
     """
     with open(path, "rb") as raw:
         first = raw.readline()  # only the header line is decoded: later bytes are data
-    text = first.decode("utf-8-sig", errors="replace")
-    header = next(csv.reader([text.rstrip("\r\n")]), None)
+    try:
+        text = first.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = ""
+    if "\x00" in text:
+        text = ""
+    header = next(csv.reader([text.rstrip("\r\n")]), None) if text else None
     if not header or any(not name for name in header) or len(set(header)) != len(header):
         raise InvalidDataError(
             "source",
             f"the first line of {str(path)!r} is not a header of distinct, non-empty column names",
-            "Write the column names on the first line, separated by commas.",
+            "Write the column names on the first line, in UTF-8, separated by commas.",
         )
     return header
 

@@ -32,6 +32,7 @@ from dpkit.analytics.engines._columns import (
     prepare_pandas,
     resolve_kinds,
 )
+from dpkit.analytics.engines._csv import StrictCSV
 from dpkit.analytics.engines._heavy import (
     MAX_RANGE,
     arrow_candidates,
@@ -87,6 +88,7 @@ class DuckDBEngine:
         self._view = f"dpkit_src_{secrets.token_hex(8)}"
         self._keepalive: Any = None
         self._integers: set[str] = set()  # columns stored as integers
+        self._csv: StrictCSV | None = None  # a CSV file is checked before a plan reads it
         # a pandas source is registered when a plan first runs (see _prepare_pandas)
         self._pandas: Any = source if isinstance(source, pd.DataFrame) else None
         declared = check_declared_schema(schema)
@@ -109,6 +111,7 @@ class DuckDBEngine:
                 call = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(path)])
                 return self._described(self._floored(exp.Table(this=call)))
             header = csv_header(path)
+            self._csv = StrictCSV(path, len(header))
             return (
                 exp.Table(this=_read_csv_as_text(path, header)),
                 dict.fromkeys(header, "string"),
@@ -188,6 +191,8 @@ class DuckDBEngine:
         return query.sql(dialect="duckdb", copy=False)  # a fresh tree: no copy needed
 
     def run(self, plan: BoundedPlan) -> pa.Table:
+        if self._csv is not None:
+            self._csv.ensure()  # the whole file, strictly, or UnreadableDataError
         self._prepare_pandas()
         candidates = self._candidates(plan)
         view = None
@@ -264,7 +269,8 @@ class DuckDBEngine:
 
 def _read_csv_as_text(path: str, header: list[str]) -> exp.Expr:
     """read_csv with the dialect fixed and every column as text: nothing is sniffed or inferred
-    from the rows (a later row that did not fit an inferred type would fail, quoting itself)."""
+    from the rows (a later row that did not fit an inferred type would fail, quoting itself),
+    and nothing skipped (a malformed file is refused whole: engines._csv)."""
 
     def named(name: str, value: exp.Expr) -> exp.Expr:
         return exp.PropertyEQ(this=exp.to_identifier(name), expression=value)
@@ -285,10 +291,9 @@ def _read_csv_as_text(path: str, header: list[str]) -> exp.Expr:
             named("quote", exp.Literal.string('"')),
             named("escape", exp.Literal.string('"')),
             named("columns", columns),
-            # a malformed line (a wrong number of fields, a stray quote, a bad byte) is skipped,
-            # never an error: one person's line must not decide whether the query fails after
-            # its reservation (pandas' reader follows the same policy)
-            named("ignore_errors", exp.true()),
-            named("strict_mode", exp.false()),
+            # the file was checked (engines._csv) before a plan reads it; strict, so that a
+            # line DuckDB reads otherwise is an error rather than a different table
+            named("ignore_errors", exp.false()),
+            named("strict_mode", exp.true()),
         ],
     )

@@ -29,6 +29,7 @@ from dpkit.analytics.engines._columns import (
     resolve_kinds,
     text_of,
 )
+from dpkit.analytics.engines._csv import StrictCSV
 from dpkit.analytics.engines.base import (
     SEPARATOR,
     BoundedPlan,
@@ -265,7 +266,7 @@ class PandasEngine:
     def __init__(self, source: Any, *, schema: Mapping[str, str] | None = None) -> None:
         self._source = source
         self._loaded: pd.DataFrame | None = None
-        self._csv = False
+        self._csv: StrictCSV | None = None  # a CSV file is checked before it is read
         if isinstance(source, pd.DataFrame):
             storage = {str(n): kind_of_pandas(t) for n, t in source.dtypes.items()}
         elif isinstance(source, pa.Table):
@@ -277,8 +278,9 @@ class PandasEngine:
             if is_parquet_path(path):
                 storage = {f.name: kind_of_arrow(f.type) for f in parquet_schema(path)}
             else:
-                self._csv = True
-                storage = dict.fromkeys(csv_header(path), "string")
+                header = csv_header(path)
+                self._csv = StrictCSV(path, len(header))
+                storage = dict.fromkeys(header, "string")
         else:
             raise InvalidDataError(
                 "source", f"the pandas engine cannot read {type(source).__name__}"
@@ -299,18 +301,19 @@ class PandasEngine:
         if isinstance(source, pa.Table):
             df = floor_arrow_temporal(source).to_pandas(date_as_object=False)
         elif isinstance(source, str | Path):
-            if self._csv:
-                # malformed lines are skipped and bad bytes replaced, never an error (the DuckDB
-                # reader's policy): one person's line must not make the query fail
+            if self._csv is not None:
+                # the whole file, strictly, or UnreadableDataError (engines._csv); read with
+                # pandas' strict settings too, so a line it reads otherwise is an error
+                self._csv.ensure()
                 df = pd.read_csv(
                     source,
                     dtype=str,
                     keep_default_na=False,
                     na_values=[""],
                     encoding="utf-8-sig",
-                    encoding_errors="replace",
-                    on_bad_lines="skip",
-                    engine="python",
+                    encoding_errors="strict",
+                    on_bad_lines="error",
+                    engine="c",
                 )
             else:
                 import pyarrow.parquet as pq  # type: ignore[import-untyped]  # no stubs

@@ -35,6 +35,7 @@ from dpkit.analytics.engines._columns import (
     prepare_pandas,
     resolve_kinds,
 )
+from dpkit.analytics.engines._csv import StrictCSV
 from dpkit.analytics.engines._heavy import (
     MAX_RANGE,
     arrow_candidates,
@@ -202,6 +203,7 @@ class SparkEngine:
         self._view = f"dpkit_src_{secrets.token_hex(8)}"
         self._frame: Any = None
         self._pandas: Any = None
+        self._csv: StrictCSV | None = None  # a CSV file is checked before a plan reads it
         if isinstance(source, str | Path):
             path = str(source)
             if not Path(path).exists():
@@ -212,6 +214,7 @@ class SparkEngine:
                 from pyspark.sql import types as T
 
                 header = csv_header(path)
+                self._csv = StrictCSV(path, len(header))
                 text_schema = T.StructType([T.StructField(n, T.StringType()) for n in header])
                 # the dialect of DuckDB's reader and pandas': "" escapes a quote, and a quoted
                 # field may hold a line break (multiLine; a file is then read by one task)
@@ -222,6 +225,7 @@ class SparkEngine:
                     enforceSchema=True,
                     escape='"',
                     multiLine=True,
+                    mode="FAILFAST",
                 )
         elif isinstance(source, DataFrame):
             self._frame = source
@@ -305,6 +309,10 @@ class SparkEngine:
         return query.sql(dialect="spark", copy=False)  # a fresh tree: no copy needed
 
     def run(self, plan: BoundedPlan) -> pa.Table:
+        if self._csv is not None:
+            # the whole file, strictly, or UnreadableDataError (engines._csv): Spark's own
+            # reader skips or swallows malformed lines whatever its mode
+            self._csv.ensure()
         self._prepare()
         candidates = self._candidates(plan)
         view = None
