@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -43,6 +44,8 @@ __all__ = [
     "infer_kind",
     "lit",
     "numeric_columns",
+    "reads_as_number",
+    "text_number_orderings",
 ]
 
 ColumnKind: TypeAlias = Literal["numeric", "string", "bool", "temporal", "other"]
@@ -56,6 +59,9 @@ LiteralValue: TypeAlias = bool | int | float | str | _dt.datetime | None
 
 _ARITHMETIC = frozenset({"+", "-", "*", "/"})
 _COMPARISON = frozenset({"<", "<=", ">", ">=", "==", "!="})
+_ORDERING = frozenset({"<", "<=", ">", ">="})
+_NUMBER_TEXT = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*")
+"""A text literal that reads as a (finite, decimal) number: ``'1000'``, ``' -2.5e3 '``."""
 _BOOLEAN = frozenset({"and", "or"})
 
 
@@ -464,11 +470,67 @@ def infer_kind(expr: Expr, schema: Mapping[str, ColumnKind]) -> ColumnKind | Non
             return "bool"
         if expr.op in _COMPARISON:
             _require_comparable(left, right, expr)
+            if expr.op in _ORDERING and left == right == "string":
+                _refuse_text_as_number(expr)
             return "bool"
         # coalesce
         _require_comparable(left, right, expr)
         return left if left is not None else right
     raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
+
+
+def reads_as_number(value: object) -> bool:
+    """Whether ``value`` is a text that reads as a decimal number (``'1000'``, ``'-2.5e3'``)."""
+    return isinstance(value, str) and _NUMBER_TEXT.fullmatch(value) is not None
+
+
+def text_number_orderings(expr: Expr) -> list[tuple[Expr, str]]:
+    """The (text side, literal) of every ordering comparison (``< <= > >=``, and so BETWEEN)
+    in ``expr`` whose one side is a text literal that reads as a number, from its form alone
+    (``dpkit query`` refuses them for a CSV file's undeclared, text columns)."""
+    found: list[tuple[Expr, str]] = []
+
+    def visit(node: Expr) -> None:
+        if isinstance(node, Binary):
+            if node.op in _ORDERING:
+                for this, other in ((node.left, node.right), (node.right, node.left)):
+                    if not isinstance(other, Lit) or not reads_as_number(other.value):
+                        continue
+                    if not (isinstance(this, Lit) and isinstance(this.value, str)):
+                        found.append((this, str(other.value)))
+            visit(node.left)
+            visit(node.right)
+        elif isinstance(node, Unary | IsIn):
+            visit(node.operand)
+
+    visit(expr)
+    return found
+
+
+def _refuse_text_as_number(expr: Binary) -> None:
+    """Decision (issue 21): an ordering comparison of a text value with a text literal that
+    reads as a number compares text, character by character — ``'9' > '1000'`` — and silently
+    answered 1,991 where the numeric truth was 264 (``WHERE wage > '1000'`` on a CSV column).
+    It is refused, before anything is charged. Equality (``==``, ``!=``, ``is_in``) stays
+    allowed: it is exact on text, and how codes such as ZIP codes or IDs with leading zeros
+    ('02139', '007') are meant to be compared."""
+    for this, other in ((expr.left, expr.right), (expr.right, expr.left)):
+        if isinstance(other, Lit) and reads_as_number(other.value):
+            if isinstance(this, Lit):
+                continue
+            name = this.name if isinstance(this, Col) else None
+            declare = (
+                f"Session(..., schema={{{name!r}: 'numeric'}}) (on the command line: --schema "
+                f"{name}=float)"
+                if name
+                else "schema={column: 'numeric'} (--schema column=float)"
+            )
+            raise UnsupportedQueryError(
+                f"{expr.render()}: {this.render()} is text, and {other.value!r} reads as a "
+                "number, but text compares character by character ('9' > '1000'), so this "
+                f"would not compare numbers. If the column holds numbers, declare it: {declare} "
+                "and compare with a number; a CSV file's columns are text until declared."
+            )
 
 
 def _require(kind: ColumnKind | None, allowed: set[str], expr: Expr) -> None:

@@ -183,7 +183,7 @@ def _check_source(parsed: ParsedQuery, data: Path, dataset: str) -> None:
 
 def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, unit: str) -> None:
     """Refuse unknown columns and non-numeric columns in numeric aggregates, up front."""
-    from dpkit.analytics.expr import columns_of, numeric_columns
+    from dpkit.analytics.expr import columns_of, numeric_columns, text_number_orderings
 
     known = ", ".join(schema)
     for agg in parsed.aggregations:
@@ -211,6 +211,16 @@ def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, u
                 raise CLIError(
                     f"unknown column {column!r} in WHERE",
                     f"The columns of {data.name} are: {known}.",
+                )
+        for side, literal in text_number_orderings(parsed.where):
+            column = getattr(side, "name", "")
+            if isinstance(column, str) and schema.get(column) in ("string", "text"):
+                raise CLIError(
+                    f"column {column!r} is text (a CSV file's columns are text until "
+                    f"declared), and WHERE orders it against {literal!r}, which reads as a "
+                    "number: text compares character by character ('9' > '1000')",
+                    f"If it holds numbers, declare it (--schema {column}=float) and write the "
+                    f"number without quotes ({literal.strip()}). Nothing was charged.",
                 )
         for column in sorted(numeric_columns(parsed.where)):
             if column in schema and schema[column] not in ("numeric",):
