@@ -29,6 +29,7 @@ import pytest
 import dpkit as dp
 from dpkit.analytics.bounding import contribution
 from dpkit.analytics.engines import make_engine
+from dpkit.analytics.engines.base import Output
 from dpkit.analytics.expr import col
 from dpkit.analytics.planner import _rows_by_group, compile_query
 from dpkit.analytics.query import Bounding, Query, count, count_distinct_units
@@ -123,3 +124,56 @@ def test_equal_numbers_of_an_object_column_are_one_group(engine: str) -> None:
     )
     rows, _ = _rows_by_group(e.run(compiled.plans[0]), compiled.plans[0])
     assert {k: v[0][0] for k, v in rows.items()} == {(1.0,): 2}
+
+
+# ------------------------------------------------------------------ issue 21: public key counts
+def _calibrated_l1(compiled: Any, name: str) -> int:
+    """The L1 sensitivity the planner calibrated ``name``'s noise for, from explain()."""
+    import re
+
+    line = next(x for x in compiled.explain().splitlines() if x.startswith(f"{name}:"))
+    match = re.search(r"sensitivity L1=(\d+)", line)
+    assert match is not None, line
+    return int(match.group(1))
+
+
+@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+@pytest.mark.parametrize(("n_keys", "max_rows"), [(2, 10), (3, 10), (5, 2), (1, 7)])
+def test_distinct_unit_counts_are_calibrated_for_the_public_keys(
+    engine: str, n_keys: int, max_rows: int
+) -> None:
+    """Issue 21: with 2 public keys and max_rows=10 the distinct-unit count was calibrated for
+    10 groups (5x the noise needed). The sensitivity is min(bound, number of public keys), and
+    it is tight: the hardest neighbour — a unit with rows in every key and in keys not declared
+    — moves the exact per-group counts by exactly that much, never more."""
+    keys = list(range(n_keys))
+    others = pd.DataFrame({"u": [100 + i for i in range(3 * n_keys)], "k": keys * 3})
+    # the unit's rows: one in every declared key (so any rows bounding keeps are in distinct
+    # groups), and rows of undeclared keys (dropped before bounding)
+    target = pd.DataFrame({"u": 1, "k": [*keys, 97, 98, 99]})
+    query = (
+        Query()
+        .group_by("k", keys=keys)
+        .bound(max_rows=max_rows)
+        .agg(count_distinct_units(), count())
+    )
+    with_unit, compiled = _outputs(engine, pd.concat([others, target], ignore_index=True), query)
+    without, _ = _outputs(engine, others, query)
+    units_index = compiled.plans[0].outputs.index(Output("units"))
+    moved = int(np.abs(_difference(with_unit, without, units_index)).sum())
+    calibrated = _calibrated_l1(compiled, "units")
+    assert calibrated == min(max_rows, n_keys)  # not max_rows: the old calibration
+    assert moved <= calibrated  # sound: the hard neighbour stays within it
+    assert moved == calibrated  # tight: nothing to spare
+    rows_moved = int(np.abs(_difference(with_unit, without, 0)).sum())
+    assert rows_moved <= _calibrated_l1(compiled, "count")
+
+
+def test_the_key_count_only_ever_lowers_the_bound() -> None:
+    for k, m, c in [(10, None, None), (None, 4, 3), (6, 3, 2), (1, None, None)]:
+        loose = contribution(Bounding(k, m, c), grouped=True)
+        for n_keys in (1, 2, 3, 50):
+            tight = contribution(Bounding(k, m, c), grouped=True, n_keys=n_keys)
+            assert tight.groups == min(loose.groups, n_keys)
+            assert tight.rows_l1 <= loose.rows_l1 and tight.rows_per_group <= loose.rows_per_group
+            assert tight.rows_l1 <= tight.groups * tight.rows_per_group

@@ -176,10 +176,13 @@ def test_zcdp_and_mechanism_choice() -> None:
     approx = Session(
         frame(), "user", dp.ApproxDP(10, 1e-5), max_rows=50, max_groups=50, max_rows_per_group=1
     )
+    # 50 public keys: one unit touches at most min(max_groups, keys) = 50 groups (issue 21: with
+    # one key it touches one, and the geometric wins), so L2 ≪ L1 and the Gaussian wins
+    keys = ["a", "b", "c", *(f"k{i}" for i in range(47))]
     compiled = approx.compile(
-        approx.query().group_by("dept", keys=["a"]).agg(count()), epsilon=1, delta=1e-5
+        approx.query().group_by("dept", keys=keys).agg(count()), epsilon=1, delta=1e-5
     )
-    assert "discrete_gaussian" in compiled.explain()  # L2 ≪ L1: the Gaussian wins
+    assert "discrete_gaussian" in compiled.explain()
     laplace = approx.compile(
         approx.query().agg(count()), epsilon=1, delta=1e-5, mechanism="laplace"
     )

@@ -4,7 +4,7 @@ Neighbouring tables differ by all the rows of one privacy unit (add/remove). Aft
 (:class:`~dpkit.analytics.query.Bounding`), one unit has at most
 
 * ``c`` rows in any one group (``max_rows_per_group``, and never more than ``max_rows``),
-* ``m`` groups (``max_groups``, and never more than ``max_rows``),
+* ``m`` groups (``max_groups``, and never more than ``max_rows`` or the number of public keys),
 * ``L1 = min(k, m·c)`` rows in total,
 
 so a per-group vector of row counts moves by at most ``L1`` in L1 norm, and by at most
@@ -54,8 +54,13 @@ def _min(*values: int | None) -> int | None:
     return min(given) if given else None
 
 
-def contribution(bounding: Bounding, grouped: bool) -> Contribution:
+def contribution(bounding: Bounding, grouped: bool, n_keys: int | None = None) -> Contribution:
     """The sensitivity facts of a bounding declaration, or a clear error when it bounds nothing.
+
+    ``n_keys``: the number of public group keys, when declared. Every engine drops the rows
+    whose key is not one of them before bounding, so one unit touches at most ``n_keys`` groups
+    whatever ``max_groups`` or ``max_rows`` allow: the distinct-unit count of a query with two
+    public keys moves by at most 2, not by ``max_rows`` (issue 21). Public, like the bounds.
 
     Raises:
         UnsupportedQueryError: no bound limits a unit's rows (or, grouped, its groups).
@@ -72,6 +77,8 @@ def contribution(bounding: Bounding, grouped: bool) -> Contribution:
         return Contribution(per, per, 1)
     per_group = _min(c, k)
     groups = _min(m, k)
+    if groups is not None and n_keys is not None:
+        groups = min(groups, max(n_keys, 1))
     if per_group is None or groups is None:
         raise UnsupportedQueryError(
             "no contribution bound for a grouped query: declare max_rows (rows per unit in "

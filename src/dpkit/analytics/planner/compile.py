@@ -107,7 +107,9 @@ def compile_query(
     key_set = checked.key_set
     bounding = (defaults or Bounding()).merged(aggregate.bounding)
     grouped = bool(aggregate.keys)
-    contrib = contribution(bounding, grouped)
+    # one unit touches at most as many groups as there are public keys (rows of other keys are
+    # dropped before bounding): every family's sensitivity uses it
+    contrib = contribution(bounding, grouped, len(key_set.rows) if key_set is not None else None)
     private_keys = grouped and key_set is None
     agg_share, selection_share, selection_delta = _family_for(
         budget, mechanism, contrib, private_keys, aggregate.selection_share
