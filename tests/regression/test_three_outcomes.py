@@ -219,10 +219,18 @@ def test_the_cli_reports_a_dpkit_bug_as_one_charged_internal_error(
 
 def test_messages_print_numbers_as_people_write_them() -> None:
     """A refusal printed a 309-digit integer (a budget of ε = 1e308)."""
+    with pytest.raises(dp.InvalidParameterError) as budget:
+        Session(FRAME, "u", dp.PureDP(1e308), max_rows=1)  # accepted without a word before
+    assert "1e+308" in str(budget.value) and "1e+09" in str(budget.value)
+    assert not re.search(r"\d{16}", str(budget.value)), str(budget.value)
     session = Session(FRAME, "u", dp.PureDP(10**9), max_rows=1)
-    with pytest.raises(dp.BudgetExceededError) as info:
-        session.evaluate(session.query().agg(count()), epsilon=2 * 10**9)
-    assert not re.search(r"\d{16}", str(info.value)), str(info.value)
+    with pytest.raises(dp.InvalidParameterError) as info:
+        session.evaluate(session.query().agg(count()), epsilon=1e308)
+    assert "1e+06" in str(info.value) and not re.search(r"\d{16}", str(info.value))
+    assert session.spent == dp.PureDP(0)
+    with pytest.raises(dp.BudgetExceededError) as over:
+        session.ledger.reserve(session.dataset, dp.PureDP(dp.Fraction(10**27 + 1, 10**18)))
+    assert not re.search(r"\d{16}", str(over.value)), str(over.value)
     with pytest.raises(dp.InvalidParameterError) as refused:
         dp.make_geometric(1, epsilon=-dp.Fraction(10**400, 3))
     assert "Fraction(" not in str(refused.value) and not re.search(r"\d{16}", str(refused.value))

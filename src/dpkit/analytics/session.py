@@ -44,7 +44,7 @@ from dpkit.errors import (
 from dpkit.ledger import Ledger
 from dpkit.noise import random_words
 
-__all__ = ["BoundsEstimate", "Session", "dry_run"]
+__all__ = ["QUERY_LOSS_CEILING", "QUERY_LOSS_FLOOR", "BoundsEstimate", "Session", "dry_run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +100,15 @@ calibration can overflow the engines' grids (ε = 1e-300 used to fail *after* ch
 answer is useful. The command line uses the same floor (docs/cli.md)."""
 
 
+QUERY_LOSS_CEILING = Fraction(10**6)
+"""The largest ε (or ρ) one query may spend. Decision (issue 21): a large ε is how users check a
+pipeline against the truth, and every aggregate answers it exactly up to this ceiling (tests/
+regression/test_large_epsilon.py); at ε = 10^6 a count's noise is 0 and a sum's is its bound
+/ 10^6. Beyond it nothing gets more accurate, while dpkit's exact arithmetic on the loss (e^ε
+bounds) grows without limit, so a larger loss is refused before anything is reserved. Budgets
+have their own ceiling (:data:`dpkit.ledger._model.BUDGET_CEILING`, 10^9)."""
+
+
 def _check_floor(name: str, value: Fraction, given: object) -> Fraction:
     if value < QUERY_LOSS_FLOOR:
         raise InvalidParameterError(
@@ -107,6 +116,14 @@ def _check_floor(name: str, value: Fraction, given: object) -> Fraction:
             given,
             f">= {float(QUERY_LOSS_FLOOR):g} (the smallest a query may spend)",
             "Noise for a smaller budget would swamp any answer.",
+        )
+    if value > QUERY_LOSS_CEILING:
+        raise InvalidParameterError(
+            name,
+            given,
+            f"<= {float(QUERY_LOSS_CEILING):g} (the most a query may spend)",
+            "At 1e6 a count's noise is already 0 and a sum's is its bound / 1e6: a larger "
+            "loss makes no answer more accurate. Nothing was charged.",
         )
     return value
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
+    "EPSILON_CEILING",
     "EPSILON_FLOOR",
     "CLIError",
     "check_ledger_file",
@@ -45,6 +46,10 @@ EPSILON_FLOOR = 1e-6
 """The smallest ε (and ρ) a command accepts. Below it the noise scale exceeds anything a float
 represents usefully (ε = 1e-300 overflowed while reading the data); such a query can only ever
 return noise, so it is refused as a parameter error before anything is charged."""
+
+EPSILON_CEILING = 1e6
+"""The largest ε (and ρ) a query accepts (dpkit.analytics.session.QUERY_LOSS_CEILING); budgets
+may hold up to 1e9 (dpkit.ledger BUDGET_CEILING)."""
 
 DELTA_WARN = 1e-5
 """δ above this prints a warning: δ is the chance that the guarantee fails outright, and it must
@@ -273,8 +278,10 @@ def format_loss(loss: Any) -> str:
     return ", ".join(parts) if parts else friendly(str(loss))
 
 
-def check_positive_flag(flag: str, value: float | None, *, floor: float | None = None) -> None:
-    """A finite, positive number for ``flag`` (at least ``floor`` when given)."""
+def check_positive_flag(
+    flag: str, value: float | None, *, floor: float | None = None, ceiling: float | None = None
+) -> None:
+    """A finite, positive number for ``flag`` (at least ``floor``, at most ``ceiling``)."""
     if value is None:
         return
     if not math.isfinite(value) or value <= 0:
@@ -284,6 +291,13 @@ def check_positive_flag(flag: str, value: float | None, *, floor: float | None =
             f"{flag} {human_number(value)} is below dpkit's floor of {human_number(floor)}",
             f"With {flag} that small the answer is pure noise; use at least {floor:g} "
             "(docs/cli.md explains the floor). Nothing was charged.",
+        )
+    if ceiling is not None and value > ceiling:
+        raise CLIError(
+            f"{flag} {human_number(value)} is above dpkit's ceiling of {human_number(ceiling)}",
+            f"At {flag} {ceiling:g} a count's noise is already 0 and a sum's is its bound / "
+            f"{ceiling:g}: a larger value makes no answer more accurate (docs/cli.md). Nothing "
+            "was charged.",
         )
 
 

@@ -17,6 +17,7 @@ import typer
 from dpkit.cli._common import (
     DELTA_REFUSE,
     DELTA_WARN,
+    EPSILON_CEILING,
     EPSILON_FLOOR,
     LEDGER_HELP,
     CLIError,
@@ -144,8 +145,8 @@ def _query_loss(
         raise CLIError("--rho and --delta were both given", "A zCDP query takes --rho alone.")
     if rho is None and epsilon is None:
         raise CLIError("give --epsilon (or --rho): how much of the budget this query may spend")
-    check_positive_flag("--epsilon", epsilon, floor=EPSILON_FLOOR)
-    check_positive_flag("--rho", rho, floor=EPSILON_FLOOR)
+    check_positive_flag("--epsilon", epsilon, floor=EPSILON_FLOOR, ceiling=EPSILON_CEILING)
+    check_positive_flag("--rho", rho, floor=EPSILON_FLOOR, ceiling=EPSILON_CEILING)
     if rho is not None:
         return ZCDP(fraction_of("rho", rho))
     assert epsilon is not None

@@ -52,6 +52,7 @@ from dpkit.ledger._model import (
     UnknownBudgetError,
     _scope_name,
     charge_of,
+    check_budget,
     check_loss,
     fits,
     loss_kind,
@@ -257,7 +258,7 @@ class Ledger:
         _check_name("analyst", analyst, optional=True)
         _check_name("privacy_unit", privacy_unit)
         _check_text("actor", actor)
-        total = check_loss(total, "total")
+        total = check_budget(total, "total")
         now = self._clock()
 
         def work(txn: StoreTransaction) -> BudgetStatus:
@@ -321,7 +322,7 @@ class Ledger:
         _check_name("analyst", analyst, optional=True)
         _check_text("actor", actor)
         _check_text("reason", reason)
-        total = check_loss(total, "total")
+        total = check_budget(total, "total")
         now = self._clock()
 
         def work(txn: StoreTransaction) -> tuple[BudgetStatus, list[AlertEvent]]:

@@ -147,6 +147,31 @@ def loss_from_text(text: str, where: str = "ledger") -> PrivacyLoss:
     return loss
 
 
+BUDGET_CEILING = Fraction(10**9)
+"""The largest ε (or ρ) a budget may hold. Decision (issue 21): a budget of ε = 1e308 used to be
+accepted without a word. Any ε beyond a few units already promises next to nothing (e^ε), and a
+budget this large is only ever useful to check a pipeline against the truth — 1,000 queries at
+the largest query loss (:data:`dpkit.analytics.session.QUERY_LOSS_CEILING`, 10^6) fit in it. A
+larger one is refused, naming this limit, rather than kept as a number no one meant."""
+
+
+def check_budget(total: Any, name: str = "total") -> PrivacyLoss:
+    """:func:`check_loss` for a budget's total, which also stays within :data:`BUDGET_CEILING`."""
+    loss = check_loss(total, name)
+    size = loss.rho if isinstance(loss, ZCDP) else loss.epsilon
+    if size > BUDGET_CEILING:
+        symbol = "ρ" if isinstance(loss, ZCDP) else "ε"
+        raise InvalidParameterError(
+            name,
+            loss,
+            f"a budget with {symbol} <= {float(BUDGET_CEILING):g}",
+            f"A budget this large protects nothing: at {symbol} = 1e9 a release may be e^(1e9) "
+            "times likelier on one table than on its neighbour. To check a pipeline against the "
+            "truth, a budget of 1e6 already leaves the noise negligible.",
+        )
+    return loss
+
+
 def check_loss(loss: Any, name: str = "loss") -> PrivacyLoss:
     """Validate a privacy loss handed to the ledger (type, finite, non-negative, δ < 1)."""
     if not isinstance(loss, PureDP | ApproxDP | ZCDP):
