@@ -192,3 +192,25 @@ def test_scope_page_maps_every_seed_topic_to_real_modules() -> None:
             break
         else:
             pytest.fail(f"docs/scope.md names {name}, which does not exist")
+
+
+def test_integer_group_keys_print_without_thousands_separators() -> None:
+    """Issue 21: year keys printed as "1,976". A key is a label (a year, a code, an ID), never a
+    quantity: integers as they are, integer-valued floats without ".0", others in full."""
+    from dpkit.cli.render import key_text
+
+    frame = pd.DataFrame(
+        {
+            "year": [1976, 1977, 12345],
+            "count": [10, 20, 30],
+            "count_low": [1.0, 2.0, 3.0],
+            "count_high": [19.0, 38.0, 57.0],
+        }
+    )
+    release = Release(
+        {"main": frame}, {"count": _accuracy(halfwidth=9)}, PureDP(1), "rcpt-3", PureDP(1)
+    )
+    text = _render(release, "SELECT year, COUNT(*) GROUP BY year", 100, ("year",))
+    assert "1976" in text and "12345" in text and "1,976" not in text and "12,345" not in text
+    assert key_text(1976.0) == "1976" and key_text(2.5) == "2.5" and key_text(None) == "—"
+    assert key_text(pd.Series([7], dtype="int64").iloc[0]) == "7"

@@ -22,7 +22,7 @@ from dpkit.analytics.query import Count, CountUnits, Histogram, Quantile
 from dpkit.analytics.results import Release, _aggregations_of, post_process
 from dpkit.cli._common import format_loss
 
-__all__ = ["column_decimals", "format_column", "print_alerts", "render_release"]
+__all__ = ["column_decimals", "format_column", "key_text", "print_alerts", "render_release"]
 
 
 def print_alerts(events: Iterable[Any], console: Console) -> None:
@@ -86,16 +86,34 @@ def _is_count(column: str, aggregations: Sequence[Any], frame: pd.DataFrame) -> 
     return False
 
 
+def key_text(value: Any) -> str:
+    """A group key as it is, never as a quantity: ``1976``, not ``1,976`` (a year, a code, an
+    ID); an integer-valued float without its ``.0``; other floats in full (``repr``)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
 def _formatted(
-    frame: pd.DataFrame, aggregations: Sequence[Any]
+    frame: pd.DataFrame, aggregations: Sequence[Any], keys: Sequence[str] = ()
 ) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]], set[str]]:
-    """Per shown column: the value texts and (where the noise gives one) the interval texts."""
+    """Per shown column: the value texts and (where the noise gives one) the interval texts.
+    Group keys are printed as they are (:func:`key_text`), never as quantities."""
     shown = _value_columns(frame)
     values_text: dict[str, list[str]] = {}
     bars_text: dict[str, list[str]] = {}
     numeric_columns: set[str] = set()
     for column in shown:
         series = frame[column]
+        if column in keys:
+            values_text[column] = [key_text(v) for v in series]
+            continue
         has_bar = f"{column}_low" in frame.columns and f"{column}_high" in frame.columns
         numeric = pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
         if not numeric:
@@ -131,7 +149,7 @@ def _render_table(
     alpha: float,
     keys: Sequence[str],
 ) -> None:
-    shown, values, bars, numeric = _formatted(frame, aggregations)
+    shown, values, bars, numeric = _formatted(frame, aggregations, keys)
     level = f"{100 * (1 - alpha):g}%"
     if len(frame) == 1 and not keys:
         # one answer per aggregate: a row each (reads like a report, fits 80 columns)
