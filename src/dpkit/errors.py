@@ -83,14 +83,19 @@ class DomainMismatchError(DPError, TypeError):
 class BudgetExceededError(DPError):
     """A release would exceed the privacy budget; nothing was released."""
 
-    def __init__(self, requested: Any, remaining: Any, scope: str = "budget") -> None:
+    def __init__(
+        self, requested: Any, remaining: Any, scope: str = "budget", hint: str | None = None
+    ) -> None:
         self.requested = requested
         self.remaining = remaining
         self.scope = scope
+        self.hint = hint or (
+            "Ask for less (a larger noise scale / smaller epsilon) or have an administrator "
+            "raise the budget."
+        )
         super().__init__(
             f"{scope}: the request costs {requested} but only {remaining} remains; "
-            "nothing was released. Ask for less (a larger noise scale / smaller epsilon) "
-            "or have an administrator raise the budget."
+            f"nothing was released. {self.hint}"
         )
 
 

@@ -240,3 +240,39 @@ def test_messages_print_numbers_as_people_write_them() -> None:
     with pytest.raises(dp.InvalidParameterError) as mixed:
         zcdp.evaluate(zcdp.query().agg(mean("x", (0, 10))), rho=dp.Fraction(10**100, 7))
     assert not re.search(r"\d{16}", str(mixed.value)), str(mixed.value)
+
+
+def test_private_keys_on_a_pure_budget_do_not_say_ask_for_less(tmp_path: Path) -> None:
+    """Issue 21: a pure-ε dataset asked for private keys answered "ask for less ε", which cannot
+    help. The refusal (before the reservation) says what needs δ and how to get it."""
+    frame = FRAME.assign(k=np.arange(200) % 3)
+    session = Session(frame, "u", dp.PureDP(10), max_rows=1)
+    query = session.query().group_by("k").agg(count())
+    with pytest.raises(dp.BudgetExceededError) as info:
+        session.evaluate(query, epsilon=1, delta=1e-7)
+    text = str(info.value)
+    assert "Ask for less" not in text and "cannot help" in text
+    assert "(ε, δ) or ρ budget" in text and "keys" in text
+    assert session.spent == dp.PureDP(0)
+    app, data, ledger = _cli(tmp_path)
+    frame.to_csv(data, index=False)
+    result = CliRunner().invoke(
+        app,
+        [
+            "query",
+            str(data),
+            "SELECT k, COUNT(*) GROUP BY k",
+            "-d",
+            "people",
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-7",
+            "--max-rows",
+            "1",
+        ],
+        env={"COLUMNS": "200", "DPKIT_LEDGER": str(ledger)},
+    )
+    assert result.exit_code == 2, result.output
+    assert "cannot help" in result.output and "Ask for less" not in result.output
+    assert _spent(ledger) == dp.PureDP(0)

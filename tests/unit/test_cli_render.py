@@ -178,6 +178,7 @@ def test_scope_page_maps_every_seed_topic_to_real_modules() -> None:
         assert f"## {seed}" in text
     for issue in (10, 11, 12, 13, 14):
         assert f"issue {issue}" in text
+    assert "*planned*:" not in text  # issue 21: every topic it called planned exists
     modules = set(re.findall(r"`(dpkit(?:\.[a-z_]+)+)", text))
     assert len(modules) > 10
     for name in sorted(modules):

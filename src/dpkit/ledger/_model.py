@@ -260,6 +260,13 @@ def charge_of(
                     loss,
                     PureDP(max(Fraction(0), budget.epsilon - current.xi)),
                     scope=f"{scope} has a pure ε-DP budget (δ = 0), so no δ > 0 can be charged",
+                    hint=(
+                        "Asking for less ε cannot help: what needs δ > 0 is the query's kind — "
+                        "private group keys (partition selection) and Gaussian noise. Declare the "
+                        "group keys (group_by(col, keys=[...]), or --keys col=a,b) and spend ε "
+                        "alone (no delta), or have the privacy officer give the dataset an "
+                        "(ε, δ) or ρ budget."
+                    ),
                 )
             return Spend(xi=loss.epsilon)
         raise InvalidParameterError(
