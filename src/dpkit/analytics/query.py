@@ -804,24 +804,46 @@ class Source:
         return "source"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Filter:
-    """Keep the rows where ``predicate`` is TRUE."""
+    """Keep the rows where ``predicate`` is TRUE. Compares structurally (``==`` on an
+    expression builds a predicate; see :class:`~dpkit.analytics.engines.base.Step`)."""
 
     child: PlanNode
     predicate: Expr
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Filter)
+            and self.predicate.same_as(other.predicate)
+            and self.child == other.child
+        )
+
+    def __hash__(self) -> int:
+        return hash(("filter", self.child, self.predicate.key()))
 
     def render(self) -> str:
         return f"{self.child.render()}.filter({self.predicate.render()})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class WithColumn:
-    """Add (or replace) a derived column."""
+    """Add (or replace) a derived column. Compares structurally, like :class:`Filter`."""
 
     child: PlanNode
     name: str
     expr: Expr
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, WithColumn)
+            and self.name == other.name
+            and self.expr.same_as(other.expr)
+            and self.child == other.child
+        )
+
+    def __hash__(self) -> int:
+        return hash(("with_column", self.child, self.name, self.expr.key()))
 
     def render(self) -> str:
         return f"{self.child.render()}.with_column({self.name!r}, {self.expr.render()})"

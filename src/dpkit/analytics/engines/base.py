@@ -104,15 +104,32 @@ class Output:
     value: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Step:
     """A relational step before aggregation: ``filter`` (``expr`` is a predicate),
-    ``derive`` (add/replace column ``name``) or ``select`` (keep ``columns``)."""
+    ``derive`` (add/replace column ``name``) or ``select`` (keep ``columns``).
+
+    Steps (and the plans that hold them) compare and hash *structurally*: ``==`` on an
+    expression builds a predicate, so the dataclass's own ``__eq__`` (which compares fields with
+    ``==``) raised "an expression has no truth value" wherever a plan met another plan — as a
+    dict key, in a list, in ``==`` (issue 21: the service's warm engine keyed its caches by
+    plans).
+    """
 
     kind: Literal["filter", "derive", "select"]
     expr: Expr | None = None
     name: str = ""
     columns: tuple[str, ...] = ()
+
+    def key(self) -> tuple[Any, ...]:
+        """The step as plain values (the expression as its structural key)."""
+        return (self.kind, None if self.expr is None else self.expr.key(), self.name, self.columns)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Step) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
 
 
 @dataclass(frozen=True, slots=True)
