@@ -31,7 +31,7 @@ def seeded() -> Iterator[None]:
 # selection except those matched below, each with the reason it stays out; they still run with
 # `pytest -m slow`. A new slow test is in CI by default: exclude it here if it does not fit.
 CI_SLOW_EXCLUDED: dict[str, str] = {
-    r"tests/engines/test_every_shape_twice\.py::test_every_shape_twice_from_two_analysts_on_spark": (
+    r"tests/engines/test_every_shape_twice\.py::test_every_shape_twice_\w+_on_spark": (
         "every aggregate family four times on Spark (~4-5 min per WHERE variant); the default "
         "suite runs three families on Spark and every family on DuckDB and pandas."
     ),
