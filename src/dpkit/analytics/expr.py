@@ -24,13 +24,17 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from dpkit._format import number
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 __all__ = [
+    "MAX_EXPRESSION_DEPTH",
+    "MAX_EXPRESSION_SIZE",
     "BinaryOp",
     "Col",
     "ColumnKind",
@@ -39,6 +43,8 @@ __all__ = [
     "Lit",
     "Unary",
     "UnaryOp",
+    "check_expression",
+    "check_unicode",
     "col",
     "columns_of",
     "infer_kind",
@@ -60,6 +66,7 @@ LiteralValue: TypeAlias = bool | int | float | str | _dt.datetime | None
 _ARITHMETIC = frozenset({"+", "-", "*", "/"})
 _COMPARISON = frozenset({"<", "<=", ">", ">=", "==", "!="})
 _ORDERING = frozenset({"<", "<=", ">", ">="})
+_FLOAT_MAX = int(sys.float_info.max)
 _NUMBER_TEXT = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*")
 """A text literal that reads as a (finite, decimal) number: ``'1000'``, ``' -2.5e3 '``."""
 _BOOLEAN = frozenset({"and", "or"})
@@ -230,7 +237,10 @@ class Lit(Expr):
         return ("lit", type(self.value).__name__, self.value)
 
     def render(self) -> str:
-        return repr(self.value)
+        value = self.value
+        if isinstance(value, int) and not isinstance(value, bool) and len(str(abs(value))) > 20:
+            return number(value)  # readable in plans and messages, never 300 digits
+        return repr(value)
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -280,7 +290,8 @@ class IsIn(Expr):
         return ("in", self.operand.key(), tuple((type(v).__name__, v) for v in self.values))
 
     def render(self) -> str:
-        return f"{self.operand.render()}.is_in({list(self.values)!r})"
+        values = ", ".join(Lit(v).render() for v in self.values)
+        return f"{self.operand.render()}.is_in([{values}])"
 
 
 def col(name: str) -> Col:
@@ -293,8 +304,28 @@ def lit(value: LiteralValue) -> Lit:
     return Lit(value)
 
 
+def check_unicode(name: str, text: str) -> str:
+    """Refuse a text that is not valid Unicode — a lone surrogate such as ``'\\ud800'``, which
+    Python strings can hold but UTF-8 cannot — before anything is reserved: an engine (and the
+    released table) would fail on it after the reservation (issue 21)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidParameterError(
+            name,
+            text,
+            "valid Unicode text (no lone surrogates such as \\ud800, which UTF-8 cannot hold)",
+        ) from None
+    return text
+
+
 def _check_literal(value: object) -> LiteralValue:
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, str):
+        return check_unicode("literal", value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+        # compared in double precision: both engines failed on it after the reservation
+        raise InvalidParameterError("literal", value, "a number within ±1.8e308 (a double)")
+    if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, _dt.datetime):  # compared in UTC, as temporal keys are
         if value.tzinfo is not None:
@@ -317,6 +348,88 @@ def _wrap(value: object) -> Expr:
     if isinstance(value, Expr):
         return value
     return Lit(_check_literal(value))
+
+
+MAX_EXPRESSION_DEPTH = 64
+"""The deepest expression a query may hold, counting a chain of ``&`` (or of ``|``) as the
+balanced tree it is turned into (400 conditions ANDed together are 9 levels deep). Deeper
+nesting is refused before anything is reserved: 400 nested levels overflowed the SQL
+generator's recursion after the reservation (issue 21)."""
+
+MAX_EXPRESSION_SIZE = 100_000
+"""The most nodes (IN-list values included) an expression may hold."""
+
+
+def _logical_children(node: Expr) -> list[Expr]:
+    """A node's operands, a whole chain of the same ``and`` / ``or`` counting as one node."""
+    if isinstance(node, Binary) and node.op in _BOOLEAN:
+        chain, stack = [], [node.left, node.right]
+        while stack:  # iterative: a chain may be thousands long
+            item = stack.pop()
+            if isinstance(item, Binary) and item.op == node.op:
+                stack.extend((item.right, item.left))
+            else:
+                chain.append(item)
+        return chain
+    if isinstance(node, Binary):
+        return [node.left, node.right]
+    if isinstance(node, Unary | IsIn):
+        return [node.operand]
+    return []
+
+
+def _balanced(node: Expr) -> Expr:
+    """``node`` with every ``and`` / ``or`` chain rebuilt as a balanced tree (the same value:
+    Kleene AND and OR are associative); called once the depth is known to be small."""
+    if isinstance(node, Binary) and node.op in _BOOLEAN:
+        parts = [_balanced(child) for child in _logical_children(node)]
+        while len(parts) > 1:
+            paired = [Binary(node.op, parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+            parts = paired + (parts[-1:] if len(parts) % 2 else [])
+        return parts[0]
+    if isinstance(node, Binary):
+        return Binary(node.op, _balanced(node.left), _balanced(node.right))
+    if isinstance(node, Unary):
+        return Unary(node.op, _balanced(node.operand))
+    if isinstance(node, IsIn):
+        return IsIn(_balanced(node.operand), node.values)
+    return node
+
+
+def check_expression(expr: Expr, what: str = "expression") -> Expr:
+    """``expr`` with its ``&`` / ``|`` chains balanced, or an :class:`UnsupportedQueryError`
+    when it is nested deeper than :data:`MAX_EXPRESSION_DEPTH` or larger than
+    :data:`MAX_EXPRESSION_SIZE` — measured without recursion, from the expression alone
+    (public), before anything is reserved."""
+    if not isinstance(expr, Expr):
+        raise InvalidParameterError(what, expr, "an expression built with col() and lit()")
+    depth: dict[int, int] = {}
+    size: dict[int, int] = {}
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in depth:
+            continue
+        children = _logical_children(node)
+        if not done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in depth)
+            continue
+        chain = isinstance(node, Binary) and node.op in _BOOLEAN
+        levels = math.ceil(math.log2(len(children))) if chain else 1
+        depth[id(node)] = levels + max((depth[id(c)] for c in children), default=0)
+        own = (
+            len(children) - 1 if chain else 1 + (len(node.values) if isinstance(node, IsIn) else 0)
+        )
+        size[id(node)] = own + sum(size[id(c)] for c in children)
+        if depth[id(node)] > MAX_EXPRESSION_DEPTH or size[id(node)] > MAX_EXPRESSION_SIZE:
+            raise UnsupportedQueryError(
+                f"the {what} is nested {depth[id(node)]} levels deep (with {size[id(node)]:,} "
+                f"parts so far); at most {MAX_EXPRESSION_DEPTH} levels and "
+                f"{MAX_EXPRESSION_SIZE:,} parts are allowed (a long chain of & or | counts as "
+                "the few levels of a balanced tree). Nothing was charged."
+            )
+    return _balanced(expr)
 
 
 def columns_of(expr: Expr) -> frozenset[str]:

@@ -24,7 +24,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from dpkit._exact import Number, fraction_of, sensitivity_of
-from dpkit.analytics.expr import Col, Expr, col, lit
+from dpkit.analytics.expr import Col, Expr, check_unicode, col, lit
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 __all__ = [
@@ -739,6 +739,8 @@ def _check_key_value(value: object) -> None:
         )
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidParameterError("keys", value, "finite values")
+    if isinstance(value, str):
+        check_unicode("keys", value)
     if not isinstance(value, bool | int | float | str | np.integer | np.floating):
         # dates and the like are fine: they are compared, never pasted into SQL
         try:

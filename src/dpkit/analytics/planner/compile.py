@@ -129,7 +129,7 @@ def compile_query(
     split: dict[str, PrivacyLoss] = {}
     mechanisms: set[str] = set()
     lines = [
-        f"plan: {query.render()}",
+        f"plan: {aggregate.render()}",  # the validated plan: & / | chains balanced
         f"privacy unit: {unit!r}; bounds: {bounding.describe()} -> one unit adds at most "
         f"{contrib.rows_l1} rows, {contrib.rows_per_group} per group, in "
         f"{contrib.groups} group(s)",

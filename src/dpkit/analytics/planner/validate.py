@@ -17,6 +17,7 @@ from dpkit.analytics.expr import (
     Col,
     ColumnKind,
     Unary,
+    check_expression,
     coerce_temporal_literals,
     columns_of,
     infer_kind,
@@ -187,11 +188,24 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
     current: dict[str, ColumnKind] = dict(schema)
     steps: list[Step] = []
     aggregate = query.plan
+    chain: PlanNode = Source()  # the plan rebuilt with its expressions checked and balanced
     for node in _flatten(aggregate)[:-1]:
         if isinstance(node, Filter | WithColumn):
-            expr = node.predicate if isinstance(node, Filter) else node.expr
+            # depth and size first (without recursion), and & / | chains balanced
+            expr = check_expression(
+                node.predicate if isinstance(node, Filter) else node.expr,
+                "filter" if isinstance(node, Filter) else "derived column",
+            )
+            node = (
+                replace(node, child=chain, predicate=expr)
+                if isinstance(node, Filter)
+                else replace(node, child=chain, expr=expr)
+            )
             for name in columns_of(expr):
                 _check_not_reserved(name)
+        elif isinstance(node, Select):
+            node = replace(node, child=chain)
+        chain = node
         if isinstance(node, WithColumn):
             _check_not_reserved(node.name)
         if isinstance(node, Filter):
@@ -230,6 +244,7 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
                 f"group_by column {key!r} has an unsupported type; use strings, numbers, "
                 "booleans or dates as group keys"
             )
+    aggregate = replace(aggregate, child=chain)  # renders without deep recursion
     key_set = aggregate.key_set
     if key_set is not None:
         key_set = normalise_key_set(key_set, [current[k] for k in aggregate.keys])
