@@ -337,3 +337,28 @@ def test_deep_expressions_are_refused_and_long_chains_balanced(engine: str) -> N
     for predicate in (chain, wide):
         release = session.evaluate(session.query().filter(predicate).agg(count()), epsilon=5)
         assert abs(int(release.table["count"].iloc[0]) - 200) < 10
+
+
+def test_the_cli_rehearses_printing_the_answer_before_the_charge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dpkit query prints the answer after the commit: a printing bug used to lose an answer
+    that was charged. The printing is rehearsed on the empty table first, so a bug there is a
+    refusal (exit 2, nothing charged)."""
+    import dpkit.cli.render as render_module
+
+    app, data, ledger = _cli(tmp_path)
+
+    def broken(values: Any, decimals: int) -> list[str]:
+        raise ZeroDivisionError(SECRET)
+
+    monkeypatch.setattr(render_module, "format_column", broken)
+    args = ["query", str(data), "SELECT COUNT(*), AVG(x, 0, 10)", "-d", "people"]
+    result = CliRunner().invoke(
+        app,
+        [*args, "--epsilon", "1", "--max-rows", "1", "--schema", "x=float"],
+        env={"COLUMNS": "200", "DPKIT_LEDGER": str(ledger)},
+    )
+    assert result.exit_code == 2, result.output
+    assert "rehearsing how the answer is printed" in result.output and SECRET not in result.output
+    assert _spent(ledger) == dp.PureDP(0)

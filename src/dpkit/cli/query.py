@@ -238,6 +238,56 @@ def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, u
     del unit
 
 
+def _rehearse(
+    session: Any,
+    final: Any,
+    query_loss: PrivacyLoss,
+    alpha: float,
+    parsed: ParsedQuery,
+    data: Path,
+    dataset: str,
+    ledger: str,
+) -> None:
+    """Release ``final`` on the empty table (no data, nothing reserved) and print it to nowhere:
+    whatever printing the answer does with public inputs runs before the charge."""
+    import io
+
+    import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
+    from rich.console import Console
+
+    from dpkit.analytics.results import Release
+    from dpkit.cli.render import render_release
+    from dpkit.errors import DPError, InternalError
+
+    compiled = session.compile(final, loss=query_loss)
+    empty = [
+        pa.table({name: pa.array([], type=pa.int64()) for name in plan.result_columns})
+        for plan in compiled.plans
+    ]
+    try:
+        tables, accuracy = compiled.release(empty, alpha)
+        release = Release(
+            tables, accuracy, compiled.loss, None, query_loss, compiled.description, compiled.split
+        )
+        render_release(
+            release,
+            Console(file=io.StringIO(), width=100),
+            f"{data.name} (dataset {dataset})",
+            aggregations=parsed.aggregations,
+            ledger=ledger,
+            keys=parsed.group_by,
+        )
+    except DPError:
+        raise
+    except Exception as error:
+        raise InternalError(
+            f"internal error in dpkit while rehearsing how the answer is printed "
+            f"({type(error).__name__}); nothing was reserved or charged. This is a dpkit bug, "
+            "not a problem with the query or the data: please report it with the query.",
+            charged=False,
+        ) from None
+
+
 def _unreadable_hint(data: Path) -> str:
     if data.suffix.lower() in (".csv", ".tsv"):
         return (
@@ -494,6 +544,10 @@ def query_command(
                 else:
                     final = built.agg(*parsed.aggregations)
                 plan_text = session.explain(final, loss=query_loss) if explain else ""
+                # the answer is printed after the commit: rehearse the printing on the empty
+                # table first, so a failure there is a refusal, never an answer lost after the
+                # charge
+                _rehearse(session, final, query_loss, alpha, parsed, data, dataset, where)
                 progress.update(
                     task, description=f"scanning {data.name} (budget reserved)", total=None
                 )
