@@ -36,6 +36,7 @@ def _write(path: Path, lines: list[str], ending: str = "\n") -> Path:
 MALFORMED: dict[str, tuple[str, bytes | None]] = {
     "unbalanced quote": (f'500,"{SECRET},1', None),
     "stray quote": (f'500,Par"is{SECRET},1', None),
+    "stray quote pair": (f'500,Pa"ri"s{SECRET},1', None),
     "text after the closing quote": (f'500,"Paris"{SECRET},1', None),
     "ragged, too many fields": (f"500,Paris,1,{SECRET}", None),
     "ragged, too few fields": (f"500,{SECRET}", None),

@@ -172,6 +172,7 @@ def test_reference_agrees_on_the_named_malformations() -> None:
     cases: dict[bytes, bool] = {
         b'u,x\n1,a\n2,"b\n3,c\n': False,  # unbalanced quote: the rest of the file in one field
         b'u,x\n1,a\n2,b"c\n': False,  # stray quote inside a field
+        b'u,x\n1,a"b"\n2,c\n': False,  # a pair of them (balanced: no unterminated field)
         b'u,x\n1,a\n2,"b"c\n': False,  # text after the closing quote
         b"u,x\n1,a\n2,b,c\n": False,  # ragged: too many fields
         b"u,x\n1,a\n2\n": False,  # ragged: too few

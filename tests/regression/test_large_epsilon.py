@@ -213,3 +213,19 @@ def test_losses_beyond_the_ceilings_are_refused_up_front() -> None:
     ledger.create_budget("d", dp.PureDP(10**9))
     with pytest.raises(dp.InvalidParameterError, match="1e\\+09"):
         ledger.adjust_budget("d", dp.PureDP(10**10))
+
+
+def test_totals_beyond_int64_get_the_same_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact path of Noisy.apply (totals beyond int64) adds the measurement's own lattice
+    noise: a mutant that returned the exact total there (no noise) would release it."""
+    from dpkit.analytics.planner.compiled import Noisy
+    from dpkit.mechanisms import make_geometric
+
+    noisy = Noisy(0, make_geometric(sensitivity=3, epsilon=1))
+    # a noise draw a double can show next to 2^70 (its spacing there is 2^18)
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.full(n, -(2**40)))
+    big = noisy.apply(np.array([2**70, 2**70 + 2**20], dtype=object))
+    assert big.dtype == np.float64
+    assert big.tolist() == [float(2**70 - 2**40), float(2**70 + 2**20 - 2**40)]
+    small = noisy.apply(np.array([5, 2**62], dtype=np.int64))
+    assert small.dtype == np.int64 and small.tolist() == [5 - 2**40, 2**62 - 2**40]
