@@ -138,7 +138,9 @@ def _recorder(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tuple[Fracti
     return calls
 
 
-@pytest.mark.parametrize("candidates", [64, (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)])
+@pytest.mark.parametrize(
+    "candidates", [64, range(11), (0, 1.5, 3, 10)], ids=["grid", "declared-grid", "declared"]
+)
 def test_session_quantile_runs_at_its_share_with_l1_sensitivity(
     monkeypatch: pytest.MonkeyPatch, candidates: Any
 ) -> None:

@@ -119,6 +119,30 @@ def test_mechanism_rank_error_is_within_the_bound_95_percent(q: Fraction, seeded
     assert sum(e > bound for e in errors) < 35, (bound, sorted(errors)[-5:])
 
 
+def test_bound_holds_where_many_candidates_are_nearly_as_good(seeded: None) -> None:
+    """The hard case for the bound's ln C term: 1,000 rows, 300 below 12, 240 tied at 12 (so 12
+    is the exact median), none strictly between 12 and 20, 460 at 20. The 512 grid points in
+    (12, 20] are all 40 rows off (540 rows at or below them, q·n = 500), and together outweigh
+    the one exact answer 3.5 to 1: about 78% of the draws are 40 rows off, inside the bound
+    (2Δ/ε)(ln C + ln 20) = 81 at C = 1,281, ε = 1/4, and outside a bound without ln C (24)."""
+    step = 64
+    counts = np.zeros(20 * step + 1, dtype=np.int64)
+    counts[np.arange(12) * step] = 25
+    counts[12 * step] = 240
+    counts[20 * step] = 460
+    upto = np.cumsum(counts)
+    below_l = [int(u - c) for u, c in zip(upto, counts, strict=True)]
+    upto_l = [int(u) for u in upto]
+    n, q, epsilon = 1000, Fraction(1, 2), Fraction(1, 4)
+    bound = rank_error_bound(counts.size, epsilon, 1, 0.05)
+    errors = [
+        float(rank_error(below_l[j], upto_l[j], n, q))
+        for j in (em_quantile_index(below_l, upto_l, n, q, epsilon, 1) for _ in range(300))
+    ]
+    assert 150 < sum(e == 40 for e in errors) < 290  # the near-ties are really drawn
+    assert sum(e > bound for e in errors) < 27, (bound, max(errors))  # Binomial(300, .05)
+
+
 def test_median_of_tied_integers_is_the_tied_value(seeded: None) -> None:
     """With 38% of the rows at 12 years, every release lands on 12 (a point of the grid)."""
     values = _columns(3)["educ"]

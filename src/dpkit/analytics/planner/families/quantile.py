@@ -51,6 +51,7 @@ from dpkit.analytics.planner.noise import Share, ceil_log2, floor_log2, grid_ran
 from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
 from dpkit.analytics.query import (
     Quantile,
+    dyadic_step,
 )
 from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
@@ -95,13 +96,13 @@ def choose_method(
 
     ``"auto"``: ``"exponential"`` over the declared values when ``candidates=`` is a public set
     of values (``candidate_set``): every row is counted at its nearest candidate, so rows tied
-    at a value are counted exactly and no grid rounding enters; otherwise ``"inverse"`` when a
-    row-count range is declared and the inverse mechanism's 95% path-length bound
-    (2·L1/ε)(ln C + ln 20) is at most min(q, 1 − q)·n_min — the number of rows on the thin side
-    of the quantile at the smallest declared n, so its output lies inside the data with
-    probability >= 95% — otherwise ``"exponential"`` (no n is known, or too few rows for the
-    fine grid: the coarse candidate grid is then more accurate). Smooth sensitivity and PTR are
-    never chosen automatically: inverse sensitivity was more accurate in every row of the
+    at a value are counted exactly; otherwise ``"inverse"`` when a row-count range is declared
+    and the inverse mechanism's 95% path-length bound (2·L1/ε)(ln C + ln 20) is at most
+    min(q, 1 − q)·n_min — the number of rows on the thin side of the quantile at the smallest
+    declared n, so its output lies inside the data with probability >= 95% — otherwise
+    ``"exponential"`` (no n is known, or too few rows for the fine grid: the coarse candidate
+    grid is then more accurate). Smooth sensitivity and PTR are never chosen automatically:
+    inverse sensitivity was more accurate in every row of the
     benchmark (docs/sensitivity.md §9).
     """
     if method != "auto":
@@ -513,7 +514,35 @@ def _compile_quantile(
     low, high = agg.bounds
     magnitude = max(abs(low), abs(high))
     exponent = max(floor_log2((high - low) / agg.candidates), ceil_log2(magnitude) - 40)
-    low_f, high_f, lo, hi = grid_range(agg.bounds, exponent)
+    step = math.ldexp(1.0, exponent)
+    return _compile_grid(
+        agg,
+        agg.bounds,
+        exponent,
+        share,
+        contrib,
+        extra_plans,
+        make_plan,
+        "values clamped to the bounds and rounded to the nearest point of the grid of step "
+        f"{step:g}",
+        "grid points",
+    )
+
+
+def _compile_grid(
+    agg: Quantile,
+    bounds: tuple[Fraction, Fraction],
+    exponent: int,
+    share: Share,
+    contrib: Contribution,
+    extra_plans: list[BoundedPlan],
+    make_plan: Callable[..., BoundedPlan],
+    rounding: str,
+    what: str,
+) -> Compiled:
+    """The exponential mechanism over the points of the grid 2^exponent in ``bounds``; the
+    engine rounds each clamped value to the nearest point (half-way up) and counts them."""
+    low_f, high_f, lo, hi = grid_range(bounds, exponent)
     registry = OutputRegistry()
     value = registry.value(ValueSpec(agg.column, low_f, high_f, exponent))
     out = registry.output("rows")
@@ -523,7 +552,6 @@ def _compile_quantile(
     sensitivity = contrib.rows_l1
     candidates = hi - lo + 1
     loss = PureDP(epsilon)
-    step = math.ldexp(1.0, exponent)
     finish = _em_finisher(
         agg,
         plan_index,
@@ -534,11 +562,10 @@ def _compile_quantile(
         epsilon,
         sensitivity,
         loss,
-        f"values clamped to the bounds and rounded to the nearest point of the grid of step "
-        f"{step:g}",
+        rounding,
     )
     text = (
-        f"exponential mechanism over {candidates} grid points of [{low_f:g}, {high_f:g}] "
+        f"exponential mechanism over {candidates} {what} of [{low_f:g}, {high_f:g}] "
         f"(step 2^{exponent}), ε={float(epsilon):.4g}, utility sensitivity {sensitivity}; "
         "utility −dist(q·n, [rows below, rows at or below]) (ties count on either side)"
     )
@@ -563,7 +590,22 @@ def _compile_candidate_set(
 ) -> Compiled:
     """The exponential mechanism over a declared public set of candidate values: the engine
     counts the rows whose nearest candidate is each value (bins between the midpoints), so rows
-    tied at a candidate are counted exactly, with no grid rounding."""
+    tied at a candidate are counted exactly, with no grid rounding. Consecutive multiples of a
+    power of two (``range(0, 91)``) are the points of a grid: the engine rounds to it, which is
+    the same nearest-candidate rule without a CASE over the midpoints."""
+    exponent = dyadic_step(values)
+    if exponent is not None:
+        return _compile_grid(
+            agg,
+            (values[0], values[-1]),
+            exponent,
+            share,
+            contrib,
+            extra_plans,
+            make_plan,
+            "each value moved to its nearest candidate",
+            "declared candidate values (consecutive grid points)",
+        )
     registry = OutputRegistry()
     out = registry.output("rows")
     plan_index = len(extra_plans) + 1
