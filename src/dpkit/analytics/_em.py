@@ -16,6 +16,12 @@ q·n, the best score was far below 0, and the bound below, which is relative to 
 said nothing about the rank of the released value. On the 1988 CPS the realised rank errors were
 886 and 10,152 rows against a printed ±81.)
 
+(Smith 2011's continuous version picks an interval between consecutive sorted values with
+weight length × e^{ε·u/2}, then a uniform point in it. Its bound is on the chosen interval's
+index; with ties the intervals near q·n have length 0 and are never chosen, so it says nothing
+about the rank of the released value, and it can never release a tied value. Here every
+candidate is a point with positive weight, and its score already counts the tied rows.)
+
 **The best score is 0.** Let v be the first candidate with ``upto_v >= q·n`` (one exists:
 ``upto`` of the last candidate is n); then ``below_v = upto_{v−1} < q·n`` (or ``below_v = 0 <=
 q·n`` for the first), so u_v = 0.
