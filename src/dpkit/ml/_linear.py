@@ -49,12 +49,16 @@ from dpkit._exact import sqrt_upper
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.ml._common import (
     Box,
+    Budget,
     charged,
     check_box,
     check_budget,
     check_columns,
     check_shape,
+    input_features,
+    input_shape,
     map_rows,
+    short_repr,
 )
 
 __all__ = ["LinearRegression"]
@@ -62,6 +66,8 @@ __all__ = ["LinearRegression"]
 _BITS = 12
 _METHODS = ("adassp", "sufficient_statistics")
 _SHARES = (Fraction(9, 20), Fraction(9, 20), Fraction(1, 10))  # A, b, c
+_MAX_RATIO = 1e200
+_MAX_FEATURES = 1000
 
 
 def _gram(fixed_z: np.ndarray, fixed_y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -122,7 +128,9 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
         self.confidence = confidence
         self.failure_probability = failure_probability
 
-    def _validate(self, d_hint: int | None) -> tuple[Any, Box, Box]:
+    def _validate(self, d: int | None, columns_of: str | None = None) -> tuple[Budget, Box, Box]:
+        """Every parameter, from public information only (``d``: the number of features, from
+        the input's shape or the feature names), before anything is reserved."""
         if self.method not in _METHODS:
             raise InvalidParameterError("method", self.method, "one of " + ", ".join(_METHODS))
         if not isinstance(self.fit_intercept, bool):
@@ -133,12 +141,36 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
         ):
             if isinstance(value, bool) or not isinstance(value, float | int) or not 0 < value < 1:
                 raise InvalidParameterError(name, value, "a number in (0, 1)")
+            if not 1e-12 <= value <= 1 - 1e-12:
+                raise InvalidParameterError(name, value, "in [1e-12, 1 - 1e-12]")
         budget = check_budget(self.epsilon, self.rho)
-        scalar = self.bounds_X is not None and all(np.ndim(v) == 0 for v in self.bounds_X)
-        box_x = check_box(self.bounds_X, "bounds_X", d=d_hint if scalar else None)
+        budget.check_share(budget.total * min(_SHARES), "the release of yᵀy")
+        box_x = check_box(self.bounds_X, "bounds_X", d=d, columns_of=columns_of)
         box_y = check_box(self.bounds_y, "bounds_y", d=1)
-        if box_x.d > 1000:
-            raise InvalidParameterError("bounds_X", "...", "at most 1000 features")
+        if box_x.d > _MAX_FEATURES:
+            if columns_of is not None:
+                raise InvalidDataError(
+                    columns_of, f"has {box_x.d} features; at most {_MAX_FEATURES} are supported"
+                )
+            raise InvalidParameterError(
+                "bounds_X", f"{box_x.d} pairs", f"for at most {_MAX_FEATURES} features"
+            )
+        if not self.fit_intercept:  # scale by the largest magnitude, without shifting
+            mag = np.maximum(np.abs(box_x.lower), np.abs(box_x.upper))
+            box_x = Box(-mag, mag)
+            mag_y = np.maximum(np.abs(box_y.lower), np.abs(box_y.upper))
+            box_y = Box(-mag_y, mag_y)
+        # the model is unscaled by half_y / half_x and shifted by mid_x / half_x: refuse
+        # bounds for which those overflow (they would release ±inf coefficients)
+        ratios = np.concatenate([box_y.half / box_x.half, np.abs(box_x.mid) / box_x.half])
+        if not np.all(ratios <= _MAX_RATIO):
+            raise InvalidParameterError(
+                "bounds_X",
+                short_repr(self.bounds_X),
+                f"wide enough against bounds_y and their own midpoints (half-width ratios "
+                f"(hi_y - lo_y)/(hi_x - lo_x) and |midpoint|/half-width at most {_MAX_RATIO:g})",
+                "Coefficients in original units would overflow to ±inf.",
+            )
         return budget, box_x, box_y
 
     def fit(
@@ -151,28 +183,30 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
         analyst: str | None = None,
         accountant: Any = None,
     ) -> LinearRegression:
-        """Fit privately; with a ledger (or accountant) the loss is reserved before reading."""
-        shape = np.shape(X)
-        d_hint = int(shape[1]) if len(shape) == 2 else None
-        budget, box_x, box_y = self._validate(d_hint)
+        """Fit privately; with a ledger (or accountant) the loss is reserved before reading.
+
+        Everything public is checked first: the parameters, the bounds against X's columns,
+        the declared dtypes of X and y (numpy arrays, pandas frames), and that X and y have
+        the same number of rows. A Python list has no declared dtype: a non-numeric value in it
+        is found after the reservation (charged, and reported as a data error)."""
+        shape = input_shape(X)
+        d_x = input_features(shape)
+        budget, box_x, box_y = self._validate(d_x, columns_of="X")
         d = box_x.d
         check_columns(shape, d)
-        y_shape = np.shape(y)
+        y_shape = input_shape(y, "y")
         if len(y_shape) not in (1, 2) or (len(y_shape) == 2 and y_shape[1] != 1):
             raise InvalidDataError("y", f"expected one target column, got shape {y_shape}")
+        if y_shape[0] != shape[0]:
+            raise InvalidDataError("y", "has a different number of rows than X")
         intercept = self.fit_intercept
-        if not intercept:  # scale by the largest magnitude, without shifting
-            mag = np.maximum(np.abs(box_x.lower), np.abs(box_x.upper))
-            box_x = Box(-mag, mag)
-            mag_y = np.maximum(np.abs(box_y.lower), np.abs(box_y.upper))
-            box_y = Box(-mag_y, mag_y)
         p = d + 1 if intercept else d
         loss = budget.loss()
         with charged(
             loss, ledger, dataset, analyst, accountant, f"LinearRegression({self.method})"
         ):
             array = check_shape(X, d)
-            target = check_shape(np.reshape(np.asarray(y), (-1, 1)), 1, "y")
+            target = check_shape(y, 1, "y").reshape(-1, 1)
             if target.shape[0] != array.shape[0]:
                 raise InvalidDataError("y", "has a different number of rows than X")
             fx, _ = map_rows(array, box_x, _BITS)
