@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import dpkit as dp
@@ -56,7 +56,7 @@ def sometimes(draw: Any, sane: Any, hostile: Any, rate: int = 8) -> Any:
 
 HOSTILE_NUMBERS = st.sampled_from(
     [
-        *(0, -1, 1e-300, 1e-7, 2e-6, 1e4, 1e9, 1e10, 1e308, NAN, INF),
+        *(0, -1, 1e-300, 1e-100, 1e-30, 1e-15, 1e-7, 2e-6, 1e4, 1e9, 1e10, 1e308, NAN, INF),
         *("0.5", "1/3", "x", True, Fraction(2, 3), Decimal("0.7"), 10**400, None, [1]),
     ]
 )
@@ -107,9 +107,9 @@ def budget_kwargs(draw: Any, kind: str, delta: bool = False) -> dict[str, Any]:
     kind = sometimes(draw, st.just(kind), st.sampled_from(["both", "neither", "epsilon", "rho"]))
     out: dict[str, Any] = {}
     if kind in ("epsilon", "both"):
-        out["epsilon"] = sometimes(draw, SANE_NUMBERS, HOSTILE_NUMBERS)
+        out["epsilon"] = sometimes(draw, SANE_NUMBERS, HOSTILE_NUMBERS, rate=20)
     if kind in ("rho", "both"):
-        out["rho"] = sometimes(draw, SANE_NUMBERS, HOSTILE_NUMBERS)
+        out["rho"] = sometimes(draw, SANE_NUMBERS, HOSTILE_NUMBERS, rate=20)
     if delta and kind == "epsilon" and draw(st.integers(0, 4)) == 0:
         out["delta"] = draw(st.sampled_from([1e-6, 1e-6, 1e-300, 0.5, 0, 1, -1e-6, NAN]))
     return out
@@ -393,8 +393,40 @@ PROPS = settings(
 )
 
 
+def _spec(estimator: str, x: Any, **params: Any) -> dict[str, Any]:
+    """An explicit in-memory case (the classes issue 21 found, pinned as examples)."""
+    base: dict[str, Any] = (
+        {"n_clusters": 1, "bounds": (-4, 4)}
+        if estimator == "kmeans"
+        else {"bounds_X": (-4, 4), "bounds_y": (-4, 4)}
+    )
+    budget = dp.ZCDP(10) if "rho" in params else dp.PureDP(10**10)
+    rows = len(x)
+    return {
+        "estimator": estimator,
+        "budget": budget,
+        "params": {**base, **params},
+        "X": x,
+        "y": np.zeros(rows),
+        "inject": False,
+    }
+
+
+POINTS = np.random.default_rng(0).normal(0, 2, (40, 2))  # test data only
+
+
 @settings(PROPS, max_examples=400)
 @given(in_memory_fits())
+@example(_spec("linear", POINTS, epsilon=1e-300))  # failed in the samplers after the charge
+@example(_spec("linear", POINTS, rho=1e-100))
+@example(_spec("kmeans", POINTS, epsilon=1e-30))
+@example(_spec("kmeans", POINTS, n_clusters=2, epsilon=1e300, method="grid_em"))
+@example(_spec("kmeans", POINTS, n_clusters=2, epsilon=1, coreset_share=1e-4))
+@example(_spec("kmeans", POINTS.astype(str), n_clusters=2, epsilon=1))  # a declared dtype
+@example(_spec("linear", [[1.0, 2.0], [3.0]], epsilon=1))  # ragged: a raw ValueError
+@example(_spec("linear", POINTS, epsilon=1, bounds_X=5))  # a raw TypeError
+@example(_spec("linear", POINTS, epsilon=1, bounds_X=(0, 1e-300), bounds_y=(-1e150, 1e150)))
+@example(_spec("kmeans", POINTS, n_clusters=2, epsilon=1e6, method="lloyd"))
 def test_in_memory_fits_have_three_outcomes(spec: dict[str, Any]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
