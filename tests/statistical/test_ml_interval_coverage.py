@@ -100,8 +100,7 @@ def test_no_positive_definite_gram_means_an_unbounded_interval_and_a_warning() -
     ],
 )
 def test_loose_bounds_coverage_large(n: int, budget: dict[str, float]) -> None:
-    """200 fits per setting. Measured with seed 0: 0.955, 0.96, 0.99, 0.99, 0.95. Before, with
-    the ridge active (ε = 1, ε = 0.3, n = 5,000): 17, 3 and 3 of 200; at ρ = 0.5 and
-    n = 10⁵ the ridge is mostly 0 and the interval was already fine."""
+    """200 fits per setting (seed 1). Covered: 191, 190, 195, 194, 186 (before: 17, 188, 3, 3,
+    186 — the ridge is mostly 0 at ρ = 0.5 and n = 10⁵, so those intervals did not change)."""
     covered, _, _ = coverage(n, 200, seed=1, **LOOSE, **budget)
-    assert covered >= 186, covered  # 0.93: two binomial sds below 0.95 at 200 fits
+    assert covered >= 184, covered  # 0.92: two binomial sds below 0.95 at 200 fits

@@ -8,9 +8,10 @@ from the data; rows are mapped by the public row map of :mod:`dpkit.ml._common` 
 clamp, scale to [-1, 1]^d), so a row contributes at most 1 to one count, at most d (L1) / √d (L2)
 to one vector of sums, and at most the lattice diameter² to every k-means utility.
 
-Edges: every parameter (k, bounds, method, budget, the number of features) is checked before the
-data is read, and then the fit always releases: an empty cluster keeps its previous centre, an
-empty dataset gives centres from noise alone, all points in one cell are fine.
+Edges: every parameter (k, bounds, method, budget and the smallest share any release gets, the
+number of features, the input's declared dtype) is checked before anything is reserved or read,
+and then the fit always releases: an empty cluster keeps its previous centre, an empty dataset
+gives centres from noise alone, all points in one cell are fine.
 """
 
 from __future__ import annotations
@@ -348,7 +349,10 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
             largest ρ whose certified conversion fits (ε, δ); ``privacy_loss_`` is then the
             (ε' <= ε, δ) conversion of the fit's exact zCDP loss.
         rho: total ρ (zCDP), with Gaussian noise for the sums and counts.
-        bounds: (lower, upper), scalars or one value per feature; public, never read from data.
+        bounds: declared bounds, public, never read from the data: one pair per feature
+            ``[(lo_1, hi_1), ..., (lo_d, hi_d)]``, one pair ``(lo, hi)`` for every feature, or
+            ``{"lower": [...], "upper": [...]}``. A pair of vectors ``(lower, upper)`` is
+            refused (at d = 2 it reads as two per-feature pairs).
         method: "lsh" (default; private LSH-grid coreset, then private Lloyd refinement),
             "lloyd" (DPLloyd from a data-independent start) or "grid_em" (the exponential
             mechanism over a public lattice of candidate centres; the seed's idea made private).

@@ -56,9 +56,12 @@ def fit_linear_regression(
 ) -> LinearRegression:
     """Fit :class:`~dpkit.ml.LinearRegression` (with intercept) on a Session's columns.
 
+    ``bounds_X``: one pair per feature ``[(lo, hi), ...]`` (in the order of ``features``), one
+    pair ``(lo, hi)`` for every feature, or ``{"lower": [...], "upper": [...]}``.
+
     Returns a fitted estimator whose ``privacy_loss_`` is the loss the Session charged. Columns,
     bounds and budget are validated (by this function and by the Session's compiler) before
-    anything is charged or read.
+    anything is charged or read; after the release the post-processing never raises.
     """
     from dpkit.analytics import Session, col, count
     from dpkit.analytics import sum as dp_sum
@@ -439,6 +442,12 @@ def fit_kmeans(
     row. The **whole** loss is reserved in the Session's ledger, once, before the first query
     reads data; every parameter, column and bound is checked before that (by compiling the
     first query). Whatever the data, the fit then releases (an empty cluster keeps its centre).
+
+    ``bounds`` takes the forms of :class:`~dpkit.ml.KMeans` (per-feature pairs in the order of
+    ``features``). On a Session, k·(k + d) is at most 2^15 for "lloyd" and "lsh" (the
+    nearest-centre assignment is one query of k(k - 1) comparisons per row). A failure after
+    the reservation is reported as an engine read failure or as dpkit's internal error, never
+    as a problem with the data, and recorded as failed in the ledger.
 
     Returns a fitted :class:`~dpkit.ml.KMeans` (``cluster_centers_`` in original units,
     ``privacy_loss_`` the loss charged, ``receipt_`` the ledger receipt).
