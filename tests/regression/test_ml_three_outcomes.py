@@ -192,6 +192,8 @@ def _session(ledger: Ledger, n: int = 300) -> Session:
     rng = np.random.default_rng(2)  # test data only
     df = pd.DataFrame({"u": np.arange(n), "a": rng.normal(size=n), "b": rng.normal(size=n)})
     df["y"] = df.a + df.b
+    df["when"] = pd.Timestamp("2020-01-01") + pd.to_timedelta(np.arange(n), unit="D")
+    df["name"] = "x"
     ledger.create_budget("s", dp.PureDP(100), privacy_unit="u")
     return Session(df, "u", dp.PureDP(100), ledger=ledger, dataset="s", engine="pandas", max_rows=1)
 
@@ -214,6 +216,18 @@ SESSION_REFUSED: dict[str, tuple[Callable[[Session], Any], str]] = {
     "epsilon=1e-4 over 100 steps": (
         lambda s: fit_kmeans(s, ["a"], 1, bounds=(-4, 4), epsilon=1e-4, max_iter=100),
         "epsilon=0.0001",
+    ),
+    # refused by the Session's compiler with its internal expression ("col('t').fill_null(0.5):
+    # cannot compare temporal values with numeric values"); now by kind, naming the column
+    "a temporal feature": (
+        lambda s: fit_kmeans(s, ["a", "when"], 2, bounds=(-4, 4), epsilon=1),
+        "'when' is a temporal column",
+    ),
+    "a text target": (
+        lambda s: fit_linear_regression(
+            s, ["a"], "name", bounds_X=(-4, 4), bounds_y=(-8, 8), epsilon=1
+        ),
+        "'name' is a string column",
     ),
     "duplicate regression features": (
         lambda s: fit_linear_regression(

@@ -124,7 +124,7 @@ def test_kmeans_assignment_runs_in_the_engine(monkeypatch: pytest.MonkeyPatch) -
     ("kwargs", "error"),
     [
         ({"features": ["nope"]}, InvalidParameterError),
-        ({"features": ["name"]}, UnsupportedQueryError),  # text column: no arithmetic
+        ({"features": ["name"]}, InvalidParameterError),  # a text column: refused by kind
         ({"n_clusters": 0}, InvalidParameterError),
         ({"bounds": None}, InvalidParameterError),
         ({"bounds": ([0, 0, 0], [1, 1, 1])}, InvalidParameterError),  # wrong shape

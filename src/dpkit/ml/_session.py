@@ -42,6 +42,28 @@ _PREFIX = "__ml_"
 _Z = 1.959963984540054  # interval half-width / σ at α = 0.05 (used only to size the ridge)
 
 
+def _check_numeric(session: Any, names: Sequence[str], parameter: str, given: Any) -> None:
+    """Every column a fit reads is one of the table's and numeric (the schema is public):
+    refused here, before anything is reserved, with the column's kind in the message."""
+    schema = session.schema
+    for name in names:
+        kind = schema.get(name)
+        if kind is None:
+            raise InvalidParameterError(
+                parameter,
+                given,
+                f"of the table's columns ({', '.join(map(repr, list(schema)[:20]))}); "
+                f"{name!r} is not one",
+            )
+        if kind != "numeric":
+            raise InvalidParameterError(
+                parameter,
+                given,
+                f"numeric ({name!r} is a {kind} column)",
+                "Fits read numbers: derive a numeric column first (e.g. a 0/1 indicator).",
+            )
+
+
 def fit_linear_regression(
     session: Any,
     features: Sequence[str],
@@ -90,6 +112,8 @@ def fit_linear_regression(
         confidence=confidence,
     )
     _, box_x, box_y = model._validate(len(names))
+    _check_numeric(session, names, "features", features)
+    _check_numeric(session, [target], "target", target)
     d = len(names)
     p = d + 1
     query = session.query()
@@ -486,6 +510,7 @@ def fit_kmeans(
     if d > MAX_FEATURES:
         raise InvalidParameterError("features", f"{d} columns", f"at most {MAX_FEATURES}")
     box = check_box(bounds, "bounds", d=d)
+    _check_numeric(session, names, "features", features)
     model._check_method_geometry(d, k)
     if method != "grid_em" and k * (k + d) > _SESSION_WORK:
         raise InvalidParameterError(
