@@ -273,3 +273,23 @@ def test_asn_calibrated_k_is_the_bound_at_the_used_parameters(
 
     k = asn_lipschitz_upper(sigma, s, t)
     assert lipschitz_on_grid(float(sigma), float(s), float(t)) <= float(k)
+
+
+@pytest.mark.parametrize("family", ["laplace_log_normal", "uniform_log_normal"])
+def test_dilation_step_charge(family: str) -> None:
+    """The dilation step: Z + s' against e^{t'}Z + s' is a post-processing of the Gaussian pair
+    (Y, Y + t'/σ), whose D_α is α(t/σ)²/2 (by quadrature here). With s = 0, ``epsilon_upper``
+    is the charge for this step alone: it must be at least t/σ (the ε of that pair's ½ε²-zCDP).
+    Killed: the dilation charged t/(2σ) (the combined Rényi check has room for it)."""
+    with mp.workdps(30):
+        for sigma, _, _, t in used(family):
+            charge = _mp(epsilon_upper(family, sigma, 0, Fraction(0), t))
+            mu = _mp(t) / _mp(sigma)
+            for alpha in (mp.mpf("1.5"), mp.mpf(2), mp.mpf(10)):
+
+                def integrand(y: mp.mpf, a: mp.mpf = alpha, m: mp.mpf = mu) -> mp.mpf:
+                    return mp.npdf(y) ** a * mp.npdf(y - m) ** (1 - a)
+
+                d_alpha = mp.log(mp.quad(integrand, [-mp.inf, 0, mp.inf])) / (alpha - 1)
+                assert mp.almosteq(d_alpha, alpha * mu**2 / 2, 1e-20)  # the pair's ρ = μ²/2
+            assert mu * (1 - mp.mpf(10) ** -25) <= charge <= mu * (1 + mp.mpf(10) ** -25)

@@ -26,12 +26,14 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from dpkit.core.losses import ApproxDP, PureDP
+from dpkit.core.losses import ZCDP, ApproxDP, PureDP
+from dpkit.errors import InvalidParameterError
 from dpkit.sensitivity.smooth import (
     _BETA_SLACK,
     _INTEGRAL_LOWER,
     cauchy_slide_constant,
     dilation_constant,
+    make_smooth_sensitivity,
     plan_smooth,
 )
 
@@ -158,3 +160,60 @@ def test_laplace_calibration_covers_the_real_loss(epsilon: Fraction, delta: Frac
             outside = 2 * mp.exp(-(m + 1) / t) / (1 + mp.exp(-1 / t))
             delta_claim = mp.mpf(plan.loss.delta.numerator) / plan.loss.delta.denominator
             assert outside <= delta_claim, (scale, outside, delta_claim)
+
+
+@pytest.mark.parametrize("epsilon", [Fraction(1, 2), Fraction(1), Fraction(4)])
+def test_laplace_explicit_beta_is_refused_beyond_the_proven_bound(epsilon: Fraction) -> None:
+    """A user-given β is accepted exactly when the proven bound β' + αe^{β'} + (e^{β'} − 1)T +
+    ln((1 + η)/(1 − η)) (η = 1/(2·s_min), the lattice term) is at most ε. Killed: the lattice
+    term dropped from the check (the default β is chosen with it, so only a given β shows it)."""
+    delta = Fraction(1, 10**6)
+    plan = plan_smooth(epsilon, delta, "laplace", 4, 0)
+    with mp.workdps(40):
+        alpha = mp.mpf(plan.alpha.numerator) / plan.alpha.denominator
+        tail = mp.log(2 / (mp.mpf(delta.numerator) / delta.denominator))
+        eta = 1 / (mp.mpf(plan.min_scale) * 2)
+        lattice = mp.log((1 + eta) / (1 - eta))
+        slack = mp.mpf(_BETA_SLACK.numerator) / _BETA_SLACK.denominator
+        eps = mp.mpf(epsilon.numerator) / epsilon.denominator
+
+        def bound(beta: mp.mpf) -> mp.mpf:
+            b = beta + slack
+            return b + alpha * mp.exp(b) + mp.expm1(b) * tail + lattice
+
+        limit = mp.findroot(lambda b: bound(b) - eps, 0.01)
+        inside = Fraction(mp.nstr(limit * (1 - mp.mpf(10) ** -7), 30))
+        outside = Fraction(mp.nstr(limit * (1 + mp.mpf(10) ** -9), 30))
+    assert plan_smooth(epsilon, delta, "laplace", 4, 0, beta=inside).beta == inside
+    with pytest.raises(InvalidParameterError):
+        plan_smooth(epsilon, delta, "laplace", 4, 0, beta=outside)
+
+
+@pytest.mark.parametrize("k", [2, 3, 7])
+def test_group_privacy_maps(k: int) -> None:
+    """Group privacy for k units: pure kε; (ε, δ) → (kε, k·e^{(k−1)ε}·δ) (Dwork & Roth 2014,
+    Thm 2.2; Vadhan 2017, Lemma 2.2); ρ-zCDP → k²ρ (Bun & Steinke 2016, Prop. 1.9)."""
+    pure = make_smooth_sensitivity("median", lower=0, upper=1, n=9, epsilon=1)
+    assert pure.privacy_map(k) == PureDP(k)
+    approx = make_smooth_sensitivity(
+        "median",
+        lower=0,
+        upper=1,
+        n=9,
+        epsilon=Fraction(1, 4),
+        delta=Fraction(1, 10**9),
+        noise="laplace",
+    )
+    loss = approx.privacy_map(1)
+    assert isinstance(loss, ApproxDP)
+    group = approx.privacy_map(k)
+    assert isinstance(group, ApproxDP) and group.epsilon == k * loss.epsilon
+    with mp.workdps(40):
+        want = k * mp.exp((k - 1) * mp.mpf(loss.epsilon.numerator) / loss.epsilon.denominator)
+        want *= mp.mpf(loss.delta.numerator) / loss.delta.denominator
+        got = mp.mpf(group.delta.numerator) / group.delta.denominator
+        assert want <= got <= want * (1 + mp.mpf(10) ** -30)
+    zcdp = make_smooth_sensitivity(
+        "median", lower=0, upper=1, n=9, rho=Fraction(1, 2), noise="student_t"
+    )
+    assert zcdp.privacy_map(k) == ZCDP(k * k * zcdp.privacy_map(1).rho)
