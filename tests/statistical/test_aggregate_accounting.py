@@ -138,3 +138,40 @@ def test_sample_and_aggregate_spends_what_it_claims(
         worst_total = max(worst_total, worst)
         assert d * (per_coordinate + worst) <= mech.privacy_map(1).epsilon == epsilon
     assert d * (per_coordinate + worst_total) >= epsilon * Fraction(99, 100)
+
+
+def test_the_rounding_step_is_charged_at_a_tie(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two blocks, interval [0, W] with W/(2g) = B odd: the means g/2 and (B + 1/2)·g are ties
+    that round to even in opposite directions, so a change of W/2 (the sensitivity) moves the
+    released index by B + 1 steps. Killed: the mean's noise for ⌈W/(m·g)⌉ steps without the
+    +g (centre of attention and sample-and-aggregate)."""
+    g = Fraction(2) ** -36  # the grid of [-3, 7.5]: 2^(frexp(10.5) - 40)
+    big = 2**30 + 1
+    width = float(2 * big * g)
+    x, y = np.array([0.0, float(g)]), np.array([width, float(g)])
+    epsilon = Fraction(1)
+
+    spy = Spy(monkeypatch, centre_module)
+    mech = make_centre_of_attention(m=2, lower=LO, upper=HI, epsilon=epsilon)
+    assert Fraction(2) ** mech.info["grid_exponent"] == g
+    spy.interval = (0.0, width)
+    release = mech.info["release_many"]
+    cx, cy = (Fraction(float(release(v, 1)[0])) / g for v in (x, y))
+    assert cy - cx == big + 1
+    assert sum(spy.epsilons) + (cy - cx) / spy.scales[-1] <= epsilon
+
+    spy = Spy(monkeypatch, sa_module)
+    agg = make_sample_and_aggregate(
+        lambda rows: np.zeros(1),
+        m=2,
+        n_range=(2, 100),
+        output_shape=1,
+        output_range=(LO, HI),
+        epsilon=epsilon,
+        widen=Fraction(1, 2),
+    )
+    spy.interval = (width / 4, 3 * width / 4)  # widened by half its length: [0, W]
+    aggregate = agg.info["aggregate"]
+    cx, cy = (Fraction(aggregate(v)) / g for v in (x, y))
+    assert cy - cx == big + 1
+    assert sum(spy.epsilons) + (cy - cx) / spy.scales[-1] <= epsilon

@@ -68,20 +68,33 @@ class Intercept:
         return [0] * k
 
 
+# b/g = 2^46 + 1 is odd (g = 2^-46 for the range [0, 10]), and the medians (2 + 2^-47)/g and
+# (3 + 3·2^-47)/g are ties that round to even in opposite directions: |f(x) − f(y)| = b, but
+# the rounded statistics are b/g + 1 steps apart (why the release noise is for ⌈(b + g)/g⌉)
+TIES = (0.0, 1.5, 2 + 2**-47, 3 + 3 * 2**-47, 10.0)
+
+
 @pytest.mark.parametrize(
-    ("bound", "e_test", "e_rel", "delta"),
+    ("bound", "e_test", "e_rel", "delta", "values"),
     [
-        (1, Fraction(1, 2), Fraction(1, 2), Fraction(1, 10**6)),
-        (1, Fraction(1), Fraction(1, 4), Fraction(1, 1000)),
-        (Fraction(1, 5), Fraction(3, 10), Fraction(2), Fraction(1, 10**9)),
+        (1, Fraction(1, 2), Fraction(1, 2), Fraction(1, 10**6), VALUES),
+        (1, Fraction(1), Fraction(1, 4), Fraction(1, 1000), VALUES),
+        (Fraction(1, 5), Fraction(3, 10), Fraction(2), Fraction(1, 10**9), VALUES),
+        (1 + Fraction(1, 2**46), Fraction(1, 2), Fraction(1, 2), Fraction(1, 10**6), TIES),
     ],
 )
 def test_realised_loss_is_within_the_claim(
-    monkeypatch: pytest.MonkeyPatch, bound: Any, e_test: Fraction, e_rel: Fraction, delta: Fraction
+    monkeypatch: pytest.MonkeyPatch,
+    bound: Any,
+    e_test: Fraction,
+    e_rel: Fraction,
+    delta: Fraction,
+    values: tuple[float, ...],
 ) -> None:
-    """Killed: a threshold below ⌈ln(1/δ)/ε_test⌉, '>=' for '>', test noise at 2ε_test, release
-    noise for b/2 or at 2ε_release, no grid-rounding step, a distance to instability one too
-    large, a loss without ε_test."""
+    """Killed: a threshold two below ⌈ln(1/δ)/ε_test⌉, test noise at 2ε_test, release noise for
+    b/2 or at 2ε_release, no grid-rounding step (the TIES case), a distance to instability one
+    too large, a loss without ε_test. (One step lower or '>=' for '>' still meets δ:
+    P(Z >= T) = e^{−ε_test·T}/(1 + e^{−ε_test}) <= δ, so T is one step conservative.)"""
     m = make_propose_test_release(
         "median",
         lower=LOWER,
@@ -99,7 +112,7 @@ def test_realised_loss_is_within_the_claim(
     cap = N + 1  # as the mechanism caps it (n + 1 at most)
     g = Fraction(2) ** default_exponent(*statistic_range(stat, bounds, N))
 
-    datasets = sorted(set(itertools.combinations_with_replacement(VALUES, N)))
+    datasets = sorted(set(itertools.combinations_with_replacement(values, N)))
     d_of, centre_of = {}, {}
     spy.z = 10**9  # always passes: read the released grid index at zero noise
     for x in datasets:
@@ -113,7 +126,7 @@ def test_realised_loss_is_within_the_claim(
 
     worst_shift = Fraction(0)
     for x in datasets:
-        for i, v in itertools.product(range(N), VALUES):
+        for i, v in itertools.product(range(N), values):
             y = tuple(sorted((*x[:i], v, *x[i + 1 :])))
             assert abs(d_of[x] - min(d_of[y], cap)) <= 1  # d is 1-sensitive
             if max(d_of[x], d_of[y]) >= 1:

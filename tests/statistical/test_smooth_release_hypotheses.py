@@ -94,3 +94,32 @@ def test_shift_and_dilation_hypotheses_hold(
             assert ratio <= 1 or math.log(ratio) <= dilation_bound  # float log, checked below
             assert ratio**1 <= Fraction(math.exp(float(dilation_bound))) * (1 + Fraction(1, 2**50))
     assert tight > Fraction(999, 1000)  # the shift bound is attained: a slack would show
+
+
+def test_grid_slack_covers_a_rounding_tie_when_the_smooth_bound_is_tiny(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S(x) can be far below one grid step (here one float ulp: ten copies of v and of v' = v +
+    ulp around the median, β = 4), while rounding to the grid moves the two medians a whole step
+    apart (v' is a tie that rounds up to even, v rounds down). Only the +2g in the noise scale
+    covers that step (the zCDP families have no minimum scale). Killed: the +2g dropped."""
+    m = make_smooth_sensitivity(
+        "median", lower=0, upper=1, n=22, rho=50, beta=4, noise="uniform_log_normal"
+    )
+    spy = Spy(monkeypatch)
+    release = m.info["release_many"]
+    g = Fraction(2) ** m.info["grid_exponent"]
+    k = math.floor(Fraction(3, 10) / g) | 1  # odd: k + 1/2 rounds up to k + 1
+    v_prime = float((k + Fraction(1, 2)) * g)
+    v = math.nextafter(v_prime, 0.0)
+    assert Fraction(v_prime) == (k + Fraction(1, 2)) * g and round(Fraction(v) / g) == k
+    x = np.array([0.0] + [v] * 10 + [v_prime] * 10 + [1.0])  # median (rank 11): v
+    y = np.array([0.0] + [v] * 9 + [v_prime] * 11 + [1.0])  # median: v'
+    cx = Fraction(float(release(x, 1)[0])) / g
+    assert spy.scale is not None
+    sx = spy.scale
+    cy = Fraction(float(release(y, 1)[0])) / g
+    assert cy - cx == 1  # one grid step apart, for a change of one ulp
+    z = m.info["zcdp_noise"]
+    assert sx * z.s < 3  # the bound S(x) + 2g is almost all slack: S(x) is far below g
+    assert abs(cy - cx) <= z.s * sx, (float(z.s * sx),)
