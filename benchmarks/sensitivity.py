@@ -65,8 +65,11 @@ def dataset(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
 
 def em_1024(x: np.ndarray, epsilon: Fraction, reps: int) -> np.ndarray:
     candidates = np.linspace(LOW, HIGH, 1024)
-    below = np.searchsorted(np.sort(x), candidates, side="left").tolist()
-    picks = [em_quantile_index(below, x.size, Fraction(1, 2), epsilon, 1) for _ in range(reps)]
+    ordered = np.sort(x)
+    below = np.searchsorted(ordered, candidates, side="left").tolist()
+    upto = np.searchsorted(ordered, candidates, side="right").tolist()
+    half = Fraction(1, 2)
+    picks = [em_quantile_index(below, upto, x.size, half, epsilon, 1) for _ in range(reps)]
     return candidates[picks]
 
 

@@ -87,7 +87,7 @@ def test_grid_em_refuses_high_dimension_before_reading() -> None:
 )
 def test_wrong_schema_is_a_data_error(bad: Any) -> None:
     with pytest.raises(InvalidDataError):
-        KMeans(2, epsilon=1, bounds=([-1, -1, -1], [1, 1, 1])).fit(bad)
+        KMeans(2, epsilon=1, bounds=[(-1, 1)] * 3).fit(bad)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -138,7 +138,7 @@ def test_ledger_is_charged_before_reading() -> None:
     KMeans(3, epsilon=0.6, bounds=(-1, 1)).fit(x, ledger=ledger, dataset="pts")
     assert ledger.spent("pts") == PureDP(Fraction(3, 5))
     with pytest.raises(BudgetExceededError):
-        KMeans(3, epsilon=0.6, bounds=([-1, -1], [1, 1])).fit(
+        KMeans(3, epsilon=0.6, bounds=[(-1, 1), (-1, 1)]).fit(
             Untouchable(), ledger=ledger, dataset="pts"
         )
     assert ledger.spent("pts") == PureDP(Fraction(3, 5))
@@ -168,7 +168,7 @@ def test_sklearn_protocol() -> None:
 def test_per_feature_bounds_are_in_original_units() -> None:
     x, _ = mixture(2000)
     shifted = x * [10, 1] + [100, -5]
-    model = KMeans(3, epsilon=2, bounds=([90, -6], [110, -4])).fit(shifted)
+    model = KMeans(3, epsilon=2, bounds=[(90, 110), (-6, -4)]).fit(shifted)
     assert np.all(model.cluster_centers_[:, 0] >= 90) and np.all(
         model.cluster_centers_[:, 0] <= 110
     )

@@ -71,7 +71,7 @@ def test_bad_parameters_are_refused_before_reading(kwargs: dict[str, Any], param
 
 def test_wrong_number_of_columns() -> None:
     with pytest.raises(InvalidDataError):
-        LinearRegression(epsilon=1, bounds_X=([0, 0], [1, 1]), bounds_y=(0, 1)).fit(
+        LinearRegression(epsilon=1, bounds_X=[(0, 1), (0, 1)], bounds_y=(0, 1)).fit(
             Untouchable(), np.zeros(10)
         )
 

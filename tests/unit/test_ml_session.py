@@ -33,7 +33,7 @@ def test_fits_through_one_session_query(engine: str) -> None:
         frame(), "u", dp.PureDP(2), engine=engine, ledger=ledger, dataset="t", max_rows=1
     )
     model = fit_linear_regression(
-        session, ["x1", "x2"], "y", bounds_X=([0, -1], [10, 1]), bounds_y=(-5, 10), epsilon=1
+        session, ["x1", "x2"], "y", bounds_X=[(0, 10), (-1, 1)], bounds_y=(-5, 10), epsilon=1
     )
     assert np.allclose(model.coef_, [0.5, -1.0], atol=0.05)
     assert abs(model.intercept_ - 2) < 0.2
@@ -124,7 +124,7 @@ def test_kmeans_assignment_runs_in_the_engine(monkeypatch: pytest.MonkeyPatch) -
     ("kwargs", "error"),
     [
         ({"features": ["nope"]}, InvalidParameterError),
-        ({"features": ["name"]}, UnsupportedQueryError),  # text column: no arithmetic
+        ({"features": ["name"]}, InvalidParameterError),  # a text column: refused by kind
         ({"n_clusters": 0}, InvalidParameterError),
         ({"bounds": None}, InvalidParameterError),
         ({"bounds": ([0, 0, 0], [1, 1, 1])}, InvalidParameterError),  # wrong shape
@@ -180,6 +180,6 @@ def test_regression_statistics_are_one_engine_pass(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(session.engine, "run", spy)
     fit_linear_regression(
-        session, ["x1", "x2"], "y", bounds_X=([0, -1], [10, 1]), bounds_y=(-5, 10), epsilon=1
+        session, ["x1", "x2"], "y", bounds_X=[(0, 10), (-1, 1)], bounds_y=(-5, 10), epsilon=1
     )
     assert len(plans) == 1

@@ -124,6 +124,7 @@ def test_privacy_map_counts_changed_respondents() -> None:
     assert m.map(1) == PureDP(Fraction(1, 2))
     assert m.map(3) == PureDP(Fraction(3, 2))
     assert m.map(0) == PureDP(0)
+    assert m.map(Fraction(3, 2)) == PureDP(1)  # a fractional distance rounds up: 2 respondents
 
 
 @pytest.mark.parametrize(

@@ -185,7 +185,8 @@ class Quantile:
     """The ``q``-quantile of ``column`` clamped to ``bounds``.
 
     ``method``: ``"exponential"`` (the exponential mechanism over a grid of about
-    ``candidates`` points of [lower, upper]), ``"inverse"``, ``"smooth"`` or ``"ptr"`` (the
+    ``candidates`` points of [lower, upper], or over the declared values when ``candidates`` is
+    a tuple of them), ``"inverse"``, ``"smooth"`` or ``"ptr"`` (the
     data-dependent mechanisms of docs/sensitivity.md §10, on a fine grid), or ``"auto"`` (chosen
     from public parameters: see :func:`dpkit.analytics.planner` and docs/analytics.md).
     ``n_range``: a declared (public) range of the number of rows in each group, used only to
@@ -198,7 +199,7 @@ class Quantile:
     bounds: tuple[Fraction, Fraction]
     q: Fraction
     name: str
-    candidates: int = 1024
+    candidates: int | tuple[Fraction, ...] = 1024
     weight: Fraction = Fraction(1)
     method: str = "auto"
     n_range: tuple[int, int] | None = None
@@ -420,6 +421,82 @@ def std(
 
 
 QUANTILE_METHODS = ("auto", "exponential", "inverse", "smooth", "ptr")
+MAX_CANDIDATE_VALUES = 1024
+"""The most declared candidate values of a quantile (``candidates=[...]``) in general: the
+engines bin each row by a CASE over the candidates' midpoints (DuckDB: ~3 s at 1,024). Values
+that are consecutive multiples of a power of two (``range(0, 91)``) use the grid instead, up to
+2^16 of them."""
+
+
+def dyadic_step(values: Sequence[Fraction]) -> int | None:
+    """e when ``values`` are consecutive multiples k·2^e, (k+1)·2^e, ... of a power of two, with
+    every |value|/2^e below 2^40 (exact grid indices); else None."""
+    step = values[1] - values[0]
+    num, den = step.numerator, step.denominator
+    if step <= 0 or num & (num - 1) or den & (den - 1):
+        return None
+    exponent = num.bit_length() - 1 if den == 1 else 1 - den.bit_length()
+    if (values[0] / step).denominator != 1 or max(abs(values[0]), abs(values[-1])) / step >= 2**40:
+        return None
+    if any(b - a != step for a, b in itertools.pairwise(values)):
+        return None
+    return exponent
+
+
+def _check_candidates(
+    candidates: object, bounds: tuple[Fraction, Fraction], method: str
+) -> int | tuple[Fraction, ...]:
+    """An integer grid size in [2, 65536], or a public set of candidate values: 2 to
+    MAX_CANDIDATE_VALUES strictly increasing finite numbers inside ``bounds`` (whose float64
+    midpoints lie strictly between them), with method 'auto' or 'exponential'."""
+    if isinstance(candidates, int | np.integer) and not isinstance(candidates, bool):
+        if not 2 <= candidates <= 2**16:
+            raise InvalidParameterError(
+                "candidates", candidates, "an integer in [2, 65536], or a list of values"
+            )
+        return int(candidates)
+    allowed = (
+        f"an integer in [2, 65536] (a grid of about that many points), or a list of 2 to "
+        f"{MAX_CANDIDATE_VALUES:,} strictly increasing numbers inside the bounds (the public "
+        "values a row may take), or up to 65,536 consecutive multiples of a power of two "
+        "(e.g. range(0, 91) for ages)"
+    )
+    if isinstance(candidates, str | bytes | bool) or not isinstance(
+        candidates, Sequence | np.ndarray
+    ):
+        raise InvalidParameterError("candidates", candidates, allowed)
+    if not 2 <= len(candidates) <= 2**16:
+        raise InvalidParameterError("candidates", f"{len(candidates)} values", allowed)
+    values = tuple(fraction_of(f"candidates[{i}]", v) for i, v in enumerate(candidates))
+    if len(values) > MAX_CANDIDATE_VALUES and dyadic_step(values) is None:
+        raise InvalidParameterError("candidates", f"{len(values)} values", allowed)
+    floats = [float(v) for v in values]
+    for i, (a, b) in enumerate(itertools.pairwise(floats)):
+        if not a < a / 2 + b / 2 < b:
+            need = (
+                f"a number above candidates[{i}] = {a!r} (strictly increasing values)"
+                if b <= a
+                else f"a number far enough above {a!r} for a float64 to lie between them"
+            )
+            raise InvalidParameterError(f"candidates[{i + 1}]", candidates[i + 1], need)
+    low, high = bounds
+    if values[0] < low or values[-1] > high:
+        raise InvalidParameterError(
+            "candidates",
+            f"[{floats[0]:g} .. {floats[-1]:g}]",
+            f"values inside the bounds [{float(low):g}, {float(high):g}]",
+        )
+    if method not in ("auto", "exponential"):
+        raise InvalidParameterError(
+            "candidates",
+            f"{len(values)} values",
+            f"an integer (the grid size) with method={method!r}",
+            "A list of candidate values is used by the exponential mechanism only: pass "
+            "method='exponential' or 'auto'.",
+        )
+    return values
+
+
 SMOOTH_NOISES = (
     "auto",
     "cauchy",
@@ -479,7 +556,7 @@ def quantile(
     bounds: tuple[Number, Number],
     name: str | None = None,
     *,
-    candidates: int = 1024,
+    candidates: int | Sequence[Number] = 1024,
     weight: Number = 1,
     method: str = "auto",
     n_range: tuple[int, int] | None = None,
@@ -488,12 +565,18 @@ def quantile(
 ) -> Quantile:
     """The ``q``-quantile of ``column``, values clamped into ``bounds``.
 
-    ``method``: ``"exponential"`` (exponential mechanism over a grid of about ``candidates``
-    points of [lower, upper]), ``"inverse"`` (inverse sensitivity, Asi & Duchi 2020),
-    ``"smooth"`` (smooth sensitivity with Cauchy-type noise, pure ε), ``"ptr"``
-    (propose-test-release with the proposed sensitivity ``ptr_bound``; needs a δ; a refusal is
-    released as NaN) or ``"auto"``: ``"inverse"`` when a declared ``n_range`` (rows per group)
-    makes its rank error small against the rows on the thin side of q, else
+    ``candidates``: the size of the exponential mechanism's grid (about that many points of
+    [lower, upper], a power-of-two step; each value is rounded to the nearest point), or the
+    public values themselves (e.g. ``range(0, 91)`` for ages in years, or the codes of a
+    categorical scale), inside the bounds: each row is then counted at its nearest candidate, so
+    rows tied at a value are counted exactly, and ``"auto"`` uses the exponential mechanism.
+
+    ``method``: ``"exponential"`` (exponential mechanism over the candidates), ``"inverse"``
+    (inverse sensitivity, Asi & Duchi 2020), ``"smooth"`` (smooth sensitivity with Cauchy-type
+    noise, pure ε), ``"ptr"`` (propose-test-release with the proposed sensitivity
+    ``ptr_bound``; needs a δ; a refusal is released as NaN) or ``"auto"``: ``"exponential"``
+    over declared candidate values; else ``"inverse"`` when a declared ``n_range`` (rows per
+    group) makes its rank error small against the rows on the thin side of q, else
     ``"exponential"``. The data-dependent methods release the q-quantile of the values rounded
     to a fine public grid (2^-32 of the bounds' width); docs/sensitivity.md §10 has the proofs
     and ``explain()`` says which mechanism runs and why.
@@ -511,21 +594,16 @@ def quantile(
     low, high = check_bounds(bounds)
     if low == high:
         raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
-    if (
-        isinstance(candidates, bool)
-        or not isinstance(candidates, int)
-        or not (2 <= candidates <= 2**16)
-    ):
-        raise InvalidParameterError("candidates", candidates, "an integer in [2, 65536]")
     label = name or quantile_name(q_f, column_name)
     chosen, rows, bound = _check_quantile_method(method, n_range, ptr_bound)
+    grid = _check_candidates(candidates, (low, high), chosen)
     family = _check_smooth_noise(noise, chosen)
     return Quantile(
         column_name,
         (low, high),
         q_f,
         _check_name(label),
-        candidates,
+        grid,
         _check_weight(weight),
         chosen,
         rows,
@@ -548,7 +626,7 @@ def median(
     bounds: tuple[Number, Number],
     name: str | None = None,
     *,
-    candidates: int = 1024,
+    candidates: int | Sequence[Number] = 1024,
     weight: Number = 1,
     method: str = "auto",
     n_range: tuple[int, int] | None = None,
@@ -907,6 +985,9 @@ def _render_agg(agg: Aggregation) -> str:
         extra += f", method={agg.method}"
     if isinstance(agg, Quantile) and agg.noise != "auto":
         extra += f", noise={agg.noise}"
+    if isinstance(agg, Quantile) and isinstance(agg.candidates, tuple):
+        first, last = float(agg.candidates[0]), float(agg.candidates[-1])
+        extra += f", {len(agg.candidates)} candidates in [{first:g}, {last:g}]"
     if isinstance(agg, Variance) and agg.std:
         kind = "std"
     return f"{kind}({agg.column}, [{low}, {high}]{extra}) as {agg.name}"

@@ -28,8 +28,12 @@ class Accuracy:
     Attributes:
         kind: ``"exact"`` — ``halfwidth`` is exact for the noise added (P(|error| > halfwidth)
             <= alpha); ``"approximate"`` — a first-order (delta-method) interval for a ratio of
-            noisy values; ``"rank"`` — for quantiles: with probability >= 1 - alpha the released
-            value's rank is within ``halfwidth`` of the target rank.
+            noisy values; ``"rank"`` — for quantiles, a bound in rows with probability
+            >= 1 - alpha; ``note`` says exactly what it bounds. For the exponential mechanism:
+            at most q·n + halfwidth rows lie below the released value and at least
+            q·n − halfwidth rows at or below it (rows tied at the value count on either side;
+            n is the group's rows with a value); for inverse sensitivity: the rows to add or
+            remove for the released value to become the exact q-quantile.
         halfwidth: the interval half-width (in the value's units, or in rows for ``"rank"``),
             for the first group when it varies by group.
         expected_abs: E|noise| when known.

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit._exact import Number, check_delta, check_epsilon, check_rho
-from dpkit.analytics._em import em_quantile_index, rank_error_bound
+from dpkit.analytics._em import em_quantile_index, penalised_rank_error_bound
 from dpkit.analytics.bounding import bounds_candidates, contribution
 from dpkit.analytics.engines import make_engine
 from dpkit.analytics.engines.base import BinSpec, BoundedPlan, Engine, Output
@@ -51,9 +51,16 @@ __all__ = ["QUERY_LOSS_CEILING", "QUERY_LOSS_FLOOR", "BoundsEstimate", "Session"
 class BoundsEstimate:
     """Clamping bounds found privately by :meth:`Session.estimate_bounds`.
 
-    ``lower`` and ``upper`` are points of a public grid (0 and ±powers of two) near the
-    ``(1-coverage)/2`` and ``(1+coverage)/2`` quantiles; ``rank_error`` bounds how far (in rows)
-    each may be from its target rank with probability 1 - alpha.
+    ``lower`` and ``upper`` are points of a public grid (0 and ±powers of two) around the
+    ``(1-coverage)/2`` and ``(1+coverage)/2`` quantiles: the left edge of a grid interval holding
+    the lower quantile and the right edge of one holding the upper quantile. With probability
+    >= 1 - alpha each (n: the rows with a value, t = (1-coverage)/2·n), at most t + E rows lie
+    below ``lower`` and at least t - E below the next grid point above it; at most t + E rows
+    lie at or above ``upper`` and at least t - E at or above the grid point below it. Here
+    ``E = rank_error + rank_error_per_doubling·(|log2 b| + 1)``, ``b`` being the exact answer
+    (the grid point returned without noise, of smallest magnitude if several; the second term
+    is 0 when b = 0): the estimator prefers bounds of small magnitude, trading
+    ``rank_error_per_doubling`` rows for each doubling (:mod:`dpkit.analytics._em`).
     """
 
     lower: float
@@ -61,6 +68,7 @@ class BoundsEstimate:
     loss: PrivacyLoss
     rank_error: float
     receipt: Any = None
+    rank_error_per_doubling: float = 0.0
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -248,6 +256,9 @@ def _ledger_charge(
     return compiled
 
 
+_PENALTY_PER_DOUBLING = Fraction(3)
+
+
 def _magnitude_penalty(edges: tuple[float, ...]) -> list[Fraction]:
     """A public base measure over the bounds grid: weight e^{-3(|log2 c| + 1)} for ±c, 1 for 0
     and e^{-1000} for the two infinite ends; among equally good bounds it prefers the one of
@@ -265,7 +276,7 @@ def _magnitude_penalty(edges: tuple[float, ...]) -> list[Fraction]:
         elif edge == 0:
             out.append(Fraction(0))
         else:
-            out.append(3 * Fraction(abs(int(np.log2(abs(edge)))) + 1))
+            out.append(_PENALTY_PER_DOUBLING * (abs(int(np.log2(abs(edge)))) + 1))
     return out
 
 
@@ -549,12 +560,17 @@ class Session:
         half = eps / 2
         q_low = Fraction(1 - coverage).limit_denominator(10**6) / 2
         prior = _magnitude_penalty(edges)
+        rows = contrib.rows_l1
 
         def choose(counts: np.ndarray) -> tuple[float, float]:
-            below = [0, *np.cumsum(counts).tolist()]
+            # candidates are the bins [e_j, e_{j+1}): rows before each and up to its end (ties
+            # inside a bin count on either side); the lower bound is a bin's left edge, the
+            # upper bound its right edge, each with the magnitude penalty of that edge
+            upto = np.cumsum(counts).tolist()
+            below = [0, *upto[:-1]]
             n = int(counts.sum())
-            j_low = em_quantile_index(below, n, q_low, half, contrib.rows_l1, prior)
-            j_high = em_quantile_index(below, n, 1 - q_low, half, contrib.rows_l1, prior)
+            j_low = em_quantile_index(below, upto, n, q_low, half, rows, prior[:-1])
+            j_high = em_quantile_index(below, upto, n, 1 - q_low, half, rows, prior[1:]) + 1
             inner = edges[1:-1]
             lower = edges[max(min(j_low, len(edges) - 2), 1)]
             upper = edges[min(max(j_high, 1), len(edges) - 2)]
@@ -563,10 +579,11 @@ class Session:
                 upper = inner[min(position + 1, len(inner) - 1)]
             return lower, upper
 
-        # everything public runs before the reservation: the rank bound, and the selection on
+        # everything public runs before the reservation: the rank bounds, and the selection on
         # an empty table (a failure there is a refusal, never a failure after the charge)
         try:
-            rank_error = rank_error_bound(len(edges), half, contrib.rows_l1, alpha)
+            error_at_zero = penalised_rank_error_bound(prior[:-1], half, rows, alpha, Fraction(0))
+            per_doubling = 2 * rows / float(half) * float(_PENALTY_PER_DOUBLING)
             choose(np.zeros(len(edges) - 1, dtype=np.int64))
         except DPError:
             raise
@@ -586,15 +603,15 @@ class Session:
             raise _failed_after_reservation(self.ledger, reservation, error, reading=True) from None
         try:
             counts = np.zeros(len(edges) - 1, dtype=np.int64)
-            bins, rows = table[plan.group_columns[0]], table[plan.output_columns[0]]
-            counts[np.asarray(bins, dtype=np.int64)] = np.asarray(rows, dtype=np.int64)
+            bins, values = table[plan.group_columns[0]], table[plan.output_columns[0]]
+            counts[np.asarray(bins, dtype=np.int64)] = np.asarray(values, dtype=np.int64)
             lower, upper = choose(counts)
         except BaseException as error:
             raise _failed_after_reservation(
                 self.ledger, reservation, error, reading=False
             ) from None
         receipt = self.ledger.commit(reservation)
-        return BoundsEstimate(lower, upper, loss, rank_error, receipt)
+        return BoundsEstimate(lower, upper, loss, error_at_zero, receipt, per_doubling)
 
     def sample_and_aggregate(
         self,

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -188,6 +189,8 @@ def _quantile_spacing(column: str, aggregations: Sequence[Any]) -> list[float]:
     """For a quantile, the spacing of its candidate grid stands in for the error bar."""
     for agg in aggregations:
         if isinstance(agg, Quantile) and agg.name == column:
+            if isinstance(agg.candidates, tuple):  # declared values: their smallest spacing
+                return [min(float(b - a) for a, b in itertools.pairwise(agg.candidates))]
             return [float(agg.bounds[1] - agg.bounds[0]) / max(agg.candidates - 1, 1)]
     return []
 
@@ -222,12 +225,16 @@ def render_release(
         _render_table(shown, aggs, console, title if name == "main" else name, alpha, keys)
     for agg, accuracy in release.accuracy.items():
         if accuracy.kind == "rank":
-            console.print(
-                f"note: {agg}: with probability {1 - accuracy.alpha:.0%} its rank is within "
-                f"±{accuracy.halfwidth:,.0f} rows of the target rank"
-                + (" (for the first group)." if keys else "."),
-                markup=False,
+            # the mechanism's own statement of what its bound guarantees (ties included); the
+            # default is the exponential mechanism's (Accuracy's "rank" kind)
+            half = f"{accuracy.halfwidth:,.0f}"
+            level = f"{100 * (1 - accuracy.alpha):g}%"
+            said = accuracy.note or (
+                f"with probability {level}, in each group, at most q·n + {half} rows lie below "
+                f"the released value and at least q·n - {half} rows lie at or below it, so rows "
+                "tied at the value count on either side"
             )
+            console.print(f"note: {agg}: {said}.", markup=False)
     notes = [
         *footnotes,
         "Post-processed for display (free under DP): counts rounded and clipped at 0, "

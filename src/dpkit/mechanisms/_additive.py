@@ -20,7 +20,7 @@ from dpkit.core.losses import PrivacyLoss
 from dpkit.core.spaces import AtomDomain, L1Distance, L2Distance, Measure, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.distributions import GridNoise, LatticeNoise
-from dpkit.noise.grid import SATURATION, add_saturating, from_grid, grid_spacing, to_grid
+from dpkit.noise.grid import SATURATION, add_saturating, grid_spacing, release_on_grid, to_grid
 
 __all__ = ["check_changed_coordinates", "integer_input", "make_grid_measurement"]
 
@@ -116,9 +116,12 @@ def make_grid_measurement(
                 "in; the vector's length if any may) so the privacy map charges c - 1 extra "
                 "rounding steps.",
             )
-        indices = integer_input(data) if integer_output else to_grid(data, exponent)
-        noisy = add_saturating(indices.reshape(-1), lattice.sample(indices.size))
-        out = noisy if integer_output else from_grid(noisy, exponent)
+        if integer_output:
+            indices = integer_input(data)
+            out = add_saturating(indices.reshape(-1), lattice.sample(indices.size))
+        else:
+            # exact at every magnitude: no saturation of a value beyond 2^62 grid steps
+            out = release_on_grid(data, exponent, lattice.sample(int(np.size(data))))
         out = out.reshape(np.shape(data))
         return out.item() if scalar else out
 
@@ -127,10 +130,14 @@ def make_grid_measurement(
         saturation as ``function`` (for audits and simulation: each costs the full loss)."""
         if np.ndim(data) != 0:
             raise InvalidDataError("data", "release_many takes one scalar input")
-        index = integer_input(data) if integer_output else to_grid(data, exponent)
+        if not integer_output:
+            scalar = data if isinstance(data, Fraction | int) else float(data)
+            if isinstance(scalar, float):
+                return release_on_grid(np.full(int(n), scalar), exponent, lattice.sample(int(n)))
+            return release_on_grid(scalar, exponent, lattice.sample(int(n)))
+        index = integer_input(data)
         tiled = np.full(int(n), int(index), dtype=np.int64)
-        noisy = add_saturating(tiled, lattice.sample(int(n)))
-        return noisy if integer_output else from_grid(noisy, exponent)
+        return add_saturating(tiled, lattice.sample(int(n)))
 
     domain = VectorDomain(AtomDomain("int" if integer_output else "float"))
     return Measurement(

@@ -36,7 +36,7 @@ from dpkit.mechanisms._additive import (
 )
 from dpkit.mechanisms.laplace import _check_grid_exponent, _sensitivity
 from dpkit.noise.distributions import DiscreteGaussian
-from dpkit.noise.grid import grid_spacing
+from dpkit.noise.grid import choose_exponent, grid_spacing
 
 __all__ = [
     "analytic_gaussian_sigma",
@@ -84,7 +84,10 @@ def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) ->
 def discrete_gaussian_delta(sigma2: Fraction, shift: int, epsilon: Fraction) -> Fraction:
     """δ(ε) of N_Z(0, σ²) against N_Z(shift, σ²), by summation, rounded up (CKS Thm. 7)."""
     sigma = math.sqrt(float(sigma2))
-    radius = math.ceil(40 * sigma) + abs(shift) + 2
+    # δ = Σ_k p(k)·max(0, 1 − e^ε q(k)/p(k)): every term is at most p(k), so |k| <= 40σ + 2
+    # carries all but < 2^-60 of it, whatever the shift (summing out to the shift cost 3 s and
+    # 16 M terms at ε = 10^6, and exhausted memory at ε = 10^10)
+    radius = math.ceil(40 * sigma) + 2
     k = np.arange(-radius, radius + 1, dtype=np.float64)
     s2 = float(sigma2)
     log_p = -k * k / (2 * s2)
@@ -201,6 +204,10 @@ def _make(
         exponent = 0
     elif exponent_arg is not None:
         exponent = exponent_arg
+    elif measure == "zcdp":
+        # from σ² = Δ²/(2ρ) exactly: a float σ underflows to 0 at a huge ρ (ρ = 1e308 raised
+        # "math domain error"); ⌊log2 σ⌋ = ⌊⌊log2 σ²⌋ / 2⌋
+        exponent = choose_exponent(delta_f**2 / (2 * rho_f), 0) // 2 - _RESOLUTION_BITS
     else:
         exponent = math.floor(math.log2(sigma_real)) - _RESOLUTION_BITS
     g = grid_spacing(exponent)

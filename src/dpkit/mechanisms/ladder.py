@@ -64,12 +64,11 @@ from dpkit.mechanisms._ladder._profile import (
 from dpkit.mechanisms._ladder._sets import normalize
 from dpkit.noise.distributions import GridNoise
 from dpkit.noise.grid import (
-    SATURATION,
     add_saturating,
     choose_exponent,
     exact_index_sum,
-    from_grid,
     grid_spacing,
+    release_on_grid,
     to_grid,
 )
 
@@ -520,8 +519,8 @@ def make_ladder(
 
     def function(data: Any) -> Any:
         values, scalar = _scalar_input(data, integer=False)
-        indices = to_grid(values, exponent)
-        out = from_grid(add_saturating(indices.reshape(-1), noise.sample(indices.size)), exponent)
+        flat = np.asarray(values, dtype=np.float64).reshape(-1)
+        out = release_on_grid(flat, exponent, noise.sample(flat.size))  # exact at any magnitude
         return float(out[0]) if scalar else out.reshape(np.shape(data))
 
     return Measurement(
@@ -696,15 +695,14 @@ def make_sum_in_intervals(
         if array.ndim != 1:
             raise InvalidDataError("data", f"expected a 1-d array of values, got {array.shape}")
         units = _project(to_grid(array[~np.isnan(array)], exponent), lo, hi)
-        # exact for any number of rows, then saturated (1-Lipschitz) so it fits int64: no
-        # refusal can depend on how many rows there are
-        return max(-SATURATION, min(SATURATION, exact_index_sum(units)))
+        # exact for any number of rows (a Python int): no refusal or saturation can depend on
+        # how many rows there are
+        return exact_index_sum(units)
 
     def function(data: Any) -> float:
         total = exact_sum(data)
         if chosen == "ladder":
-            noisy = add_saturating(np.array([total], dtype=np.int64), noise.sample(1))
-            return float(from_grid(noisy, exponent)[0])
+            return float(release_on_grid(Fraction(total) * g, exponent, noise.sample(1))[0])
         return float(inner(Fraction(total) * g))
 
     def privacy_map(d_in: Fraction) -> PrivacyLoss:

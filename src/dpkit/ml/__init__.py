@@ -15,7 +15,13 @@ given a ledger, reserves that loss before reading data. docs/ml.md has the proof
 """
 
 from dpkit.ml._kmeans import KMeans
-from dpkit.ml._linear import LinearRegression
+from dpkit.ml._linear import LinearRegression, UnboundedIntervalWarning
 from dpkit.ml._session import fit_kmeans, fit_linear_regression
 
-__all__ = ["KMeans", "LinearRegression", "fit_kmeans", "fit_linear_regression"]
+__all__ = [
+    "KMeans",
+    "LinearRegression",
+    "UnboundedIntervalWarning",
+    "fit_kmeans",
+    "fit_linear_regression",
+]

@@ -8,9 +8,10 @@ from the data; rows are mapped by the public row map of :mod:`dpkit.ml._common` 
 clamp, scale to [-1, 1]^d), so a row contributes at most 1 to one count, at most d (L1) / √d (L2)
 to one vector of sums, and at most the lattice diameter² to every k-means utility.
 
-Edges: every parameter (k, bounds, method, budget, the number of features) is checked before the
-data is read, and then the fit always releases: an empty cluster keeps its previous centre, an
-empty dataset gives centres from noise alone, all points in one cell are fine.
+Edges: every parameter (k, bounds, method, budget and the smallest share any release gets, the
+number of features, the input's declared dtype) is checked before anything is reserved or read,
+and then the fit always releases: an empty cluster keeps its previous centre, an empty dataset
+gives centres from noise alone, all points in one cell are fine.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 
 from dpkit.core.losses import PrivacyLoss, PureDP, compose
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.exponential import make_exponential
 from dpkit.ml._common import (
-    Box,
     Budget,
     charged,
     check_box,
     check_budget,
     check_columns,
     check_shape,
+    input_features,
+    input_shape,
     int_seed,
     map_rows,
     sum_by_label,
@@ -44,6 +46,19 @@ __all__ = ["KMeans"]
 _METHODS = ("lsh", "lloyd", "grid_em")
 _CHUNK = 1 << 16
 _MAX_CLUSTERS_PER_EPSILON = 10_000
+MAX_CLUSTERS = 4096
+"""The most clusters any fit may ask for (the size of the public pool of starting centres)."""
+MAX_FEATURES = 4096
+"""The most features a k-means fit may have (the public pool of starting centres holds 4096
+points of d coordinates)."""
+_EM_WORK = 1 << 30
+"""grid_em's k greedy selections each score every candidate against every occupied lattice
+point: about k · cells² operations, at most this many (a public bound on the fit's time)."""
+
+
+def _chunk(k: int) -> int:
+    """Rows per block of a distance computation: about 2^22 distances (32 MB) at a time."""
+    return max(1, _CHUNK // max(1, k // 64))
 
 
 def assign(points: np.ndarray, centres: np.ndarray) -> np.ndarray:
@@ -51,9 +66,10 @@ def assign(points: np.ndarray, centres: np.ndarray) -> np.ndarray:
     n = points.shape[0]
     labels = np.empty(n, dtype=np.int64)
     c2 = np.einsum("ij,ij->i", centres, centres)
-    for start in range(0, n, _CHUNK):
-        block = points[start : start + _CHUNK]
-        labels[start : start + _CHUNK] = np.argmin(c2 - 2.0 * block @ centres.T, axis=1)
+    chunk = _chunk(centres.shape[0])
+    for start in range(0, n, chunk):
+        block = points[start : start + chunk]
+        labels[start : start + chunk] = np.argmin(c2 - 2.0 * block @ centres.T, axis=1)
     return labels
 
 
@@ -63,8 +79,9 @@ def objective(points: np.ndarray, centres: np.ndarray) -> float:
     p = np.asarray(points, dtype=np.float64)
     c = np.asarray(centres, dtype=np.float64)
     c2 = np.einsum("ij,ij->i", c, c)
-    for start in range(0, p.shape[0], _CHUNK):
-        block = p[start : start + _CHUNK]
+    chunk = _chunk(c.shape[0])
+    for start in range(0, p.shape[0], chunk):
+        block = p[start : start + chunk]
         d2 = np.einsum("ij,ij->i", block, block)[:, None] + c2 - 2.0 * block @ c.T
         total += float(np.maximum(d2.min(axis=1), 0.0).sum())
     return total
@@ -332,7 +349,10 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
             largest ρ whose certified conversion fits (ε, δ); ``privacy_loss_`` is then the
             (ε' <= ε, δ) conversion of the fit's exact zCDP loss.
         rho: total ρ (zCDP), with Gaussian noise for the sums and counts.
-        bounds: (lower, upper), scalars or one value per feature; public, never read from data.
+        bounds: declared bounds, public, never read from the data: one pair per feature
+            ``[(lo_1, hi_1), ..., (lo_d, hi_d)]``, one pair ``(lo, hi)`` for every feature, or
+            ``{"lower": [...], "upper": [...]}``. A pair of vectors ``(lower, upper)`` is
+            refused (at d = 2 it reads as two per-feature pairs).
         method: "lsh" (default; private LSH-grid coreset, then private Lloyd refinement),
             "lloyd" (DPLloyd from a data-independent start) or "grid_em" (the exponential
             mechanism over a public lattice of candidate centres; the seed's idea made private).
@@ -384,15 +404,23 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         self.em_radius = em_radius
 
     # -- validation (public information only) ----------------------------------------------
-    def _validate(self) -> tuple[Budget, Box, int, int]:
+    def _validate(self) -> tuple[Budget, int, int]:
+        """The parameters that do not depend on the number of features (public)."""
         k = self.n_clusters
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
             raise InvalidParameterError("n_clusters", k, "an integer >= 1")
         k = int(k)
+        if k > MAX_CLUSTERS:
+            raise InvalidParameterError(
+                "n_clusters",
+                k,
+                f"at most {MAX_CLUSTERS}",
+                "The public starting centres are drawn from a pool of that size, and more "
+                "clusters than that are noise at any budget a dataset can afford.",
+            )
         if self.method not in _METHODS:
             raise InvalidParameterError("method", self.method, "one of " + ", ".join(_METHODS))
         budget = check_budget(self.epsilon, self.rho, self.delta)
-        box = check_box(self.bounds)
         iters = self.max_iter
         default_iters = {"lloyd": 5, "lsh": 1, "grid_em": 0}[self.method]
         if iters is None:
@@ -408,22 +436,65 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         share = self.coreset_share
         if isinstance(share, bool) or not isinstance(share, float | int) or not 0 < share <= 1:
             raise InvalidParameterError("coreset_share", share, "a number in (0, 1]")
-        if self.method == "lsh" and share == 1 and iters > 0:
-            raise InvalidParameterError(
-                "coreset_share", share, "< 1 when max_iter > 0 (the refinement needs budget)"
-            )
-        eps_equiv = (
-            float(budget.total) if budget.kind == "pure" else math.sqrt(2 * float(budget.total))
-        )
-        if k > max(1, int(eps_equiv * _MAX_CLUSTERS_PER_EPSILON)):
+        if self.method == "lsh":
+            core = self._core_fraction(int(iters))
+            if core == 0 or (core == 1 and iters > 0):
+                raise InvalidParameterError(
+                    "coreset_share",
+                    share,
+                    "in [0.001, 0.999] when max_iter > 0 (the coreset and the refinement both "
+                    "need budget; it is read to 1/1000)",
+                )
+        # at most 10^4 clusters per unit of ε (√(2ρ) for zCDP), computed exactly: k <= 10^4·ε
+        eps_equiv_sq = budget.total**2 if budget.kind == "pure" else 2 * budget.total
+        if k > 1 and k * k > eps_equiv_sq * _MAX_CLUSTERS_PER_EPSILON**2:
+            limit = max(1, math.floor(math.sqrt(float(eps_equiv_sq)) * _MAX_CLUSTERS_PER_EPSILON))
             raise InvalidParameterError(
                 "n_clusters",
                 k,
-                f"at most {_MAX_CLUSTERS_PER_EPSILON} per unit of ε for this budget",
+                f"at most {limit} for this budget ({_MAX_CLUSTERS_PER_EPSILON} per unit of ε)",
                 "k is too large for the budget: each cluster's noisy mean would be noise "
                 "for any realistic dataset. Use fewer clusters or more budget.",
             )
-        return budget, box, k, int(iters)
+        return budget, k, int(iters)
+
+    def _core_fraction(self, iters: int) -> Fraction:
+        """The share of the budget the "lsh" coreset gets (public; read to 1/1000)."""
+        if iters == 0:
+            return Fraction(1)
+        return Fraction(self.coreset_share).limit_denominator(1000)
+
+    def _check_shares(self, budget: Budget, d: int, k: int, iters: int, rows: int = 1) -> Any:
+        """Refuse, before anything is reserved, a budget whose smallest release share is below
+        the floor (:meth:`Budget.check_share`), and build the exponential mechanism of
+        "grid_em" (its calibration is public: ε per selection and the utility's sensitivity,
+        ``rows`` rows per unit times the cap), so that nothing about the parameters can fail
+        after the reservation. Returns that mechanism (or None)."""
+        total = budget.total
+        if self.method == "lloyd":
+            budget.check_share(_count_sum_shares(total / iters, d)[0], "each Lloyd step's counts")
+        elif self.method == "lsh":
+            core = total * self._core_fraction(iters)
+            budget.check_share(_count_sum_shares(core, d)[0], "the coreset's counts")
+            if iters:
+                rest = (total - core) / iters
+                budget.check_share(_count_sum_shares(rest, d)[0], "each refinement's counts")
+        else:
+            _, step = self._loss_and_steps(budget, k)
+            per_selection = step if budget.kind == "pure" else step * step / 2
+            budget.check_share(per_selection, f"each of the {k} selections")
+            g = _lattice(d, int(self.n_candidates))
+            sensitivity = _em_cap(d, g, float(self.em_radius)) * rows
+            try:
+                return make_exponential(step, sensitivity, monotonic=True)
+            except InvalidParameterError:
+                raise InvalidParameterError(
+                    budget.parameter,
+                    budget.given,
+                    f"small enough for method='grid_em' with k = {k} (each selection's ε over "
+                    f"the utility's sensitivity {sensitivity} at most 2^900)",
+                ) from None
+        return None
 
     def _check_method_geometry(self, d: int, k: int) -> None:
         if self.method == "lsh":
@@ -455,6 +526,14 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
                 )
             if k > g**d:
                 raise InvalidParameterError("n_clusters", k, f"at most {g**d} (the candidates)")
+            if k * g ** (2 * d) > _EM_WORK:
+                raise InvalidParameterError(
+                    "n_clusters",
+                    k,
+                    f"at most {max(1, _EM_WORK // g ** (2 * d))} with {g**d} candidates "
+                    "(each selection scores every candidate against every lattice point)",
+                    "Use fewer n_candidates or method='lsh'.",
+                )
             r = self.em_radius
             if isinstance(r, bool) or not isinstance(r, float | int) or not 0 < r <= 1:
                 raise InvalidParameterError("em_radius", r, "a number in (0, 1]")
@@ -483,15 +562,16 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
     ) -> KMeans:
         """Fit privately. With ``ledger`` and ``dataset`` (or ``accountant``) the loss is reserved
         in the ledger before any data is read (the budget must exist)."""
-        budget, box, k, iters = self._validate()
-        # the schema (number of columns) is public; rows are not
-        array_shape = np.shape(X)  # the schema (number of columns) is public; rows are not
-        scalar_bounds = all(np.ndim(b) == 0 for b in self.bounds)
-        if scalar_bounds and len(array_shape) == 2:  # one pair for every feature
-            box = check_box(self.bounds, d=int(array_shape[1]))
+        budget, k, iters = self._validate()
+        # the schema (shape, declared dtypes) is public; rows are not
+        array_shape = input_shape(X)
+        box = check_box(self.bounds, "bounds", d=input_features(array_shape), columns_of="X")
         d = box.d
         check_columns(array_shape, d)
+        if d > MAX_FEATURES:
+            raise InvalidDataError("X", f"has {d} features; k-means takes at most {MAX_FEATURES}")
         self._check_method_geometry(d, k)
+        self._check_shares(budget, d, k, iters)
         if self.method == "grid_em":
             loss, step = self._loss_and_steps(budget, k)
         else:
@@ -509,10 +589,7 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
                         fixed, scaled, centres, budget, budget.total / iters
                     )
             else:
-                core = Fraction(self.coreset_share).limit_denominator(1000)
-                if iters == 0:
-                    core = Fraction(1)
-                core_budget = budget.total * core
+                core_budget = budget.total * self._core_fraction(iters)
                 centres = _coreset_centres(fixed, scaled, k, budget, core_budget, self.grid_size)
                 for _ in range(iters):
                     centres = _private_lloyd_step(

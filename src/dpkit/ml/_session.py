@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from dpkit.core.losses import PrivacyLoss, compose
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ml._common import check_box
 from dpkit.ml._kmeans import (
+    MAX_FEATURES,
     KMeans,
     _grid_geometry,
     _lattice,
@@ -36,7 +37,31 @@ from dpkit.ml._linear import LinearRegression
 
 __all__ = ["fit_kmeans", "fit_linear_regression"]
 
+_PREFIX = "__ml_"
+"""Prefix of the derived columns the fits add (feature names may not start with it)."""
 _Z = 1.959963984540054  # interval half-width / σ at α = 0.05 (used only to size the ridge)
+
+
+def _check_numeric(session: Any, names: Sequence[str], parameter: str, given: Any) -> None:
+    """Every column a fit reads is one of the table's and numeric (the schema is public):
+    refused here, before anything is reserved, with the column's kind in the message."""
+    schema = session.schema
+    for name in names:
+        kind = schema.get(name)
+        if kind is None:
+            raise InvalidParameterError(
+                parameter,
+                given,
+                f"of the table's columns ({', '.join(map(repr, list(schema)[:20]))}); "
+                f"{name!r} is not one",
+            )
+        if kind != "numeric":
+            raise InvalidParameterError(
+                parameter,
+                given,
+                f"numeric ({name!r} is a {kind} column)",
+                "Fits read numbers: derive a numeric column first (e.g. a 0/1 indicator).",
+            )
 
 
 def fit_linear_regression(
@@ -53,18 +78,31 @@ def fit_linear_regression(
 ) -> LinearRegression:
     """Fit :class:`~dpkit.ml.LinearRegression` (with intercept) on a Session's columns.
 
+    ``bounds_X``: one pair per feature ``[(lo, hi), ...]`` (in the order of ``features``), one
+    pair ``(lo, hi)`` for every feature, or ``{"lower": [...], "upper": [...]}``.
+
     Returns a fitted estimator whose ``privacy_loss_`` is the loss the Session charged. Columns,
     bounds and budget are validated (by this function and by the Session's compiler) before
-    anything is charged or read.
+    anything is charged or read; after the release the post-processing never raises.
     """
     from dpkit.analytics import Session, col, count
     from dpkit.analytics import sum as dp_sum
 
     if not isinstance(session, Session):
         raise InvalidParameterError("session", session, "a dpkit.analytics.Session")
-    names = list(features)
-    if not names or not all(isinstance(n, str) for n in names) or not isinstance(target, str):
+    if isinstance(features, str):
+        features = [features]
+    names = list(features) if isinstance(features, Sequence) else []
+    if not names or not all(isinstance(n, str) and n for n in names):
         raise InvalidParameterError("features", features, "a non-empty list of column names")
+    if len(set(names)) != len(names) or any(n.startswith(_PREFIX) for n in names):
+        raise InvalidParameterError(
+            "features", features, f"distinct column names not starting with {_PREFIX!r}"
+        )
+    if not isinstance(target, str) or not target or target.startswith(_PREFIX):
+        raise InvalidParameterError(
+            "target", target, f"a column name (not starting with {_PREFIX!r})"
+        )
     model = LinearRegression(
         epsilon=epsilon,
         rho=rho,
@@ -74,55 +112,111 @@ def fit_linear_regression(
         confidence=confidence,
     )
     _, box_x, box_y = model._validate(len(names))
-    box_x = check_box(bounds_X, "bounds_X", d=len(names)) if box_x.d == 1 else box_x
-    if box_x.d != len(names):
-        raise InvalidParameterError("bounds_X", bounds_X, f"one bound per feature ({len(names)})")
+    _check_numeric(session, names, "features", features)
+    _check_numeric(session, [target], "target", target)
     d = len(names)
     p = d + 1
     query = session.query()
-    z = [f"__z{j}" for j in range(d)]
+    z = [f"{_PREFIX}z{j}" for j in range(d)]
+    yz = f"{_PREFIX}y"
     for j, name in enumerate(names):
         query = query.with_column(
             z[j], (col(name) - float(box_x.mid[j])) * (1.0 / float(box_x.half[j]))
         )
     query = query.with_column(
-        "__y", (col(target) - float(box_y.mid[0])) * (1.0 / float(box_y.half[0]))
+        yz, (col(target) - float(box_y.mid[0])) * (1.0 / float(box_y.half[0]))
     )
     aggs: list[Any] = []
     for i in range(d):
         for j in range(i, d):
-            product = f"__a{i}_{j}"
+            product = f"{_PREFIX}a{i}_{j}"
             query = query.with_column(product, col(z[i]) * col(z[j]))
             aggs.append(dp_sum(product, (0 if i == j else -1, 1), name=product))
-        aggs.append(dp_sum(z[i], (-1, 1), name=f"__a{i}_{d}"))
-        query = query.with_column(f"__b{i}", col(z[i]) * col("__y"))
-        aggs.append(dp_sum(f"__b{i}", (-1, 1), name=f"__b{i}"))
-    query = query.with_column("__yy", col("__y") * col("__y"))
+        aggs.append(dp_sum(z[i], (-1, 1), name=f"{_PREFIX}a{i}_{d}"))
+        query = query.with_column(f"{_PREFIX}b{i}", col(z[i]) * col(yz))
+        aggs.append(dp_sum(f"{_PREFIX}b{i}", (-1, 1), name=f"{_PREFIX}b{i}"))
+    query = query.with_column(f"{_PREFIX}yy", col(yz) * col(yz))
     aggs += [
-        dp_sum("__y", (-1, 1), name=f"__b{d}"),
-        dp_sum("__yy", (0, 1), name="__c"),
-        count(name=f"__a{d}_{d}"),
+        dp_sum(yz, (-1, 1), name=f"{_PREFIX}b{d}"),
+        dp_sum(f"{_PREFIX}yy", (0, 1), name=f"{_PREFIX}c"),
+        count(name=f"{_PREFIX}a{d}_{d}"),
     ]
     budget = {"epsilon": epsilon} if epsilon is not None else {"rho": rho}
     release = session.evaluate(query.agg(*aggs), **budget)
+    # ---- released and charged: post-processing only from here, which never raises
     row = release.table.iloc[0]
     a_noisy = np.zeros((p, p))
     sig_a = []
     for i in range(p):
         for j in range(i, p):
-            key = f"__a{i}_{j}"
+            key = f"{_PREFIX}a{i}_{j}"
             a_noisy[i, j] = a_noisy[j, i] = float(row[key])
             sig_a.append(release.accuracy[key].halfwidth / _Z)
-    b_noisy = np.array([float(row[f"__b{i}"]) for i in range(p)])
-    sig_b = max(release.accuracy[f"__b{i}"].halfwidth / _Z for i in range(p))
-    c_noisy = float(row["__c"])
+    b_noisy = np.array([float(row[f"{_PREFIX}b{i}"]) for i in range(p)])
+    sig_b = max(release.accuracy[f"{_PREFIX}b{i}"].halfwidth / _Z for i in range(p))
+    c_noisy = float(row[f"{_PREFIX}c"])
     model._finish(a_noisy, b_noisy, c_noisy, max(sig_a), sig_b, 0.0, box_x, box_y, intercept=True)
     model.privacy_loss_ = release.loss
     return model
 
 
 # ============================================================================= k-means
-_PREFIX = "__ml_"
+_SESSION_WORK = 1 << 15
+"""A Lloyd query on a Session computes k·(k - 1) comparisons and k·d products per row in one
+SQL expression: k·(k + d) is at most this (k = 128 at d = 2 took 35 s per step on DuckDB)."""
+
+
+def _session_clusters(d: int) -> int:
+    """The largest k with k·(k + d) <= :data:`_SESSION_WORK`."""
+    k = int((math.sqrt(d * d + 4 * _SESSION_WORK) - d) / 2)
+    while k * (k + d) > _SESSION_WORK:
+        k -= 1
+    while (k + 1) * (k + 1 + d) <= _SESSION_WORK:
+        k += 1
+    return max(k, 1)
+
+
+class _Stage:
+    """Where a fit is after its reservation: what a failure is reported as."""
+
+    now = "compiling"
+
+
+_STAGES = {
+    "compiling": "building a later query (from public inputs and released centres)",
+    "releasing": "adding the noise to the engine's results",
+    "selecting": "selecting the centres from the engine's exact histogram",
+}
+
+
+def _failed_after_reservation(
+    ledger: Any, reservation: Any, error: BaseException, stage: str
+) -> BaseException:
+    """Record a fit's failure after its reservation (the charge stays) and say what it was.
+
+    A failure while the engine reads the data is reported as the Session reports it (the
+    engine's text is withheld: it can quote the data). Any other failure after the reservation
+    is dpkit's own: everything decidable from public inputs is checked before reserving, so it
+    is reported as an internal error (its text withheld too, since it may come from exact
+    aggregates), never as a problem with the data. The ledger records the error's class and
+    the stage. KeyboardInterrupt and friends pass through unchanged."""
+    ledger.fail(reservation, f"{type(error).__name__} while {stage}")
+    if not isinstance(error, Exception):
+        return error
+    if stage == "reading":
+        if isinstance(error, DPError):
+            return error
+        return DPError(
+            f"the fit failed while the engine read the data ({type(error).__name__}); its "
+            "budget stays spent. The engine's message is withheld because it can quote the "
+            "data. Check that the table can be read and that the declared bounds and column "
+            "types match it."
+        )
+    return DPError(
+        f"internal error in dpkit.ml after the budget was reserved, while "
+        f"{_STAGES.get(stage, stage)} ({type(error).__name__}); the budget stays spent. This "
+        "is a bug in dpkit, not a problem with the data or the parameters: please report it."
+    )
 
 
 _TERMS = 64
@@ -373,6 +467,12 @@ def fit_kmeans(
     reads data; every parameter, column and bound is checked before that (by compiling the
     first query). Whatever the data, the fit then releases (an empty cluster keeps its centre).
 
+    ``bounds`` takes the forms of :class:`~dpkit.ml.KMeans` (per-feature pairs in the order of
+    ``features``). On a Session, k·(k + d) is at most 2^15 for "lloyd" and "lsh" (the
+    nearest-centre assignment is one query of k(k - 1) comparisons per row). A failure after
+    the reservation is reported as an engine read failure or as dpkit's internal error, never
+    as a problem with the data, and recorded as failed in the ledger.
+
     Returns a fitted :class:`~dpkit.ml.KMeans` (``cluster_centers_`` in original units,
     ``privacy_loss_`` the loss charged, ``receipt_`` the ledger receipt).
     """
@@ -380,7 +480,6 @@ def fit_kmeans(
     from dpkit.analytics.bounding import contribution
     from dpkit.analytics.engines.base import Output
     from dpkit.analytics.query import Bounding
-    from dpkit.analytics.session import _failed_after_reservation
 
     if not isinstance(session, Session):
         raise InvalidParameterError("session", session, "a dpkit.analytics.Session")
@@ -406,10 +505,22 @@ def fit_kmeans(
         n_candidates=n_candidates,
         em_radius=em_radius,
     )
-    budget, _, k, iters = model._validate()
+    budget, k, iters = model._validate()
     d = len(names)
+    if d > MAX_FEATURES:
+        raise InvalidParameterError("features", f"{d} columns", f"at most {MAX_FEATURES}")
     box = check_box(bounds, "bounds", d=d)
+    _check_numeric(session, names, "features", features)
     model._check_method_geometry(d, k)
+    if method != "grid_em" and k * (k + d) > _SESSION_WORK:
+        raise InvalidParameterError(
+            "n_clusters",
+            k,
+            f"at most {_session_clusters(d)} for {d} features on a Session (k·(k + d) <= "
+            f"{_SESSION_WORK})",
+            "The engine finds each row's nearest centre with k·(k - 1) comparisons and k·d "
+            "products per row, in one query; use the in-memory KMeans for more clusters.",
+        )
     session._check_open()
     base = session.query()
     if max_rows is not None:
@@ -426,7 +537,7 @@ def fit_kmeans(
     if method == "lloyd":
         steps = [budget.total / iters] * iters
     elif method == "lsh":
-        core = Fraction(coreset_share).limit_denominator(1000) if iters else Fraction(1)
+        core = model._core_fraction(iters)
         steps = [budget.total * core]
         steps += [budget.total * (1 - core) / iters] * iters if iters else []
     start = _public_spread(k, d)
@@ -456,8 +567,10 @@ def fit_kmeans(
         enforced = Bounding(em_plan.max_rows, em_plan.max_groups, em_plan.max_rows_per_group)
         em_rows = contribution(enforced, grouped=True).rows_l1
         em_output = em_plan.output_columns[em_plan.outputs.index(Output("rows"))]
+        model._check_shares(budget, d, k, iters, rows=em_rows)
         total: PrivacyLoss = em_loss
     else:
+        model._check_shares(budget, d, k, iters)
         # compile the first queries now: columns, kinds and bounding are checked before the
         # reservation, and their losses are the steps' losses (the later queries differ only
         # in public constants: the released centres, a fresh public hash)
@@ -471,8 +584,6 @@ def fit_kmeans(
             step_loss = compile_step(lloyd_query(start), lloyd_steps[0]).loss
             losses += [step_loss] * len(lloyd_steps)
         total = compose(*losses)
-    # (ε, δ) budgets run as zCDP; the ledger is charged the certified (ε' <= ε, δ) conversion
-    # of the whole fit's ρ (as a Session charges a query asked for with (ε, δ))
     total = budget.reported(total)
     what = f"KMeans({method}, k={k}) on {', '.join(names)}"
     reservation = session.ledger.reserve(
@@ -483,9 +594,12 @@ def fit_kmeans(
         query=what,
         mechanism=f"kmeans-{method}",
     )
+    stage = _Stage()
     try:
         if method == "grid_em":
+            stage.now = "reading"
             table = session.engine.run(em_plan).to_pydict()
+            stage.now = "selecting"
             keys = table[em_plan.group_columns[0]]
             rows = table[em_output]
             h = np.zeros(g**d, dtype=np.int64)
@@ -497,22 +611,28 @@ def fit_kmeans(
             centres = start
             shares = list(steps)
             if method == "lsh":
+                stage.now = "compiling"
                 query, cells = _coreset_query(
                     base, z, label, d, grid_size, count_weight, sum_weight
                 )
                 compiled = compile_step(query, shares.pop(0))
+                stage.now = "reading"
                 results = [session.engine.run(plan) for plan in compiled.plans]
+                stage.now = "releasing"
                 tables, accuracy = compiled.release(results)
                 counts, sums, level = _released(tables, accuracy, label, cells, d)
                 centres = coreset_centres(counts, sums, level, k)
             for share in shares:
+                stage.now = "compiling"
                 compiled = compile_step(lloyd_query(centres), share)
+                stage.now = "reading"
                 results = [session.engine.run(plan) for plan in compiled.plans]
+                stage.now = "releasing"
                 tables, accuracy = compiled.release(results)
                 counts, sums, level = _released(tables, accuracy, label, k, d)
                 centres = lloyd_update(centres, counts, sums, level)
     except BaseException as error:
-        raise _failed_after_reservation(session.ledger, reservation, error) from None
+        raise _failed_after_reservation(session.ledger, reservation, error, stage.now) from None
     model.receipt_ = session.ledger.commit(reservation)
     model.cluster_centers_ = box.unscale(centres)
     model.privacy_loss_ = total

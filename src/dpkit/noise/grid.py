@@ -13,6 +13,13 @@ A continuous-valued mechanism with grid exponent k:
 3. returns ``n·2^k`` as float64 (exact while |n| < 2^53; beyond, the nearest float — rounding a
    released value is post-processing).
 
+:func:`release_on_grid` does 1–3 for a release without the ±2^62-step saturation of the index:
+a value beyond 2^52 steps is already a multiple of g (its float spacing is at least g), so the
+exact noisy value x + n·g is formed there by one IEEE addition of two exact floats, which rounds
+it correctly to the nearest float (post-processing of the exact sum). Only ±inf is clamped, at
+±the largest float. Before it, a large ε (a fine grid) made every value beyond 2^62·g saturate:
+``make_laplace(1, epsilon=1e10)(1e6)`` released about 256 — a silently wrong number.
+
 Saturation, not refusal, is what keeps failures independent of the data: if a value 2^32 were
 refused and its neighbour 2^32 - 1 released, the exception itself would tell them apart. Clamping
 to [-2^62, 2^62] steps is 1-Lipschitz, so inputs at distance Δ stay within ⌈Δ/g⌉ steps and the
@@ -42,6 +49,7 @@ __all__ = [
     "from_grid",
     "grid_spacing",
     "grid_steps",
+    "release_on_grid",
     "to_grid",
 ]
 
@@ -135,6 +143,80 @@ def add_saturating(indices: np.ndarray, noise: np.ndarray) -> np.ndarray:
         limit = np.iinfo(np.int64)
         total = np.where(overflow, np.where(indices >= 0, limit.max, limit.min), total)
     return total
+
+
+_LARGEST = float(np.finfo(np.float64).max)
+_EXACT_INDEX = 2**52
+"""Below this many steps a grid index is handled in int64; at or beyond, the value itself is a
+multiple of the grid spacing (floats from 2^52 on are integers), so it needs no rounding."""
+
+
+def release_on_grid(values: object, exponent: int, noise: np.ndarray) -> np.ndarray:
+    """``r(x) + n·2^exponent`` for each value x and noise index n, rounded once to the nearest
+    float: the released values of an additive grid mechanism, correct at every magnitude.
+
+    ``r`` rounds half-up to the grid (:func:`to_grid`) after clamping ±inf to ±the largest float
+    (a 1-Lipschitz clamp, so inputs at distance Δ stay within ⌈Δ/g⌉ steps). Values within 2^52
+    steps take the int64 path (:func:`to_grid`, :func:`add_saturating`, :func:`from_grid`).
+    Beyond, x is a multiple of g already and the exact sum x + n·g is formed by one IEEE
+    addition of the exact floats x and n·g (n·g is exact while |n| < 2^53 and g is a normal or
+    subnormal power of two), which rounds the exact sum correctly; in the remaining corner
+    cases (astronomically large noise, a grid outside the float range) the sum is formed in
+    exact rationals. Either way the released float is a function of the exact noisy value only.
+    Outputs beyond the float range saturate at ±the largest float (post-processing).
+
+    Raises :class:`InvalidDataError` for NaN, like :func:`to_grid`.
+
+    Example:
+        >>> release_on_grid([2.0**80, -float("inf")], -30, np.array([3, -1])).tolist()
+        [1.2089258196146292e+24, -1.7976931348623157e+308]
+    """
+    noise = np.asarray(noise, dtype=np.int64).reshape(-1)
+    if isinstance(values, Fraction | int) and not isinstance(values, bool):
+        g = grid_spacing(exponent)
+        value = max(-Fraction(_LARGEST), min(Fraction(_LARGEST), Fraction(values)))
+        steps = math.floor(value / g + Fraction(1, 2))
+        if abs(steps) < _EXACT_INDEX:
+            tiled = np.full(noise.size, steps, dtype=np.int64)
+            return from_grid(add_saturating(tiled, noise), exponent)
+        return _release_exact([value] * noise.size, exponent, noise)
+    array = np.asarray(values, dtype=np.float64).reshape(-1)
+    if array.shape != noise.shape:
+        raise InvalidParameterError(
+            "noise", noise.shape, f"one noise index per value {array.shape}"
+        )
+    indices = to_grid(array, exponent)  # refuses NaN
+    out = from_grid(add_saturating(indices, noise), exponent)
+    with np.errstate(over="ignore"):
+        big = np.abs(np.ldexp(array, -exponent)) >= float(_EXACT_INDEX)
+    if not big.any():
+        return out
+    # |x| >= 2^52·g: x is a multiple of g (floats from 2^52 on are integers), so r(x) = x
+    x = np.clip(array[big], -_LARGEST, _LARGEST)
+    n = noise[big]
+    if -1074 <= exponent <= 971 - 53 and bool(np.all(np.abs(n) < 2**53)):
+        with np.errstate(over="ignore"):
+            total = x + np.ldexp(n.astype(np.float64), exponent)  # one correct rounding
+        out[big] = np.clip(total, -_LARGEST, _LARGEST)
+    else:
+        out[big] = _release_exact([Fraction(float(v)) for v in x], exponent, n)
+    return out
+
+
+def _release_exact(values: list[Fraction], exponent: int, noise: np.ndarray) -> np.ndarray:
+    """The corner cases of :func:`release_on_grid`, in exact rationals (values of huge
+    magnitude only: a grid outside the float range, or noise beyond 2^53 steps)."""
+    g = grid_spacing(exponent)
+    limit = Fraction(_LARGEST)
+    out = np.empty(len(values), dtype=np.float64)
+    for i, (value, n) in enumerate(zip(values, noise.tolist(), strict=True)):
+        clamped = max(-limit, min(limit, value))
+        exact = (math.floor(clamped / g + Fraction(1, 2)) + int(n)) * g
+        try:
+            out[i] = max(-_LARGEST, min(_LARGEST, float(exact)))
+        except OverflowError:
+            out[i] = _LARGEST if exact > 0 else -_LARGEST
+    return out
 
 
 def from_grid(indices: np.ndarray, exponent: int, name: str = "output") -> np.ndarray:

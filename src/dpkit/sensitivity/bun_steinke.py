@@ -26,11 +26,24 @@ So ε = t/σ + L·s. The Lipschitz constants:
   E[e^{−2σY}]/E[e^{−σY}] = e^{3σ²/2}, and it decreases in |z|. **L = e^{3σ²/2}**:
   ε = t/σ + e^{3σ²/2}·s — the paper's Table 1 (and Google's dp_multiq ``csmooth``).
 * ``uniform_log_normal`` ULN(σ), Z = U·e^{σY}, U uniform on [−1, 1]: p(z) = ½e^{σ²/2}Φ̄(y₀ + σ)
-  with y₀ = ln|z|/σ, and |p'/p| = e^{3σ²/2}·φ(u + σ)/(σΦ̄(u)) with u = y₀ + σ. For u <= 0,
-  Φ̄(u) >= ½ and φ <= φ(0): the ratio is <= √(2/π)·e^{3σ²/2}/σ. For u > 0, the Birnbaum bound
-  Φ̄(u) >= 2φ(u)/(u + √(u² + 4)) gives φ(u + σ)/Φ̄(u) <= e^{−σ²/2}·e^{−σu}(u + √(u² + 4))/2,
-  and e^{−σu}(u + √(u² + 4))/2 <= 1 for σ >= 1/2 (its log has derivative −σ + 1/√(u² + 4) <= 0).
-  **L = √(2/π)·e^{3σ²/2}/σ for σ >= 1/2** (dpkit requires σ >= 1/2).
+  with y₀ = ln|z|/σ, and |p'/p| = e^{3σ²/2}·g(u)/σ with u = y₀ + σ and g(u) = φ(u + σ)/Φ̄(u).
+  **L = e^{3σ²/2}/σ · max(√(2/π), G⁺(σ))**, G⁺(σ) a certified upper bound on G(σ) = sup_u g(u)
+  (:func:`uln_score_sup_upper`). The certificate: ℓ = ln g has ℓ'(u) = λ(u) − u − σ with
+  λ = φ/Φ̄ the inverse Mills ratio, and ℓ''(u) = λ'(u) − 1 = λ(λ − u) − 1 = −Var(N | N > u) < 0
+  (N standard normal), so ℓ is strictly concave. Take u₁ < u₂ around the float root of
+  λ(u) − u = σ. The tangent at u₁ bounds ℓ everywhere, so ℓ(u) <= ℓ(u₁) + max(ℓ'(u₁), 0)(u₂ − u₁)
+  for u <= u₂; if ℓ'(u₂) <= 0, ℓ decreases beyond u₂ and the same bound holds there. Both facts
+  are checked with rational bounds of φ (``exp_upper`` and a rational enclosure of √(2π)) and
+  of Φ̄ (its Taylor series Φ(x) = ½ + φ(x)·Σ x^{2k+1}/(2k+1)!! in fixed point with directed
+  rounding and a geometric tail bound; Φ̄(u) >= 1 − φ(|u|)/|u| for u <= −8), so G(σ) <=
+  g⁺(u₁)·e^{d⁺(u₂ − u₁)} =: G⁺(σ), tight to ~1e-12 relative.
+  *An earlier version claimed G(σ) <= √(2/π) for σ >= 1/2.* That holds for u <= 0 (φ <= φ(0),
+  Φ̄ >= ½), and for u > 0 Birnbaum's Φ̄(u) >= 2φ(u)/(u + √(u² + 4)) gives g(u) <= e^{−σ²/2}; but
+  e^{−σ²/2} <= √(2/π) only for σ >= 0.6717, and the true G(σ) exceeds √(2/π) for σ below
+  0.51533 (G(0.51406) = 0.79948 > 0.79788): the default σ = 0.51406 was under-charged by about
+  0.3 % of its ρ. The max with √(2/π) keeps every calibration that was right unchanged (G(σ) <=
+  √(2/π) for σ >= 0.51533; G⁺ alone would be up to 2× smaller at large σ, not used so that
+  calibrations that were correct do not move). dpkit still requires σ >= 1/2.
 * ``student_t`` with integer d >= 1: ln p(z) = c − (d+1)/2·ln(1 + z²/d), so
   |d/dz ln p| <= (d+1)/(2√d) (at z = √d), and the dilation's pointwise log-ratio
   t' + (d+1)/2·ln((1 + e^{−2t'}z²/d)/(1 + z²/d)) lies in [−d|t'|, |t'|]. Both are pointwise, so
@@ -69,6 +82,7 @@ checked against the numerical sup of |L'| on a grid).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -85,6 +99,7 @@ __all__ = [
     "lipschitz_upper",
     "noise_sd",
     "smallest_sd",
+    "uln_score_sup_upper",
 ]
 
 ZCDP_FAMILIES = ("laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_normal")
@@ -92,6 +107,10 @@ OFFERED = ("laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_nor
 _ASN_C2 = (Fraction(6, 5), Fraction(77, 100))  # σ·c2 <= 6/5 + (77/100)σ² (module docstring)
 _SQRT_2_OVER_PI_UP = Fraction(7978846, 10**7)  # √(2/π) = 0.797884560802...
 _ULN_MIN_SIGMA = Fraction(1, 2)
+# √(2π) = 2.50662827463100050241576528481104525300698..., enclosed by two rationals
+_SQRT_2PI_LO = Fraction("2.506628274631000502415765284811045253006")
+_SQRT_2PI_HI = Fraction("2.506628274631000502415765284811045253007")
+_FIX = 256  # fixed-point bits of the Φ series
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +135,83 @@ def _sqrt_lower(x: Fraction, digits: int = 12) -> Fraction:
     return Fraction(math.isqrt(math.floor(x * scale * scale)), scale)
 
 
+def _phi_bounds(x: Fraction) -> tuple[Fraction, Fraction]:
+    """Rational bounds on the standard normal density φ(x) = e^{−x²/2}/√(2π)."""
+    half_square = x * x / 2
+    return 1 / (exp_upper(half_square) * _SQRT_2PI_HI), exp_upper(-half_square) / _SQRT_2PI_LO
+
+
+def _phi_series_bounds(x: Fraction) -> tuple[Fraction, Fraction]:
+    """Rational bounds on S(x) = Σ_{k>=0} x^{2k+1}/(2k+1)!! for x >= 0, where
+    Φ(x) = ½ + φ(x)·S(x). Terms in fixed point (2^-256) with directed rounding; once the term
+    ratio x²/(2k+3) is at most ½, the tail after a term is at most twice the next term."""
+    one = 1 << _FIX
+    square = x * x
+    num, den = square.numerator, square.denominator
+    t_lo, t_hi = math.floor(x * one), math.ceil(x * one)
+    s_lo, s_hi = t_lo, t_hi
+    k = 0
+    while True:
+        div = den * (2 * k + 3)
+        t_lo, t_hi = (t_lo * num) // div, -((-t_hi * num) // div)  # t_{k+1}
+        if 2 * square <= 2 * k + 5 and t_hi <= max(s_lo, one) >> 200:
+            return Fraction(s_lo, one), Fraction(s_hi + 2 * t_hi, one)
+        s_lo, s_hi = s_lo + t_lo, s_hi + t_hi
+        k += 1
+
+
+def _upper_tail_lower(u: Fraction) -> Fraction:
+    """A rational lower bound on Φ̄(u) = P(N > u) (u <= 2.5 in use; positive or an error)."""
+    x = abs(u)
+    phi_lo, phi_hi = _phi_bounds(x)
+    if u <= -8:  # Φ̄(u) = 1 − Φ̄(x) and the Mills bound Φ̄(x) <= φ(x)/x
+        return 1 - phi_hi / x
+    s_lo, s_hi = _phi_series_bounds(x)
+    value = Fraction(1, 2) + phi_lo * s_lo if u <= 0 else Fraction(1, 2) - phi_hi * s_hi
+    if value <= 0:  # pragma: no cover - u* <= 1.14 for σ >= 1/2
+        raise ArithmeticError(f"no positive lower bound on the normal tail at u = {float(u)}")
+    return value
+
+
+def _score_slope_upper(u: Fraction, sigma: Fraction) -> Fraction:
+    """An upper bound on ℓ'(u) = λ(u) − u − σ, λ = φ/Φ̄ (module docstring)."""
+    return _phi_bounds(u)[1] / _upper_tail_lower(u) - u - sigma
+
+
+def _mills_root(sigma: float) -> float:
+    """The float root u* of λ(u) − u = σ (λ(u) − u decreases from +inf to 0)."""
+
+    def excess(u: float) -> float:
+        tail = 0.5 * math.erfc(u / math.sqrt(2.0))
+        return math.exp(-u * u / 2) / math.sqrt(2 * math.pi) / tail - u - sigma
+
+    lo, hi = -sigma - 10.0, 10.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+@functools.lru_cache(maxsize=256)
+def uln_score_sup_upper(sigma: Fraction) -> Fraction:
+    """A certified upper bound G⁺(σ) on G(σ) = sup_u φ(u + σ)/Φ̄(u), σ >= 1/2 (module
+    docstring: ℓ = ln of the ratio is concave; the tangent at u₁ bounds it up to u₂, beyond
+    which it decreases). Rounded up to a multiple of 2^-64."""
+    if sigma < _ULN_MIN_SIGMA:
+        raise InvalidParameterError("sigma", sigma, ">= 1/2 for uniform_log_normal")
+    root = Fraction(_mills_root(float(sigma)))
+    half_width = Fraction(1, 2**24)
+    for _ in range(40):
+        u1, u2 = root - half_width, root + half_width
+        if _score_slope_upper(u2, sigma) <= 0:
+            slope = max(_score_slope_upper(u1, sigma), Fraction(0))
+            value = _phi_bounds(u1 + sigma)[1] / _upper_tail_lower(u1)
+            bound = value * exp_upper(slope * (u2 - u1))
+            return Fraction(math.ceil(bound * 2**64), 2**64)
+        half_width *= 2
+    raise ArithmeticError(f"no certificate for sigma = {sigma}")  # pragma: no cover
+
+
 def lipschitz_upper(family: str, sigma: Fraction, d: int) -> Fraction:
     """An exact upper bound on sup |d/dz ln p(z)| (module docstring)."""
     if family == "laplace_log_normal":
@@ -123,7 +219,8 @@ def lipschitz_upper(family: str, sigma: Fraction, d: int) -> Fraction:
     if family == "uniform_log_normal":
         if sigma < _ULN_MIN_SIGMA:
             raise InvalidParameterError("sigma", sigma, ">= 1/2 for uniform_log_normal")
-        return _SQRT_2_OVER_PI_UP * exp_upper(3 * sigma**2 / 2) / sigma
+        score = max(_SQRT_2_OVER_PI_UP, uln_score_sup_upper(sigma))
+        return score * exp_upper(3 * sigma**2 / 2) / sigma
     if family == "student_t":
         return Fraction(d + 1, 2) / _sqrt_lower(Fraction(d))
     raise UnsupportedQueryError(

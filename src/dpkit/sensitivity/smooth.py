@@ -70,6 +70,23 @@ from dpkit.sensitivity.variance import (
 __all__ = ["SmoothPlan", "make_smooth_sensitivity", "statistic_range", "statistic_value"]
 
 _BETA_SLACK = Fraction(1, 2**29)  # >= ln(1 + 2^-29): the float inflation of S
+# lower bounds on ∫h for the lattice term: the Cauchy-type h = 1/(1 + |u|^γ) has
+# ∫h = 2(π/γ)/sin(π/γ) > 2 (γ >= 2), the Laplace h = e^{-|u|} has ∫h = 2
+_INTEGRAL_LOWER = {"cauchy": Fraction(1), "laplace": Fraction(2)}
+
+
+def cauchy_slide_constant(gamma: int) -> Fraction:
+    """c_γ >= max_{u>=0} u^{γ−1}/(1 + u^γ) (attained at u^γ = γ − 1, value (γ−1)^{(γ−1)/γ}/γ:
+    0.5699 for γ = 4, below 1 for every γ >= 2); sliding h by α costs at most γ·c_γ·α."""
+    return Fraction(57, 100) if gamma == 4 else Fraction(1)
+
+
+def dilation_constant(gamma: int) -> int:
+    """The pointwise cost per unit of log-scale of dilating h = 1/(1 + |u|^γ): the log-ratio
+    b + ln((1 + e^{−γb}|u|^γ)/(1 + |u|^γ)) lies between −(γ − 1)|b| and |b|."""
+    return max(1, gamma - 1)
+
+
 _BZ_FAMILIES = ("student_t", "laplace_log_normal", "uniform_log_normal", "arcsinh_normal")
 
 
@@ -145,10 +162,10 @@ def plan_smooth(
     if noise == "cauchy":
         if delta != 0:
             raise InvalidParameterError("delta", delta, "0 for noise='cauchy' (pure ε-DP)")
-        c_gamma = Fraction(57, 100) if gamma == 4 else Fraction(1)
-        lattice = _lattice_slack(min_scale, Fraction(1))
+        c_gamma = cauchy_slide_constant(gamma)
+        lattice = _lattice_slack(min_scale, _INTEGRAL_LOWER["cauchy"])
         main = epsilon - lattice
-        dil = max(1, gamma - 1)
+        dil = dilation_constant(gamma)
         if beta is None:
             beta = main / (2 * dil) - _BETA_SLACK
         alpha = (main - dil * (beta + _BETA_SLACK)) / (gamma * c_gamma)
@@ -162,7 +179,7 @@ def plan_smooth(
     if noise == "laplace":
         if delta == 0:
             raise InvalidParameterError("delta", delta, "> 0 for noise='laplace' ((ε, δ)-DP)")
-        lattice = _lattice_slack(min_scale, Fraction(2))
+        lattice = _lattice_slack(min_scale, _INTEGRAL_LOWER["laplace"])
         main = epsilon - lattice
         tail = log_upper(2 / delta)
         alpha = main / 2

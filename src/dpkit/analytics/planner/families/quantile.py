@@ -27,6 +27,7 @@ proofs).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from dpkit.analytics.planner.noise import Share, ceil_log2, floor_log2, grid_ran
 from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
 from dpkit.analytics.query import (
     Quantile,
+    dyadic_step,
 )
 from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
@@ -89,19 +91,29 @@ def choose_method(
     epsilon: Fraction,
     l1: int,
     fine_candidates: int,
+    candidate_set: bool = False,
 ) -> tuple[str, str]:
     """The method to run and the rule that chose it (public inputs only).
 
-    ``"auto"``: ``"inverse"`` when a row-count range is declared and the inverse mechanism's 95%
-    path-length bound (2·L1/ε)(ln C + ln 20) is at most min(q, 1 − q)·n_min — the number of rows
-    on the thin side of the quantile at the smallest declared n, so its output lies inside the
-    data with probability >= 95% — otherwise ``"exponential"`` (no n is known, or too few rows
-    for the fine grid: the coarse candidate grid is then more accurate). Smooth sensitivity and
-    PTR are never chosen automatically: inverse sensitivity was more accurate in every row of the
+    ``"auto"``: ``"exponential"`` over the declared values when ``candidates=`` is a public set
+    of values (``candidate_set``): every row is counted at its nearest candidate, so rows tied
+    at a value are counted exactly; otherwise ``"inverse"`` when a row-count range is declared
+    and the inverse mechanism's 95% path-length bound (2·L1/ε)(ln C + ln 20) is at most
+    min(q, 1 − q)·n_min — the number of rows on the thin side of the quantile at the smallest
+    declared n, so its output lies inside the data with probability >= 95% — otherwise
+    ``"exponential"`` (no n is known, or too few rows for the fine grid: the coarse candidate
+    grid is then more accurate). Smooth sensitivity and PTR are never chosen automatically:
+    inverse sensitivity was more accurate in every row of the
     benchmark (docs/sensitivity.md §9).
     """
     if method != "auto":
         return method, f"method={method!r} requested"
+    if candidate_set:
+        return (
+            "exponential",
+            "auto: candidates= declares the public values, so the exponential mechanism over "
+            "them counts tied rows exactly",
+        )
     if n_range is None:
         return (
             "exponential",
@@ -445,6 +457,55 @@ def compile_data_dependent(
     return finish, [calibrated.loss], text
 
 
+def _em_note(bound: float, alpha: float, rounding: str) -> str:
+    """The exponential mechanism's guarantee in words (what :func:`rank_error_bound` bounds)."""
+    rows = f"{bound:,.1f}"
+    return (
+        f"with probability {100 * (1 - alpha):g}%, in each group, at most q·n + {rows} rows lie "
+        f"below the released value and at least q·n - {rows} rows lie at or below it "
+        f"(n: the group's rows with a value; {rounding}), so rows tied at the value count on "
+        "either side"
+    )
+
+
+def _em_finisher(
+    agg: Quantile,
+    plan_index: int,
+    out: int,
+    candidates: int,
+    offset: int,
+    value_of: Callable[[int], float],
+    epsilon: Fraction,
+    sensitivity: int,
+    loss: PrivacyLoss,
+    rounding: str,
+) -> Callable[[Context], None]:
+    """Per group: the rows at each candidate (bin ``offset + j``), their rank intervals
+    [below_j, upto_j], and the exponential mechanism over them (:mod:`dpkit.analytics._em`)."""
+
+    def finish(ctx: Context) -> None:
+        per_group = ctx.extra[plan_index]
+        values = []
+        for group in ctx.groups:
+            bins = per_group.get(group, {})
+            counts = np.zeros(candidates, dtype=np.int64)
+            for b, outputs in bins.items():
+                counts[b - offset] = outputs[out]
+            upto = np.cumsum(counts)
+            below = upto - counts
+            n = int(counts.sum())
+            j = em_quantile_index(
+                [int(b) for b in below], [int(u) for u in upto], n, agg.q, epsilon, sensitivity
+            )
+            values.append(value_of(j))
+        ctx.columns[agg.name] = np.array(values, dtype=np.float64)
+        bound = rank_error_bound(candidates, epsilon, sensitivity, ctx.alpha)
+        note = _em_note(bound, ctx.alpha, rounding)
+        ctx.accuracy[agg.name] = Accuracy("rank", bound, ctx.alpha, "exponential", loss, None, note)
+
+    return finish
+
+
 def _compile_quantile(
     agg: Quantile,
     share: Share,
@@ -452,10 +513,40 @@ def _compile_quantile(
     extra_plans: list[BoundedPlan],
     make_plan: Callable[..., BoundedPlan],
 ) -> Compiled:
+    if isinstance(agg.candidates, tuple):
+        return _compile_candidate_set(agg, agg.candidates, share, contrib, extra_plans, make_plan)
     low, high = agg.bounds
     magnitude = max(abs(low), abs(high))
     exponent = max(floor_log2((high - low) / agg.candidates), ceil_log2(magnitude) - 40)
-    low_f, high_f, lo, hi = grid_range(agg.bounds, exponent)
+    step = math.ldexp(1.0, exponent)
+    return _compile_grid(
+        agg,
+        agg.bounds,
+        exponent,
+        share,
+        contrib,
+        extra_plans,
+        make_plan,
+        "values clamped to the bounds and rounded to the nearest point of the grid of step "
+        f"{step:g}",
+        "grid points",
+    )
+
+
+def _compile_grid(
+    agg: Quantile,
+    bounds: tuple[Fraction, Fraction],
+    exponent: int,
+    share: Share,
+    contrib: Contribution,
+    extra_plans: list[BoundedPlan],
+    make_plan: Callable[..., BoundedPlan],
+    rounding: str,
+    what: str,
+) -> Compiled:
+    """The exponential mechanism over the points of the grid 2^exponent in ``bounds``; the
+    engine rounds each clamped value to the nearest point (half-way up) and counts them."""
+    low_f, high_f, lo, hi = grid_range(bounds, exponent)
     registry = OutputRegistry()
     value = registry.value(ValueSpec(agg.column, low_f, high_f, exponent))
     out = registry.output("rows")
@@ -465,35 +556,87 @@ def _compile_quantile(
     sensitivity = contrib.rows_l1
     candidates = hi - lo + 1
     loss = PureDP(epsilon)
-
-    def finish(ctx: Context) -> None:
-        per_group = ctx.extra[plan_index]
-        values = []
-        for group in ctx.groups:
-            bins = per_group.get(group, {})
-            counts = np.zeros(candidates, dtype=np.int64)
-            for b, outputs in bins.items():
-                counts[b - lo] = outputs[out]
-            below = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
-            n = int(counts.sum())
-            j = em_quantile_index([int(b) for b in below], n, agg.q, epsilon, sensitivity)
-            values.append(math.ldexp(float(lo + j), exponent))
-        ctx.columns[agg.name] = np.array(values, dtype=np.float64)
-        bound = rank_error_bound(candidates, epsilon, sensitivity, ctx.alpha)
-        ctx.accuracy[agg.name] = Accuracy(
-            "rank",
-            bound,
-            ctx.alpha,
-            "exponential",
-            loss,
-            None,
-            f"the released value's rank is within ±{bound:.3g} rows of q·n with probability "
-            f">= {1 - ctx.alpha:g}",
-        )
-
+    finish = _em_finisher(
+        agg,
+        plan_index,
+        out,
+        candidates,
+        lo,
+        lambda j: math.ldexp(float(lo + j), exponent),
+        epsilon,
+        sensitivity,
+        loss,
+        rounding,
+    )
     text = (
-        f"exponential mechanism over {candidates} grid points of [{low_f:g}, {high_f:g}] "
-        f"(step 2^{exponent}), ε={float(epsilon):.4g}, utility sensitivity {sensitivity}"
+        f"exponential mechanism over {candidates} {what} of [{low_f:g}, {high_f:g}] "
+        f"(step 2^{exponent}), ε={float(epsilon):.4g}, utility sensitivity {sensitivity}; "
+        "utility −dist(q·n, [rows below, rows at or below]) (ties count on either side)"
+    )
+    return finish, [loss], text
+
+
+def candidate_edges(values: tuple[Fraction, ...]) -> tuple[float, ...]:
+    """Bin edges that send every value to its nearest candidate (a value exactly half-way goes
+    to the larger one): −inf, the float64 midpoints of consecutive candidates, +inf."""
+    floats = [float(v) for v in values]
+    mids = [a / 2 + b / 2 for a, b in itertools.pairwise(floats)]
+    return (-math.inf, *mids, math.inf)
+
+
+def _compile_candidate_set(
+    agg: Quantile,
+    values: tuple[Fraction, ...],
+    share: Share,
+    contrib: Contribution,
+    extra_plans: list[BoundedPlan],
+    make_plan: Callable[..., BoundedPlan],
+) -> Compiled:
+    """The exponential mechanism over a declared public set of candidate values: the engine
+    counts the rows whose nearest candidate is each value (bins between the midpoints), so rows
+    tied at a candidate are counted exactly, with no grid rounding. Consecutive multiples of a
+    power of two (``range(0, 91)``) are the points of a grid: the engine rounds to it, which is
+    the same nearest-candidate rule without a CASE over the midpoints."""
+    exponent = dyadic_step(values)
+    if exponent is not None:
+        return _compile_grid(
+            agg,
+            (values[0], values[-1]),
+            exponent,
+            share,
+            contrib,
+            extra_plans,
+            make_plan,
+            "each value moved to its nearest candidate",
+            "declared candidate values (consecutive grid points)",
+        )
+    registry = OutputRegistry()
+    out = registry.output("rows")
+    plan_index = len(extra_plans) + 1
+    extra_plans.append(
+        make_plan(registry, BinSpec("edges", column=agg.column, edges=candidate_edges(values)))
+    )
+    epsilon = share.epsilon()
+    sensitivity = contrib.rows_l1
+    loss = PureDP(epsilon)
+    floats = [float(v) for v in values]
+    finish = _em_finisher(
+        agg,
+        plan_index,
+        out,
+        len(values),
+        0,
+        lambda j: floats[j],
+        epsilon,
+        sensitivity,
+        loss,
+        "each value moved to its nearest candidate",
+    )
+    text = (
+        f"exponential mechanism over the {len(values)} declared candidate values "
+        f"[{floats[0]:g} .. {floats[-1]:g}], each row counted at its nearest candidate, "
+        f"ε={float(epsilon):.4g}, utility sensitivity {sensitivity}; utility "
+        "−dist(q·n, [rows below, rows at or below]) (ties count on either side)"
     )
     return finish, [loss], text
 
@@ -506,7 +649,13 @@ def compile_quantile(agg: Quantile, ctx: FamilyContext) -> Compiled:
     fine = int((agg.bounds[1] - agg.bounds[0]) / Fraction(2) ** exponent) + 1
     epsilon = ctx.share.epsilon()
     chosen, reason = choose_method(
-        agg.method, agg.q, agg.n_range, epsilon, ctx.contrib.rows_l1, fine
+        agg.method,
+        agg.q,
+        agg.n_range,
+        epsilon,
+        ctx.contrib.rows_l1,
+        fine,
+        isinstance(agg.candidates, tuple),
     )
     if chosen == "exponential":
         finish, losses, text = _compile_quantile(
