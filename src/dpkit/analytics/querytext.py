@@ -38,7 +38,7 @@ from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError
 
-from dpkit.analytics.expr import Expr, col, lit
+from dpkit.analytics.expr import Expr, Structural, col, lit
 from dpkit.analytics.query import (
     Aggregation,
     count,
@@ -57,8 +57,8 @@ from dpkit.errors import UnsupportedQueryError
 __all__ = ["ParsedQuery", "parse_query", "quantile_name"]
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedQuery:
+@dataclass(frozen=True, slots=True, eq=False)
+class ParsedQuery(Structural):
     """A parsed query: aggregations, an optional filter and the group-by columns."""
 
     aggregations: tuple[Aggregation, ...]

@@ -14,9 +14,10 @@ never *what* it computes:
 * **Cached SQL.** Building a plan's SQL through sqlglot costs tens of milliseconds. The SQL text
   depends only on public information (the plan, the declared schema, the source's column
   names) and on the plan's contribution-bounding **salt**, which appears in it exactly as a
-  string literal. The text is built once per plan shape (the plan with its salt zeroed) with two
-  sentinel salts; if the two texts differ exactly at the salt's places, the text is cached as
-  the parts around the salt, and each later plan gets ``salt.join(parts)`` with **its own fresh
+  string literal. The text is built once per plan shape (the plan with its salt zeroed, keyed
+  by its canonical :func:`~dpkit.analytics.expr.structural_key`) with two sentinel salts; if
+  the two texts differ exactly at the salt's places, the text is cached as the parts around
+  the salt, and each later plan gets ``salt.join(parts)`` with **its own fresh
   salt** (the planner draws one per query; nothing here reuses a salt). Otherwise nothing is
   cached and the SQL is built as usual. No result and no noise is ever cached: the engine
   returns exact aggregates and the Session adds fresh noise after the ledger reserved the
@@ -52,6 +53,7 @@ from sqlglot import exp
 from dpkit.analytics.engines.base import BoundedPlan
 from dpkit.analytics.engines.duckdb_engine import DuckDBEngine
 from dpkit.analytics.engines.sql import ident
+from dpkit.analytics.expr import structural_key
 
 __all__ = ["WarmDuckDBEngine", "salt_free", "source_stamp"]
 
@@ -118,10 +120,10 @@ class WarmDuckDBEngine(DuckDBEngine):
         self._table: str | None = None
         self._stale: str | None = None
         self._stamp: tuple[Any, ...] | None = None
-        self._templates: collections.OrderedDict[tuple[int, BoundedPlan], list[str]] = (
+        self._templates: collections.OrderedDict[tuple[int, Any], list[str]] = (
             collections.OrderedDict()
         )
-        self._results: collections.OrderedDict[tuple[int, BoundedPlan], pa.Table] = (
+        self._results: collections.OrderedDict[tuple[int, Any], pa.Table] = (
             collections.OrderedDict()
         )
         self._refresh()
@@ -160,16 +162,24 @@ class WarmDuckDBEngine(DuckDBEngine):
 
     # -- cached SQL --
 
+    def _shape(self, plan: BoundedPlan) -> tuple[int, Any] | None:
+        """The cache key of ``plan``'s shape (the plan with its salt zeroed) in this generation
+        of the data: :func:`~dpkit.analytics.expr.structural_key`, a canonical value whose
+        ``==`` is an exact bool (a plan's own ``==`` would compare its expressions, and an
+        expression's ``==`` builds a predicate). None if the plan has no such key."""
+        try:
+            return (self._generation, structural_key(replace(plan, salt=0)))
+        except TypeError:
+            return None
+
     def sql(self, plan: BoundedPlan, candidates: exp.Expr | None = None) -> str:
         """The plan's SQL, from a per-shape template with the salt filled in. Plans with a
         heavy-unit candidate list (the engine's pre-count) are built as usual, uncached; this
         engine's :meth:`run` does not use the pre-count, so it bounds every unit exactly."""
         if candidates is not None:
             return super().sql(plan, candidates)
-        try:
-            key = (self._generation, replace(plan, salt=0))
-            hash(key)
-        except TypeError:  # an unhashable key value: build as usual
+        key = self._shape(plan)
+        if key is None:  # no structural key (an unusual key value): build as usual
             return super().sql(plan)
         with self._guard:
             parts = self._templates.get(key)
@@ -200,13 +210,9 @@ class WarmDuckDBEngine(DuckDBEngine):
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         self._refresh()
-        key: tuple[int, BoundedPlan] | None = None
+        key: tuple[int, Any] | None = None
         if self._table is not None and salt_free(plan):
-            try:
-                key = (self._generation, replace(plan, salt=0))
-                hash(key)
-            except TypeError:
-                key = None
+            key = self._shape(plan)
         if key is not None:
             with self._guard:
                 cached = self._results.get(key)
