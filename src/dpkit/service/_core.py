@@ -120,6 +120,11 @@ MAX_KEYS = 1_000
 """The most public group keys of a query (the product of the per-column lists)."""
 MAX_KEY_TEXT = 1_000
 """The longest text key value (characters)."""
+MAX_QUANTILE_KEYS = 100
+"""The most public keys of a query with a quantile or a median: each group's quantile is its
+own release, about 20 ms of CPU."""
+MAX_CELLS = 100_000
+"""The most cells (public keys times bins) of a query's histograms."""
 MAX_TOKEN_DAYS = 3650
 """The longest lifetime of a token (days)."""
 HEAVY_REQUEST = 1_000
@@ -631,6 +636,8 @@ class Service:
                     raise InvalidParameterError("keys", sorted(keys), f"values for {missing}")
                 _check_keys({k: keys[k] for k in parsed.group_by})
                 key_set = KeySet.from_dict({k: list(keys[k]) for k in parsed.group_by})
+            if key_set is not None:
+                _check_work(parsed.aggregations, len(key_set))
             return built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
         return built.agg(*parsed.aggregations)
 
@@ -828,6 +835,28 @@ def check_request_texts(name: str, value: Any, *, depth: int = 0) -> None:
 
 
 _TEXTS = "valid Unicode text without NUL characters or lone surrogates (such as JSON \\ud800)"
+
+
+def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:
+    """Bounds on the release work of a grouped query with ``keys`` public keys."""
+    from dpkit.analytics.query import Histogram, Quantile
+
+    if keys > MAX_QUANTILE_KEYS and any(isinstance(a, Quantile) for a in aggregations):
+        raise InvalidParameterError(
+            "keys",
+            f"{keys:,} key combinations",
+            f"at most {MAX_QUANTILE_KEYS} public keys for a query with a quantile or a median "
+            "(each group's quantile is a release of its own); split the keys over queries",
+        )
+    cells = builtins.sum(
+        keys * (len(a.edges) - 1) for a in aggregations if isinstance(a, Histogram)
+    )
+    if cells > MAX_CELLS:
+        raise InvalidParameterError(
+            "keys",
+            f"{cells:,} histogram cells",
+            f"at most {MAX_CELLS:,} cells (public keys times bins) in a query's histograms",
+        )
 
 
 def _check_keys(keys: Mapping[str, Sequence[Any]]) -> None:
