@@ -156,6 +156,21 @@ def _hostile_queries(dataset: str) -> dict[str, dict[str, object]]:
             "keys": {"dept": [f"k{i}" for i in range(1000)], "age": list(range(1000))},
             "loss": loss,
         },
+        "a median over 1,000 public keys": {
+            "dataset": dataset,
+            "sql": "SELECT dept, MEDIAN(age, 0, 100) GROUP BY dept",
+            "keys": {"dept": [f"k{i}" for i in range(1000)]},
+            "loss": loss,
+        },
+        "a histogram of 1,000 keys times 499 bins": {
+            "dataset": dataset,
+            "query": {
+                "aggregations": [{"op": "histogram", "column": "age", "edges": list(range(500))}],
+                "group_by": ["dept"],
+            },
+            "keys": {"dept": [f"k{i}" for i in range(1000)]},
+            "loss": loss,
+        },
         "5,000 histogram edges in the model": {
             "dataset": dataset,
             "query": {

@@ -744,7 +744,8 @@ class Service:
         heavy = _request_size(sql, model, keys) > HEAVY_REQUEST
         with self._heavy_lane if heavy else contextlib.nullcontext():
             built = self.build_query(record, sql, model, keys)
-            session.compile(built, loss=loss)  # the plans' SQL is cached by its shape
+            if heavy:  # plan it here (its SQL is cached by shape); evaluate() finds it ready
+                session.compile(built, loss=loss)
         _ServiceLedger.forget()
         try:
             if isinstance(session.engine, WarmDuckDBEngine):  # thread-safe: no lock
