@@ -419,6 +419,18 @@ def test_what_a_refused_request_records_is_bounded(http: httpx.Client, books: Bo
     assert record["outcome"] == "refused" and record["dataset"] == "bounded"
     assert len(json.dumps(record["detail"])) <= 9_000
     assert "truncated" in json.dumps(record["detail"])
+    # many texts, each under the per-text cut: the record keeps its head, length and SHA-256
+    wide = {
+        "dataset": "bounded",
+        "loss": {"epsilon": "1"},
+        "query": {"aggregations": [{"op": "nope", f"p{i}": "w" * 1900} for i in range(60)]},
+    }
+    before = books.snapshot("bounded", "bounded_a")
+    response = post_raw(http, QUERY, token, wide)
+    assert books.check(before, books.snapshot("bounded", "bounded_a"), response) == "refused"
+    record = http.get("/api/v1/audit?limit=1&action=query", headers=OFFICER_HEADERS).json()[0]
+    assert len(json.dumps(record["detail"])) <= 9_000
+    assert record["detail"]["truncated"] is True and len(record["detail"]["sha256"]) == 64
     # the log is read in pages of at most 1,000 records
     assert http.get("/api/v1/audit?limit=10000", headers=OFFICER_HEADERS).status_code == 422
     page = http.get("/api/v1/audit?limit=3", headers=OFFICER_HEADERS).json()
