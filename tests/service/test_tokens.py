@@ -158,14 +158,26 @@ def test_the_last_active_officer_token_cannot_be_revoked(
 def test_a_restart_issues_an_officer_token_when_none_is_active(
     fresh: tuple[str, Path, list[Server]],
 ) -> None:
-    """Every officer token expired (here: a server whose tokens live 3 s): recovery is a
-    restart, which prints a new officer token once; no SQL needed."""
-    server = _start(fresh, "--token-days", repr(3 / 86400))
+    """Every officer token revoked or expired: recovery is a restart, which prints a new
+    officer token once; no SQL needed."""
+    server = _start(fresh)
     with httpx.Client(base_url=server.url, timeout=60) as http:
-        assert http.get("/api/v1/me", headers=OFFICER_HEADERS).status_code == 200
-        time.sleep(3.2)
-        expired = http.get("/api/v1/me", headers=OFFICER_HEADERS)
+        brief = http.post(
+            "/api/v1/principals",
+            headers=OFFICER_HEADERS,
+            json={"name": "officer_brief", "role": "officer", "expires_in_days": 8 / 86400},
+        ).json()
+        (first,) = [
+            t["token_id"]
+            for t in http.get("/api/v1/tokens", headers=OFFICER_HEADERS).json()
+            if t["principal"] == "officer"
+        ]
+        # allowed: officer_brief's token is active (for a few seconds)
+        assert http.delete(f"/api/v1/tokens/{first}", headers=OFFICER_HEADERS).status_code == 204
+        time.sleep(max(0.0, brief["expires_at"] - time.time()) + 0.5)
+        expired = http.get("/api/v1/me", headers=_auth(brief["token"]))
         assert expired.status_code == 401 and "expired" in expired.json()["detail"]
+        assert http.get("/api/v1/me", headers=OFFICER_HEADERS).status_code == 401
     server.stop()
     again = _start(fresh)
     printed = re.findall(r"shown once: (\S+)", again.log.read_text())
@@ -174,6 +186,20 @@ def test_a_restart_issues_an_officer_token_when_none_is_active(
         me = http.get("/api/v1/me", headers=_auth(printed[-1]))
         assert me.status_code == 200 and me.json()["role"] == "officer"
         assert http.get("/api/v1/me", headers=OFFICER_HEADERS).status_code == 401
+        assert http.get("/api/v1/me", headers=_auth(brief["token"])).status_code == 401
+
+
+def test_the_default_lifetime_is_the_server_s(fresh: tuple[str, Path, list[Server]]) -> None:
+    server = _start(fresh, "--token-days", "2.5")
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        issued = http.post("/api/v1/principals", headers=OFFICER_HEADERS, json={"name": "x"})
+        assert issued.json()["expires_at"] - time.time() == pytest.approx(2.5 * 86400, abs=120)
+        bootstrap = [
+            t
+            for t in http.get("/api/v1/tokens", headers=OFFICER_HEADERS).json()
+            if t["principal"] == "officer"
+        ]
+        assert bootstrap[0]["expires_at"] - time.time() == pytest.approx(2.5 * 86400, abs=120)
 
 
 def test_dpkit_serve_prints_its_url_on_start(serve: Server) -> None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import concurrent.futures.process
+import contextlib
 import multiprocessing
 import os
 import secrets
@@ -98,6 +99,13 @@ def plan_size(plan: BoundedPlan) -> int:
     return size
 
 
+def _lower_priority() -> None:
+    """In the builder process: yield the CPU to the server's own threads (its event loop
+    answers every request) when both want it."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(10)
+
+
 def _build_texts(jobs: list[tuple[Any, ...]]) -> list[str]:
     """In the builder process: ``build_query(*args)`` as DuckDB SQL text, for each job."""
     return [build_query(*args).sql(dialect="duckdb", copy=False) for args in jobs]
@@ -109,6 +117,8 @@ class SqlBuilder:
     event loop then keeps answering (``/health`` included) while a large query is planned.
 
     The texts are exactly :class:`DuckDBEngine`'s (the same function on the same arguments).
+    The process runs at a lower priority (``nice`` 10), so that it yields the CPU to the
+    server's own threads.
     If the process cannot be used (it died, or cannot start), :meth:`build` returns None and
     the caller builds the text itself.
     """
@@ -123,7 +133,9 @@ class SqlBuilder:
         with self._lock:
             if self._pool is None and not self._closed:
                 context = multiprocessing.get_context("spawn")
-                self._pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=context)
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    1, mp_context=context, initializer=_lower_priority
+                )
                 self._pool.submit(_build_texts, []).result()
 
     def build(self, jobs: list[tuple[Any, ...]]) -> list[str] | None:
