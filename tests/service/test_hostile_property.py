@@ -231,4 +231,4 @@ def test_hostile_queries_follow_the_three_outcome_rule(serve: Server, tokens: li
 def test_hostile_queries_follow_the_three_outcome_rule_at_length(
     serve: Server, tokens: list[str]
 ) -> None:
-    _run(serve, tokens, examples=600)
+    _run(serve, tokens, examples=300)
