@@ -98,6 +98,9 @@ def test_structural_key_refuses_unknown_types() -> None:
         structural_key(object())
     assert structural_key(Fraction(1, 3)) != structural_key(1 / 3)
     assert structural_key(np.int64(3)) == structural_key(3)
+    day = np.datetime64("2024-03-01")
+    assert structural_key(day) == structural_key(np.datetime64("2024-03-01"))
+    assert structural_key(day) != structural_key(np.datetime64("2024-03-01T00:00"))
 
 
 def test_a_session_answers_the_same_where_query_many_times(tmp_path: Path) -> None:

@@ -336,6 +336,8 @@ def structural_key(obj: object) -> Any:
         return (type(obj).__name__, str(obj), repr(obj))
     if isinstance(obj, enum.Enum):
         return ("enum", type(obj).__qualname__, obj.name)
+    if isinstance(obj, np.datetime64 | np.timedelta64):
+        return (type(obj).__name__, str(obj.dtype), str(obj))
     if isinstance(obj, tuple | list):
         return (type(obj).__name__, *(structural_key(v) for v in obj))
     if isinstance(obj, frozenset | set):
