@@ -28,6 +28,21 @@ __all__ = [
 ]
 
 
+_SHOWN = 120
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, shortened to its first characters when long (a 4 MB string or a
+    10,000-digit number is named, not printed)."""
+    try:
+        text = repr(value)
+    except Exception:  # a value whose repr fails is named by its type
+        return f"<{type(value).__name__}>"
+    if len(text) <= _SHOWN:
+        return text
+    return f"{text[: _SHOWN - 40]}… ({len(text):,} characters)"
+
+
 class DPError(Exception):
     """Root of every error dpkit raises on purpose."""
 
@@ -46,7 +61,7 @@ class InvalidParameterError(DPError, ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        message = f"{parameter}={value!r} is not allowed: {parameter} must be {allowed}."
+        message = f"{parameter}={_shown(value)} is not allowed: {parameter} must be {allowed}."
         if hint:
             message += f" {hint}"
         super().__init__(message)

@@ -24,7 +24,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from dpkit._exact import Number, fraction_of, sensitivity_of
-from dpkit.analytics.expr import Col, Expr, col, lit
+from dpkit.analytics.expr import Col, Expr, Structural, col, lit
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 __all__ = [
@@ -882,8 +882,8 @@ class Source:
         return "source"
 
 
-@dataclass(frozen=True, slots=True)
-class Filter:
+@dataclass(frozen=True, slots=True, eq=False)
+class Filter(Structural):
     """Keep the rows where ``predicate`` is TRUE."""
 
     child: PlanNode
@@ -893,8 +893,8 @@ class Filter:
         return f"{self.child.render()}.filter({self.predicate.render()})"
 
 
-@dataclass(frozen=True, slots=True)
-class WithColumn:
+@dataclass(frozen=True, slots=True, eq=False)
+class WithColumn(Structural):
     """Add (or replace) a derived column."""
 
     child: PlanNode
@@ -905,8 +905,8 @@ class WithColumn:
         return f"{self.child.render()}.with_column({self.name!r}, {self.expr.render()})"
 
 
-@dataclass(frozen=True, slots=True)
-class Select:
+@dataclass(frozen=True, slots=True, eq=False)
+class Select(Structural):
     """Keep only these columns (the privacy unit column is always kept)."""
 
     child: PlanNode
@@ -916,8 +916,8 @@ class Select:
         return f"{self.child.render()}.select({', '.join(repr(c) for c in self.columns)})"
 
 
-@dataclass(frozen=True, slots=True)
-class Aggregate:
+@dataclass(frozen=True, slots=True, eq=False)
+class Aggregate(Structural):
     """Group by ``keys`` (public ``key_set`` or private keys) and compute ``aggregations``."""
 
     child: PlanNode
@@ -1004,8 +1004,8 @@ def _normalise_keys(columns: tuple[str, ...], keys: object) -> KeySet | None:
     return KeySet.from_tuples(columns, values)
 
 
-@dataclass(frozen=True, slots=True)
-class Query:
+@dataclass(frozen=True, slots=True, eq=False)
+class Query(Structural):
     """An immutable query over the session's table; every method returns a new query."""
 
     plan: PlanNode = field(default_factory=Source)
@@ -1095,8 +1095,8 @@ class Query:
         return f"Query({self.render()})"
 
 
-@dataclass(frozen=True, slots=True)
-class GroupedQuery:
+@dataclass(frozen=True, slots=True, eq=False)
+class GroupedQuery(Structural):
     """A query grouped by some columns, waiting for :meth:`agg`."""
 
     plan: PlanNode

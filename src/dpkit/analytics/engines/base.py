@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit.analytics.engines._columns import RESERVED_PREFIX
-from dpkit.analytics.expr import ColumnKind, Expr
+from dpkit.analytics.expr import ColumnKind, Expr, Structural
 from dpkit.analytics.query import KeySet
 
 __all__ = [
@@ -104,8 +104,8 @@ class Output:
     value: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+@dataclass(frozen=True, slots=True, eq=False)
+class Step(Structural):
     """A relational step before aggregation: ``filter`` (``expr`` is a predicate),
     ``derive`` (add/replace column ``name``) or ``select`` (keep ``columns``)."""
 
@@ -115,8 +115,8 @@ class Step:
     columns: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class BoundedPlan:
+@dataclass(frozen=True, slots=True, eq=False)
+class BoundedPlan(Structural):
     """The exact part of a compiled query (see the module docstring for its semantics)."""
 
     steps: tuple[Step, ...]
