@@ -10,6 +10,7 @@ Quantities that bound what the *data* can do (sensitivities, bounds) are instead
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any, TypeAlias
@@ -21,6 +22,8 @@ from dpkit.errors import InvalidParameterError
 Number: TypeAlias = int | float | Fraction | Decimal | str | np.integer[Any] | np.floating[Any]
 
 __all__ = [
+    "MAX_DECIMAL_EXPONENT",
+    "MAX_NUMBER_TEXT",
     "Number",
     "check_alpha",
     "check_delta",
@@ -37,14 +40,59 @@ __all__ = [
 ]
 
 
+MAX_NUMBER_TEXT = 100
+"""The longest number :func:`fraction_of` reads from text (characters, spaces included)."""
+
+MAX_DECIMAL_EXPONENT = 400
+"""The largest decimal exponent :func:`fraction_of` reads: numbers written as text or
+:class:`~decimal.Decimal` lie within 1e-400 .. 1e400 in magnitude (every float does), and
+integers within ±1e400. Reading ``"1e-8000000"`` exactly would compute a power of ten with
+eight million digits (minutes of CPU); no privacy parameter needs more than a few hundred."""
+
+_TEN_TO_MAX = 10**MAX_DECIMAL_EXPONENT
+# the exponent of a decimal text, as Fraction reads it ("1.5e-3", "2E+7", "1_0e1_0")
+_EXPONENT = re.compile(r"[eE]([-+]?[0-9_]*)")
+_NUMBER_ALLOWED = (
+    "a number such as 0.5, '1/3' or '1e-6' "
+    f"(text of at most {MAX_NUMBER_TEXT} characters, exponent within ±{MAX_DECIMAL_EXPONENT})"
+)
+
+
+def _bounded_text(name: str, value: str) -> str:
+    """``value`` stripped, if it is short enough and its exponent small enough to read exactly
+    in microseconds; checked before any arithmetic."""
+    if len(value) > MAX_NUMBER_TEXT:
+        raise InvalidParameterError(name, value, _NUMBER_ALLOWED)
+    text = value.strip()
+    found = _EXPONENT.search(text)
+    if found is not None:
+        digits = found.group(1).replace("_", "").lstrip("+-")
+        if not digits.isdigit() or int(digits) > MAX_DECIMAL_EXPONENT:
+            raise InvalidParameterError(name, value, _NUMBER_ALLOWED)
+    return text
+
+
 def fraction_of(name: str, value: Number) -> Fraction:
-    """Read ``value`` as an exact fraction (floats by their shortest decimal), or raise."""
+    """Read ``value`` as an exact fraction (floats by their shortest decimal), or raise.
+
+    Bounded before any arithmetic, so that reading a number never costs more than
+    microseconds: text is at most :data:`MAX_NUMBER_TEXT` characters with a decimal exponent
+    within ±:data:`MAX_DECIMAL_EXPONENT`; a :class:`~decimal.Decimal` has at most
+    :data:`MAX_NUMBER_TEXT` digits and an exponent in that range; an integer is at most
+    10^:data:`MAX_DECIMAL_EXPONENT` in magnitude. (A :class:`~fractions.Fraction` is taken as
+    it is.)
+    """
     if isinstance(value, bool):
         raise InvalidParameterError(name, value, "a number, not a bool")
     if isinstance(value, Fraction):
         return value
     if isinstance(value, int | np.integer):
-        return Fraction(int(value))
+        exact = int(value)
+        if abs(exact) > _TEN_TO_MAX:
+            raise InvalidParameterError(
+                name, value, f"a number of magnitude at most 1e{MAX_DECIMAL_EXPONENT}"
+            )
+        return Fraction(exact)
     if isinstance(value, float | np.floating):
         if not math.isfinite(float(value)):
             raise InvalidParameterError(name, value, "a finite number")
@@ -52,14 +100,16 @@ def fraction_of(name: str, value: Number) -> Fraction:
     if isinstance(value, Decimal):
         if not value.is_finite():
             raise InvalidParameterError(name, value, "a finite number")
+        digits = value.as_tuple().digits
+        if len(digits) > MAX_NUMBER_TEXT or abs(value.adjusted()) > MAX_DECIMAL_EXPONENT:
+            raise InvalidParameterError(name, value, _NUMBER_ALLOWED)
         return Fraction(value)
     if isinstance(value, str):
+        text = _bounded_text(name, value)
         try:
-            return Fraction(value.strip())
+            return Fraction(text)
         except (ValueError, ZeroDivisionError):
-            raise InvalidParameterError(
-                name, value, "a number such as 0.5, '1/3' or '1e-6'"
-            ) from None
+            raise InvalidParameterError(name, value, _NUMBER_ALLOWED) from None
     raise InvalidParameterError(name, value, "a number (int, float, Fraction, Decimal or str)")
 
 

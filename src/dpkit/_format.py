@@ -74,7 +74,10 @@ def shown(value: Any) -> str:
         if isinstance(value, list):
             return f"[{inner}]"
         return f"({inner},)" if len(value) == 1 else f"({inner})"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a value whose repr fails is named by its type
+        return f"<{type(value).__name__}>"
     if len(text) > _LONG_TEXT:
         return f"{text[: _LONG_TEXT - 20]}… ({len(text):,} characters)"
     return text

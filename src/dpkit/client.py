@@ -18,18 +18,26 @@ from typing import Any
 
 import httpx
 
-from dpkit.errors import DPError
+from dpkit.errors import DPError, InvalidParameterError
 
 __all__ = ["Answer", "Client", "ServiceError"]
 
 
 class ServiceError(DPError):
-    """The service refused a request (or could not be reached)."""
+    """The service refused a request (or could not be reached: status 0, kind
+    ``"unreachable"``).
 
-    def __init__(self, status: int, kind: str, detail: str) -> None:
+    ``info`` holds the error's other fields, e.g. for ``failed_after_reservation`` (a query that
+    failed after its loss was reserved: HTTP 424, the charge stays) ``charged`` and
+    ``reservation_id``."""
+
+    def __init__(
+        self, status: int, kind: str, detail: str, info: dict[str, Any] | None = None
+    ) -> None:
         self.status = status
         self.kind = kind
         self.detail = detail
+        self.info = dict(info or {})
         super().__init__(f"{status} {kind}: {detail}")
 
 
@@ -86,6 +94,21 @@ class Client:
         timeout: float = 60.0,
         http: httpx.Client | None = None,
     ) -> None:
+        if not isinstance(token, str) or not token.strip():
+            raise InvalidParameterError(
+                "token",
+                token if not isinstance(token, str) else "",
+                "the non-empty bearer token a privacy officer issued",
+                "Pass token=... (the CLI reads $DPKIT_TOKEN).",
+            )
+        if token != token.strip() or any(not c.isprintable() or c.isspace() for c in token):
+            # named, never printed: a token is a secret
+            raise InvalidParameterError(
+                "token",
+                "(the given token)",
+                "one word of printable characters, without spaces or line breaks",
+                "Check that the token was copied whole, without quotes or a newline.",
+            )
         self._auth = {"Authorization": f"Bearer {token}"}
         self._http = http or httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
 
@@ -104,12 +127,14 @@ class Client:
         except httpx.HTTPError as exc:
             raise ServiceError(0, "unreachable", f"{type(exc).__name__}: {exc}") from exc
         if response.status_code >= 400:
+            info: dict[str, Any] = {}
             try:
                 body = response.json()
                 kind, detail = str(body.get("error", "error")), str(body.get("detail", ""))
-            except ValueError:
+                info = {k: v for k, v in body.items() if k not in ("error", "detail")}
+            except (ValueError, AttributeError):
                 kind, detail = "error", response.text[:500]
-            raise ServiceError(response.status_code, kind, detail)
+            raise ServiceError(response.status_code, kind, detail, info)
         return None if response.status_code == 204 else response.json()
 
     # -- everyone --
@@ -200,11 +225,21 @@ class Client:
         )
         return result
 
-    def add_analyst(self, name: str, role: str = "analyst") -> dict[str, Any]:
-        """Create a principal; returns ``{token_id, principal, token}`` (the token shown once)."""
-        result: dict[str, Any] = self._call(
-            "POST", "/principals", json={"name": name, "role": role}
-        )
+    def add_analyst(
+        self, name: str, role: str = "analyst", *, expires_in_days: float | None = None
+    ) -> dict[str, Any]:
+        """Create a principal; returns ``{token_id, principal, token, expires_at}`` (the token
+        shown once; it expires after ``expires_in_days``, by default the server's lifetime)."""
+        body: dict[str, Any] = {"name": name, "role": role}
+        if expires_in_days is not None:
+            body["expires_in_days"] = expires_in_days
+        result: dict[str, Any] = self._call("POST", "/principals", json=body)
+        return result
+
+    def issue_token(self, name: str, *, expires_in_days: float | None = None) -> dict[str, Any]:
+        """Another token for ``name``: ``{token_id, principal, token, expires_at}``."""
+        body = {} if expires_in_days is None else {"expires_in_days": expires_in_days}
+        result: dict[str, Any] = self._call("POST", f"/principals/{name}/tokens", json=body)
         return result
 
     def set_allowance(
@@ -227,6 +262,11 @@ class Client:
     def revoke_token(self, token_id: str) -> None:
         self._call("DELETE", f"/tokens/{token_id}")
 
-    def audit(self, limit: int = 200) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._call("GET", "/audit", params={"limit": limit})
+    def audit(self, limit: int = 200, *, before: int | None = None) -> list[dict[str, Any]]:
+        """Audit records, newest first (``limit`` ≤ 1,000; ``before``: only ids below it, to
+        page back)."""
+        params: dict[str, Any] = {"limit": limit}
+        if before is not None:
+            params["before"] = before
+        result: list[dict[str, Any]] = self._call("GET", "/audit", params=params)
         return result

@@ -279,3 +279,75 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadSe
     server = start_thread_server(f"sqlite:///{root}/service.db", root / "data")
     yield server
     server.stop()
+
+
+# --- `dpkit serve` itself, as an operator runs it -----------------------------------------------
+
+
+def start_serve(
+    database: str,
+    data_root: Path,
+    log: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> Server:
+    """``python -m dpkit.cli serve`` (the ``dpkit serve`` command) in its own process group,
+    with the officer token :data:`OFFICER`, running dpkit from this checkout's ``src`` (or from
+    ``$DPKIT_TEST_SERVE_SRC``, e.g. an older checkout, to see a test fail on its code)."""
+    port = free_port()
+    environ = dict(os.environ)
+    code = os.environ.get("DPKIT_TEST_SERVE_SRC") or str(
+        Path(__file__).resolve().parents[2] / "src"
+    )
+    environ["PYTHONPATH"] = code + os.pathsep + environ.get("PYTHONPATH", "")
+    environ["DPKIT_BOOTSTRAP_TOKEN"] = OFFICER
+    environ.update(env or {})
+    handle = open(log, "ab")  # noqa: SIM115 - owned by the server's lifetime
+    command = [sys.executable, "-m", "dpkit.cli", "serve", "--database", database]
+    command += ["--data-root", str(data_root), "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, *args],
+        env=environ,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    server = Server(f"http://127.0.0.1:{port}", process, database, log)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"dpkit serve exited: {log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{server.url}/api/v1/health", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError(f"dpkit serve did not start: {log.read_text()[-3000:]}")
+
+
+def database_url(kind: str, root: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh ledger database: a SQLite file under ``root``, or a new schema on the session's
+    PostgreSQL server."""
+    if kind == "postgres":
+        import secrets
+
+        base = str(request.getfixturevalue("postgres_server_url"))
+        sep = "&" if "?" in base else "?"
+        return f"{base}{sep}schema=t{secrets.token_hex(8)}"
+    return f"sqlite:///{root}/service.db"
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def serve(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """One ``dpkit serve`` per module and ledger store (SQLite, then PostgreSQL); tests
+    register datasets and analysts of their own names."""
+    root = tmp_path_factory.mktemp(f"serve-{request.param}")
+    write_people(root / "data")
+    server = start_serve(
+        database_url(request.param, root, request), root / "data", root / "server.log"
+    )
+    yield server
+    server.stop()

@@ -46,3 +46,39 @@ def test_client_workflow(api: Api) -> None:
         ana.me()
     assert revoked.value.status == 401
     assert any(a["action"] == "query" for a in officer.audit())
+
+
+@pytest.mark.parametrize("token", ["", "   ", "two words", "line\nbreak"])
+def test_a_missing_or_malformed_token_is_named_not_called_unreachable(token: str) -> None:
+    """Issue 21: an empty token made httpx refuse the header, and the client reported the
+    server as unreachable."""
+    from dpkit.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError) as caught:
+        Client("http://127.0.0.1:9", token)
+    message = str(caught.value)
+    assert "token" in message and "unreachable" not in message
+    if token.strip():
+        assert token not in message  # a token is a secret: named, never printed
+
+
+def test_a_failed_after_reservation_error_keeps_its_fields(api: Api) -> None:
+    """The 424 body's charge and reservation reach the caller (ServiceError.info)."""
+    import httpx
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            424,
+            json={
+                "error": "failed_after_reservation",
+                "detail": "the query failed after its loss was reserved; the charge stays",
+                "charged": {"kind": "pure", "epsilon": 0.1},
+                "reservation_id": 7,
+            },
+        )
+
+    http = httpx.Client(base_url="http://service", transport=httpx.MockTransport(reply))
+    with pytest.raises(ServiceError) as caught:
+        Client("http://service", "t0ken", http=http).query("people", "SELECT COUNT(*)", epsilon=1)
+    assert caught.value.status == 424 and caught.value.kind == "failed_after_reservation"
+    assert caught.value.info == {"charged": {"kind": "pure", "epsilon": 0.1}, "reservation_id": 7}

@@ -28,7 +28,14 @@ from dpkit.core.losses import PureDP
 from dpkit.errors import BudgetExceededError
 from dpkit.service import Service, ServiceConfig
 from dpkit.service._core import loss_from_parts
-from dpkit.service._engine import _SENTINELS, WarmDuckDBEngine, salt_free
+from dpkit.service._engine import (
+    _SENTINELS,
+    LARGE_PLAN,
+    SqlBuilder,
+    WarmDuckDBEngine,
+    plan_size,
+    salt_free,
+)
 
 SCHEMA = {"age": "numeric"}
 
@@ -93,6 +100,42 @@ def test_same_sql_and_results_as_the_plain_engine_for_every_salt(
             # the cached text is the text the base engine builds over the same (warm) source
             assert warm.sql(salted) == DuckDBEngine.sql(warm, salted)
             assert _sorted(warm.run(salted)) == _sorted(plain.run(salted)), (name, salt)
+
+
+def _fresh(name: str) -> Query:
+    """The query ``name`` built again from scratch: equal to QUERIES[name], but with new
+    expression objects (as every request to the service builds them)."""
+    where = col("age") >= 10
+    rebuilt = {
+        "count+units": Query().filter(where).agg(count(), count_distinct_units()),
+        "sentinel literal": Query()
+        .filter(col("age") != _SENTINELS[0])
+        .agg(dp_sum("age", (0, 100))),
+        "where grouped": Query()
+        .filter((col("age") >= 10) & col("dept").is_in(["a", "b"]))
+        .group_by("dept", keys=KeySet.from_dict({"dept": ["a", "b"]}))
+        .agg(count(), mean("age", (0, 100))),
+    }
+    return rebuilt.get(name, QUERIES.get(name, Query()))
+
+
+@pytest.mark.parametrize("name", ["count+units", "sentinel literal", "where grouped"])
+def test_a_query_shape_with_a_where_is_answered_again_from_new_objects(
+    name: str, engines: tuple[WarmDuckDBEngine, DuckDBEngine, Session]
+) -> None:
+    """Issue 21: the SQL templates and exact results were keyed by plans whose ``==`` compared
+    expressions, so the second query of a WHERE shape failed (after its reservation) with "an
+    expression has no truth value"."""
+    warm, plain, session = engines
+    shapes = []
+    for _ in range(3):
+        for plan in session.compile(_fresh(name), epsilon=1).plans:
+            assert warm.sql(plan) == DuckDBEngine.sql(warm, plan)
+            assert _sorted(warm.run(plan)) == _sorted(plain.run(plan))
+        session.evaluate(_fresh(name), epsilon="0.01")
+        shapes.append(len(warm._templates))
+    # each shape was cached once and found again (none for the sentinel literal)
+    assert shapes[0] == shapes[-1] == (0 if name == "sentinel literal" else shapes[0] or 1)
 
 
 def test_salt_free_plans_are_exactly_the_ones_whose_results_ignore_the_salt(
@@ -272,3 +315,45 @@ def test_registered_datasets_are_loaded_before_the_first_query(tmp_path: Path) -
     other = _service(tmp_path / "p", engine="pandas")
     assert other.prewarm() is None  # the pandas engine opens per analyst, on first query
     other.close()
+
+
+def test_large_plans_are_built_in_the_builder_process_with_the_same_text(csv: Path) -> None:
+    """The SQL of a large plan (a long WHERE, many keys or bins) is built in another process,
+    by the same function on the same arguments: the texts are identical, and so are results."""
+    builder = SqlBuilder()
+    warm = WarmDuckDBEngine(csv, schema=SCHEMA, builder=builder)
+    plain = DuckDBEngine(str(csv), schema=SCHEMA)
+    session = Session(str(csv), "person", PureDP(100), engine=warm, max_rows=2)
+    where = col("age") > 0
+    for i in range(1, 40):
+        where = where & (col("age") != i)
+    queries = [
+        Query().filter(where).agg(count(), mean("age", (0, 100))),
+        Query().agg(histogram("age", list(range(0, 91, 1)))),
+        Query()
+        .group_by("dept", keys=KeySet.from_dict({"dept": [f"k{i}" for i in range(80)] + ["a"]}))
+        .agg(count()),
+    ]
+    built: list[int] = []
+    original = builder.build
+    builder.build = lambda jobs: (built.append(len(jobs)), original(jobs))[1]  # type: ignore[method-assign]
+    try:
+        for query in queries:
+            plans = session.compile(query, epsilon=1).plans
+            assert max(plan_size(plan) for plan in plans) > LARGE_PLAN
+            for plan in plans:
+                for salt in (3, 2**62 - 5):
+                    salted = replace(plan, salt=salt)
+                    assert warm.sql(salted) == DuckDBEngine.sql(warm, salted)
+                    assert _sorted(warm.run(salted)) == _sorted(plain.run(salted))
+        # each large shape's two sentinel texts, in one call, once
+        assert len(built) == len(queries) and all(n == 2 for n in built)
+        small = session.compile(QUERIES["count"], epsilon=1).plans[0]
+        assert plan_size(small) <= LARGE_PLAN
+        calls = len(built)
+        warm.sql(small)
+        assert len(built) == calls  # small plans are built here
+    finally:
+        warm.close()
+        plain.close()
+        builder.close()

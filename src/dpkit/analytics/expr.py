@@ -21,13 +21,19 @@ into SQL text: the SQL engines turn these trees into sqlglot trees, which quote 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import decimal
+import enum
+import fractions
 import math
 import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
+
+import numpy as np
 
 from dpkit._format import number
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
@@ -41,6 +47,7 @@ __all__ = [
     "Expr",
     "IsIn",
     "Lit",
+    "Structural",
     "Unary",
     "UnaryOp",
     "check_expression",
@@ -51,6 +58,7 @@ __all__ = [
     "lit",
     "numeric_columns",
     "reads_as_number",
+    "structural_key",
     "text_number_orderings",
 ]
 
@@ -192,7 +200,13 @@ class Expr:
         return Unary("upper", self)
 
     def key(self) -> tuple[Any, ...]:
-        """A structural key: two trees are the same exactly when their keys are equal."""
+        """A structural key: two trees are the same exactly when their keys are equal.
+
+        Keys are nested tuples of strings, ints and bools (literal values tagged with their
+        type, floats by their exact hex form), so comparing two keys is an exact ``bool``:
+        ``lit(1)``, ``lit(1.0)`` and ``lit(True)`` are different trees, and so are ``lit(0.0)``
+        and ``lit(-0.0)``.
+        """
         raise NotImplementedError
 
     def same_as(self, other: Expr) -> bool:
@@ -234,7 +248,7 @@ class Lit(Expr):
         _check_literal(self.value)
 
     def key(self) -> tuple[Any, ...]:
-        return ("lit", type(self.value).__name__, self.value)
+        return ("lit", *_literal_key(self.value))
 
     def render(self) -> str:
         value = self.value
@@ -287,11 +301,94 @@ class IsIn(Expr):
     values: tuple[LiteralValue, ...]
 
     def key(self) -> tuple[Any, ...]:
-        return ("in", self.operand.key(), tuple((type(v).__name__, v) for v in self.values))
+        return ("in", self.operand.key(), tuple(_literal_key(v) for v in self.values))
 
     def render(self) -> str:
         values = ", ".join(Lit(v).render() for v in self.values)
         return f"{self.operand.render()}.is_in([{values}])"
+
+
+def _literal_key(value: LiteralValue) -> tuple[str, Any]:
+    """A literal as an exact, typed, hashable pair (floats by their hex form)."""
+    if isinstance(value, float):
+        return ("float", value.hex())
+    if isinstance(value, _dt.datetime):
+        return ("datetime", value.isoformat())
+    return (type(value).__name__, value)
+
+
+def structural_key(obj: object) -> Any:
+    """A canonical, hashable value describing ``obj`` exactly, whose ``==`` is a real ``bool``.
+
+    Expressions, plans, queries and the dataclasses that hold them compare with ``==`` the
+    way their fields do, but an expression's ``==`` *builds* a predicate; so a dict, a set, an
+    ``lru_cache`` or an ``in`` test keyed by an expression-bearing object would ask a predicate
+    for its truth value. Use this key instead (or inherit :class:`Structural`).
+
+    The key is a nested tuple of strings, ints and bools: every value tagged with its type
+    (``1``, ``1.0`` and ``True`` differ; floats by their exact hex form, so ``0.0`` and ``-0.0``
+    differ), dataclasses by their qualified class name and compared fields, mappings and sets
+    order-independently. An object of any other type raises :class:`TypeError` (a caller that
+    caches should then not cache).
+    """
+    if obj is None:
+        return None
+    if isinstance(obj, Expr):
+        return ("expr", obj.key())
+    if isinstance(obj, bool | np.bool_):
+        return ("bool", bool(obj))
+    if isinstance(obj, int | np.integer):
+        return ("int", int(obj))
+    if isinstance(obj, float | np.floating):
+        return ("float", float(obj).hex())
+    if isinstance(obj, str):
+        return ("str", obj)
+    if isinstance(obj, bytes):
+        return ("bytes", obj)
+    if isinstance(obj, fractions.Fraction):
+        return ("fraction", obj.numerator, obj.denominator)
+    if isinstance(obj, decimal.Decimal):
+        return ("decimal", str(obj))
+    if isinstance(obj, _dt.datetime | _dt.date | _dt.time | _dt.timedelta):
+        return (type(obj).__name__, str(obj), repr(obj))
+    if isinstance(obj, enum.Enum):
+        return ("enum", type(obj).__qualname__, obj.name)
+    if isinstance(obj, np.datetime64 | np.timedelta64):
+        return (type(obj).__name__, str(obj.dtype), str(obj))
+    if isinstance(obj, tuple | list):
+        return (type(obj).__name__, *(structural_key(v) for v in obj))
+    if isinstance(obj, frozenset | set):
+        return ("set", frozenset(structural_key(v) for v in obj))
+    if isinstance(obj, Mapping):
+        return ("map", frozenset((structural_key(k), structural_key(v)) for k, v in obj.items()))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        cls = type(obj)
+        return (
+            f"{cls.__module__}.{cls.__qualname__}",
+            *(
+                (f.name, structural_key(getattr(obj, f.name)))
+                for f in dataclasses.fields(obj)
+                if f.compare
+            ),
+        )
+    raise TypeError(f"no structural key for a {type(obj).__name__}")
+
+
+class Structural:
+    """A mixin for (frozen, ``eq=False``) dataclasses that hold expressions: ``==`` and
+    ``hash`` by :func:`structural_key`, so that they are real booleans and such objects work
+    as dict keys, in sets and with ``in`` (a generated dataclass ``==`` would compare the
+    expressions with ``==``, which builds a predicate that has no truth value)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return bool(structural_key(self) == structural_key(other))
+
+    def __hash__(self) -> int:
+        return hash(structural_key(self))
 
 
 def col(name: str) -> Col:

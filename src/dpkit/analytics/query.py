@@ -24,7 +24,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from dpkit._exact import Number, fraction_of, sensitivity_of
-from dpkit.analytics.expr import Col, Expr, check_unicode, col, lit
+from dpkit.analytics.expr import Col, Expr, Structural, check_unicode, col, lit
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 __all__ = [
@@ -885,52 +885,30 @@ class Source:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Filter:
-    """Keep the rows where ``predicate`` is TRUE. Compares structurally (``==`` on an
-    expression builds a predicate; see :class:`~dpkit.analytics.engines.base.Step`)."""
+class Filter(Structural):
+    """Keep the rows where ``predicate`` is TRUE."""
 
     child: PlanNode
     predicate: Expr
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Filter)
-            and self.predicate.same_as(other.predicate)
-            and self.child == other.child
-        )
-
-    def __hash__(self) -> int:
-        return hash(("filter", self.child, self.predicate.key()))
 
     def render(self) -> str:
         return f"{self.child.render()}.filter({self.predicate.render()})"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class WithColumn:
-    """Add (or replace) a derived column. Compares structurally, like :class:`Filter`."""
+class WithColumn(Structural):
+    """Add (or replace) a derived column."""
 
     child: PlanNode
     name: str
     expr: Expr
 
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, WithColumn)
-            and self.name == other.name
-            and self.expr.same_as(other.expr)
-            and self.child == other.child
-        )
-
-    def __hash__(self) -> int:
-        return hash(("with_column", self.child, self.name, self.expr.key()))
-
     def render(self) -> str:
         return f"{self.child.render()}.with_column({self.name!r}, {self.expr.render()})"
 
 
-@dataclass(frozen=True, slots=True)
-class Select:
+@dataclass(frozen=True, slots=True, eq=False)
+class Select(Structural):
     """Keep only these columns (the privacy unit column is always kept)."""
 
     child: PlanNode
@@ -940,8 +918,8 @@ class Select:
         return f"{self.child.render()}.select({', '.join(repr(c) for c in self.columns)})"
 
 
-@dataclass(frozen=True, slots=True)
-class Aggregate:
+@dataclass(frozen=True, slots=True, eq=False)
+class Aggregate(Structural):
     """Group by ``keys`` (public ``key_set`` or private keys) and compute ``aggregations``."""
 
     child: PlanNode
@@ -1028,8 +1006,8 @@ def _normalise_keys(columns: tuple[str, ...], keys: object) -> KeySet | None:
     return KeySet.from_tuples(columns, values)
 
 
-@dataclass(frozen=True, slots=True)
-class Query:
+@dataclass(frozen=True, slots=True, eq=False)
+class Query(Structural):
     """An immutable query over the session's table; every method returns a new query."""
 
     plan: PlanNode = field(default_factory=Source)
@@ -1119,8 +1097,8 @@ class Query:
         return f"Query({self.render()})"
 
 
-@dataclass(frozen=True, slots=True)
-class GroupedQuery:
+@dataclass(frozen=True, slots=True, eq=False)
+class GroupedQuery(Structural):
     """A query grouped by some columns, waiting for :meth:`agg`."""
 
     plan: PlanNode

@@ -26,6 +26,17 @@
 Only these nodes are accepted; anything else (joins, subqueries, functions, ``;``-separated
 statements) is refused with an :class:`~dpkit.errors.UnsupportedQueryError` naming it. The text
 is parsed into dpkit's own expression tree, never passed to a database.
+
+Sizes are bounded before and while parsing, so that no text can exhaust the parser's recursion
+or cost seconds of CPU (each refusal names the limit): at most :data:`MAX_QUERY_TEXT`
+characters; parentheses nested at most :data:`MAX_NESTING` deep and at most
+:data:`MAX_PREFIX_RUN` prefix operators (``NOT``, ``-``) in a row; a ``WHERE`` expression at most
+:data:`MAX_EXPRESSION_DEPTH` deep (chains of ``AND`` and of ``OR`` are balanced first, so a
+long chain is never deep) and of at most :data:`MAX_WHERE_NODES` nodes (about 150
+conditions); at most :data:`MAX_LIST` values in an
+``IN`` list or histogram edges; at most :data:`MAX_AGGREGATIONS` aggregates and
+:data:`MAX_GROUP_BY` ``GROUP BY`` columns; numbers of at most :data:`MAX_NUMBER_LITERAL`
+characters.
 """
 
 from __future__ import annotations
@@ -34,11 +45,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlglot
-from sqlglot import exp
+from sqlglot import TokenType, exp
 from sqlglot.dialects.duckdb import DuckDB
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 
-from dpkit.analytics.expr import Expr, col, lit
+from dpkit.analytics.expr import Binary, Expr, IsIn, Structural, Unary, col, lit
 from dpkit.analytics.query import (
     Aggregation,
     count,
@@ -54,11 +65,53 @@ from dpkit.analytics.query import (
 )
 from dpkit.errors import UnsupportedQueryError
 
-__all__ = ["ParsedQuery", "parse_query", "quantile_name"]
+__all__ = [
+    "MAX_AGGREGATIONS",
+    "MAX_EXPRESSION_DEPTH",
+    "MAX_GROUP_BY",
+    "MAX_LIST",
+    "MAX_NESTING",
+    "MAX_NUMBER_LITERAL",
+    "MAX_PREFIX_RUN",
+    "MAX_QUERY_TEXT",
+    "MAX_WHERE_NODES",
+    "ParsedQuery",
+    "check_nesting",
+    "parse_query",
+    "quantile_name",
+]
+
+MAX_QUERY_TEXT = 100_000
+"""The longest query text (characters)."""
+MAX_NESTING = 20
+"""The deepest nesting of parentheses (sqlglot's parser recursed past Python's limit at 43)."""
+MAX_PREFIX_RUN = 16
+"""The most prefix operators (``NOT``, ``-``, ``+``, ``~``) in a row."""
+MAX_EXPRESSION_DEPTH = 64
+"""The deepest ``WHERE`` expression, after chains of ``AND`` / ``OR`` are balanced."""
+MAX_LIST = 500
+"""The most values in an ``IN`` list, and the most histogram edges."""
+MAX_WHERE_NODES = 600
+"""The most nodes of a ``WHERE`` expression (a comparison ``age > 3`` is 3: the operator, the
+column and the literal; an ``AND`` 1; an ``IN`` list 2 plus its values): about 150
+conditions. Building a plan's SQL costs milliseconds per node, so this bounds the CPU one query
+takes before anything is charged."""
+MAX_AGGREGATIONS = 100
+"""The most aggregates in one query."""
+MAX_GROUP_BY = 16
+"""The most ``GROUP BY`` columns."""
+MAX_NUMBER_LITERAL = 100
+"""The longest number literal (characters)."""
+
+_CLI_HELP = "See `dpkit query --help` for the syntax."
+_CLI_INPUT = "the input given on the command line"
+_OPENING = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE})
+_CLOSING = frozenset({TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE})
+_PREFIX = frozenset({TokenType.NOT, TokenType.DASH, TokenType.PLUS, TokenType.TILDE})
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedQuery:
+@dataclass(frozen=True, slots=True, eq=False)
+class ParsedQuery(Structural):
     """A parsed query: aggregations, an optional filter and the group-by columns."""
 
     aggregations: tuple[Aggregation, ...]
@@ -101,21 +154,84 @@ class _QueryDialect(DuckDB):
 
 
 def _refuse(node: exp.Expr, hint: str = "") -> UnsupportedQueryError:
-    text = node.sql()[:80]
+    try:
+        text = node.sql()[:80]
+    except RecursionError:
+        text = type(node).__name__
     return UnsupportedQueryError(
         f"unsupported in a dpkit query: {text!r} ({type(node).__name__}). {hint}".strip()
-        + " See `dpkit query --help` for the syntax."
     )
 
 
-def parse_query(text: str, privacy_unit: str | None = None) -> ParsedQuery:
-    """Parse the query text (see the module docstring for the syntax)."""
+def _too_deep(what: str, limit: int) -> UnsupportedQueryError:
+    return UnsupportedQueryError(
+        f"the query is nested too deeply: at most {limit} {what}. Write it with fewer levels "
+        "(conditions joined by one AND or one OR need no parentheses)."
+    )
+
+
+def check_nesting(text: str) -> None:
+    """Refuse ``text`` before it is parsed if it nests parentheses deeper than
+    :data:`MAX_NESTING` or chains more than :data:`MAX_PREFIX_RUN` prefix operators (the
+    tokenizer does not recurse; the parser would)."""
+    try:
+        tokens = _QueryDialect().tokenize(text)
+    except TokenError as error:
+        raise UnsupportedQueryError(f"could not read the query: {error}") from None
+    depth = run = 0
+    for token in tokens:
+        kind = token.token_type
+        if kind in _OPENING:
+            depth += 1
+            if depth > MAX_NESTING:
+                raise _too_deep("levels of parentheses", MAX_NESTING)
+        elif kind in _CLOSING:
+            depth -= 1
+        run = run + 1 if kind in _PREFIX else 0
+        if run > MAX_PREFIX_RUN:
+            raise _too_deep("prefix operators (NOT, -) in a row", MAX_PREFIX_RUN)
+
+
+def parse_query(
+    text: str,
+    privacy_unit: str | None = None,
+    *,
+    source: str = _CLI_INPUT,
+    syntax_help: str = _CLI_HELP,
+) -> ParsedQuery:
+    """Parse the query text (see the module docstring for the syntax and its size limits).
+
+    Args:
+        source: what ``FROM`` may name, for messages (the service says "the dataset").
+        syntax_help: a sentence appended to every refusal, saying where the syntax is described.
+    """
+    try:
+        return _parse_query(text, privacy_unit, source)
+    except UnsupportedQueryError as error:
+        message = str(error).rstrip()
+        if not message.endswith((".", ")")):
+            message += "."
+        raise UnsupportedQueryError(f"{message} {syntax_help}".strip()) from None
+    except RecursionError:
+        # a safety net: the limits above keep sqlglot's parser and the translation below well
+        # within Python's recursion limit
+        raise UnsupportedQueryError(
+            f"the query is nested too deeply to parse. {syntax_help}".strip()
+        ) from None
+
+
+def _parse_query(text: str, privacy_unit: str | None, source_name: str) -> ParsedQuery:
     if not isinstance(text, str) or not text.strip():
         raise UnsupportedQueryError('the query is empty; e.g. "SELECT COUNT(*)"')
+    if len(text) > MAX_QUERY_TEXT:
+        raise UnsupportedQueryError(
+            f"the query has {len(text):,} characters; at most {MAX_QUERY_TEXT:,} are allowed"
+        )
+    check_nesting(text)
     try:
         statements = sqlglot.parse(text, read=_QueryDialect)
     except ParseError as error:
-        raise UnsupportedQueryError(f"could not parse the query: {error}") from None
+        raise UnsupportedQueryError(f"could not parse the query: {str(error)[:300]}") from None
     statements = [s for s in statements if s is not None]
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise UnsupportedQueryError("the query must be exactly one SELECT statement")
@@ -134,21 +250,24 @@ def parse_query(text: str, privacy_unit: str | None = None) -> ParsedQuery:
             or table.args.get("catalog")
         ):
             raise UnsupportedQueryError(
-                f"FROM {source.this.sql()[:60]}: FROM may only name the input (or be left out); "
-                "dpkit reads only the file given on the command line, never another table or a "
-                "file function"
+                f"FROM {source.this.sql()[:60]}: FROM may only name {source_name} (or be left "
+                f"out); dpkit reads only {source_name}, never another table or a file function"
             )
         table_name = str(table.this.this)
     group = select.args.get("group")
     keys: tuple[str, ...] = ()
     if group is not None:
         names = []
+        if len(group.expressions) > MAX_GROUP_BY:
+            raise UnsupportedQueryError(f"GROUP BY takes at most {MAX_GROUP_BY} columns")
         for node in group.expressions:
             if not isinstance(node, exp.Column):
                 raise _refuse(node, "GROUP BY takes column names.")
             names.append(node.name)
         keys = tuple(names)
     aggregations: list[Aggregation] = []
+    if len(select.expressions) > MAX_AGGREGATIONS + len(keys):
+        raise UnsupportedQueryError(f"a query has at most {MAX_AGGREGATIONS} aggregates")
     for node in select.expressions:
         name = None
         if isinstance(node, exp.Alias):
@@ -160,7 +279,14 @@ def parse_query(text: str, privacy_unit: str | None = None) -> ParsedQuery:
     if not aggregations:
         raise UnsupportedQueryError("the query has no aggregate; add e.g. COUNT(*)")
     where_node = select.args.get("where")
-    where = _expr(where_node.this) if where_node is not None else None
+    where = _expr(where_node.this, 1) if where_node is not None else None
+    if where is not None:
+        nodes = _size(where)
+        if nodes > MAX_WHERE_NODES:
+            raise UnsupportedQueryError(
+                f"the WHERE clause has {nodes:,} parts; at most {MAX_WHERE_NODES:,} are allowed "
+                "(about 150 conditions): split the query, or use IN (...) for many values"
+            )
     return ParsedQuery(tuple(aggregations), where, keys, table_name)
 
 
@@ -171,6 +297,10 @@ def _number(node: exp.Expr) -> float | int:
     if not isinstance(node, exp.Literal) or node.is_string:
         raise _refuse(node, "Bounds and parameters must be numbers.")
     text = node.this
+    if len(text) > MAX_NUMBER_LITERAL:
+        raise UnsupportedQueryError(
+            f"a number of {len(text):,} characters; at most {MAX_NUMBER_LITERAL} are allowed"
+        )
     value: float | int = int(text) if text.lstrip("-").isdigit() else float(text)
     return -value if negative else value
 
@@ -232,6 +362,10 @@ def _aggregation(node: exp.Expr, name: str | None, unit: str | None) -> Aggregat
     if not args:
         raise _refuse(node, "An aggregate needs a column.")
     column = _column_name(args[0])
+    if len(args) > MAX_LIST + 1:
+        raise UnsupportedQueryError(
+            f"{func.upper()} takes at most {MAX_LIST:,} numbers (edges); it has {len(args) - 1:,}"
+        )
     numbers = [_number(a) for a in args[1:]]
     if kind == "histogram":
         return histogram(column, numbers, name)
@@ -293,9 +427,49 @@ def _temporal_text(node: exp.Cast) -> str:
     raise _refuse(node, "Only DATE '...' and TIMESTAMP '...' literals are supported.")
 
 
-def _expr(node: exp.Expr) -> Expr:
+def _size(expr: Expr) -> int:
+    """The number of nodes of ``expr`` (an IN list counts its values)."""
+    if isinstance(expr, Binary):
+        return 1 + _size(expr.left) + _size(expr.right)
+    if isinstance(expr, Unary):
+        return 1 + _size(expr.operand)
+    if isinstance(expr, IsIn):
+        return 1 + _size(expr.operand) + len(expr.values)
+    return 1
+
+
+def _chain(node: exp.Expr, kind: type[exp.Expr]) -> list[exp.Expr]:
+    """The operands of a chain of one connective (``a AND b AND c``, parentheses included), in
+    order, found without recursion."""
+    leaves: list[exp.Expr] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        while isinstance(current, exp.Paren):
+            current = current.this
+        if isinstance(current, kind):
+            stack.append(current.expression)
+            stack.append(current.this)
+        else:
+            leaves.append(current)
+    return leaves
+
+
+def _balanced(parts: list[Expr], op: str) -> Expr:
+    """``parts`` joined by ``op`` (``and`` / ``or``, associative also in SQL's three-valued
+    logic) as a balanced tree: depth log2(n), never n."""
+    if len(parts) == 1:
+        return parts[0]
+    middle = len(parts) // 2
+    left, right = _balanced(parts[:middle], op), _balanced(parts[middle:], op)
+    return left & right if op == "and" else left | right
+
+
+def _expr(node: exp.Expr, depth: int) -> Expr:
+    if depth > MAX_EXPRESSION_DEPTH:
+        raise _too_deep("levels in a WHERE expression", MAX_EXPRESSION_DEPTH)
     if isinstance(node, exp.Paren):
-        return _expr(node.this)
+        return _expr(node.this, depth)
     if isinstance(node, exp.Column):
         if node.table:
             raise _refuse(node, "Name columns without a table prefix.")
@@ -305,16 +479,18 @@ def _expr(node: exp.Expr) -> Expr:
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
         return lit(_temporal_text(node))
     if isinstance(node, exp.Neg):
-        return -_expr(node.this)
+        return -_expr(node.this, depth + 1)
     if isinstance(node, exp.Not):
-        return ~_expr(node.this)
-    if isinstance(node, exp.And):
-        return _expr(node.this) & _expr(node.expression)
-    if isinstance(node, exp.Or):
-        return _expr(node.this) | _expr(node.expression)
+        return ~_expr(node.this, depth + 1)
+    if isinstance(node, exp.And | exp.Or):
+        connective: type[exp.Expr] = exp.And if isinstance(node, exp.And) else exp.Or
+        leaves = _chain(node, connective)
+        below = depth + max(1, (len(leaves) - 1).bit_length())  # the balanced tree's depth
+        parts = [_expr(leaf, below) for leaf in leaves]
+        return _balanced(parts, "and" if connective is exp.And else "or")
     for kind, op in _COMPARE.items():
         if isinstance(node, kind):
-            left, right = _expr(node.this), _expr(node.expression)
+            left, right = _expr(node.this, depth + 1), _expr(node.expression, depth + 1)
             return {
                 "==": left == right,
                 "!=": left != right,
@@ -325,16 +501,22 @@ def _expr(node: exp.Expr) -> Expr:
             }[op]
     for kind, op in _ARITH.items():
         if isinstance(node, kind):
-            left, right = _expr(node.this), _expr(node.expression)
+            left, right = _expr(node.this, depth + 1), _expr(node.expression, depth + 1)
             return {"+": left + right, "-": left - right, "*": left * right, "/": left / right}[op]
     if isinstance(node, exp.In):
         if node.args.get("query") is not None:
             raise _refuse(node, "IN takes a list of literals, not a subquery.")
-        return _expr(node.this).is_in([_literal(v) for v in node.expressions])
+        if len(node.expressions) > MAX_LIST:
+            raise UnsupportedQueryError(
+                f"an IN list holds at most {MAX_LIST:,} values; it has {len(node.expressions):,}"
+            )
+        return _expr(node.this, depth + 1).is_in([_literal(v) for v in node.expressions])
     if isinstance(node, exp.Between):
-        return _expr(node.this).between(_expr(node.args["low"]), _expr(node.args["high"]))
+        return _expr(node.this, depth + 1).between(
+            _expr(node.args["low"], depth + 1), _expr(node.args["high"], depth + 1)
+        )
     if isinstance(node, exp.Is):
         if not isinstance(node.expression, exp.Null):
             raise _refuse(node, "Only IS NULL / IS NOT NULL are supported.")
-        return _expr(node.this).is_null()
+        return _expr(node.this, depth + 1).is_null()
     raise _refuse(node)

@@ -8,6 +8,8 @@ the Session reserves before reading and commits the receipt before returning.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import functools
 import gc
 import logging
@@ -23,6 +25,7 @@ from typing import Any
 
 from dpkit._exact import fraction_of
 from dpkit.analytics.expr import Expr
+from dpkit.analytics.planner.compiled import CompiledQuery
 from dpkit.analytics.query import (
     Aggregation,
     KeySet,
@@ -37,17 +40,32 @@ from dpkit.analytics.query import (
     sum,
     variance,
 )
-from dpkit.analytics.querytext import ParsedQuery, parse_query
+from dpkit.analytics.querytext import MAX_GROUP_BY, MAX_LIST, ParsedQuery, parse_query
 from dpkit.analytics.results import Release
 from dpkit.analytics.session import Session
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
-from dpkit.errors import InvalidParameterError, UnsupportedQueryError
-from dpkit.ledger import AlertEvent, BudgetMonitor, BudgetStatus, Ledger, LedgerEntry
-from dpkit.service._engine import WarmDuckDBEngine
+from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
+from dpkit.ledger import (
+    AlertEvent,
+    BudgetMonitor,
+    BudgetStatus,
+    Ledger,
+    LedgerEntry,
+    Reservation,
+)
+from dpkit.service._engine import SqlBuilder, WarmDuckDBEngine
 from dpkit.service._registry import DatasetRecord, Principal, Registry
 from dpkit.service._webhooks import WebhookSender
 
-__all__ = ["NotFoundError", "PermissionDeniedError", "Service", "ServiceConfig", "check_name"]
+__all__ = [
+    "ConflictError",
+    "FailedAfterReservationError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "Service",
+    "ServiceConfig",
+    "check_name",
+]
 
 logger = logging.getLogger("dpkit.service")
 
@@ -63,6 +81,55 @@ class PermissionDeniedError(Exception):
 
 class NotFoundError(Exception):
     """No such dataset / analyst / token visible to the caller (HTTP 404)."""
+
+
+class ConflictError(Exception):
+    """The request is valid but would leave the service unusable, e.g. revoking the last
+    active officer token (HTTP 409)."""
+
+
+class FailedAfterReservationError(Exception):
+    """A query failed after its loss was reserved in the ledger: the charge stays (there are
+    no refunds), and the failure is the service's, not a refusal of the request (HTTP 424).
+
+    Attributes:
+        reservation_id: the ledger's reservation (the entry id of the ``reserve``).
+        loss: the loss reserved (and charged).
+        cause: the class name of the underlying error.
+    """
+
+    def __init__(self, reservation_id: int, loss: PrivacyLoss, cause: BaseException) -> None:
+        self.reservation_id = int(reservation_id)
+        self.loss = loss
+        self.cause = type(cause).__name__
+        # dpkit's own messages never quote data; anything else is named by its class only
+        said = f": {str(cause)[:500]}" if isinstance(cause, DPError) else ""
+        super().__init__(
+            f"the query failed after its loss ({loss}) was reserved in the ledger (reservation "
+            f"{self.reservation_id}; {self.cause}{said}). The charge stays: there are no "
+            "refunds, and sending the query again is charged again. This is a failure of the "
+            "service or of the dataset's source, not a refusal of the query; tell the privacy "
+            "officer the reservation number."
+        )
+
+
+# Limits of what one query request may ask for, checked before anything is reserved (each
+# refusal names its limit; docs/service.md, "Limits"). Building the SQL of a key filter costs
+# about 1.5 ms per key, so these also bound the CPU one request can take.
+MAX_KEYS = 1_000
+"""The most public group keys of a query (the product of the per-column lists)."""
+MAX_KEY_TEXT = 1_000
+"""The longest text key value (characters)."""
+MAX_QUANTILE_KEYS = 100
+"""The most public keys of a query with a quantile or a median: each group's quantile is its
+own release, about 20 ms of CPU."""
+MAX_CELLS = 100_000
+"""The most cells (public keys times bins) of a query's histograms."""
+MAX_TOKEN_DAYS = 3650
+"""The longest lifetime of a token (days)."""
+HEAVY_REQUEST = 1_000
+"""A query request larger than this (characters of SQL, plus model and key values) is parsed
+and planned in the heavy lane, one at a time."""
 
 
 def check_name(what: str, value: str) -> str:
@@ -126,6 +193,64 @@ def loss_json(loss: PrivacyLoss | None) -> dict[str, Any]:
     return out
 
 
+class _ServiceLedger(Ledger):
+    """The service's ledger: remembers, per thread, the reservation a query made, so that a
+    failure can be told apart: before the reservation it is a refusal (nothing charged),
+    after it a failure whose charge stays (:class:`FailedAfterReservationError`)."""
+
+    _made = threading.local()
+
+    def reserve(self, *args: Any, **kwargs: Any) -> Reservation:
+        reservation = super().reserve(*args, **kwargs)
+        _ServiceLedger._made.reservation = reservation
+        return reservation
+
+    @staticmethod
+    def forget() -> None:
+        _ServiceLedger._made.reservation = None
+
+    @staticmethod
+    def made() -> Reservation | None:
+        found: Reservation | None = getattr(_ServiceLedger._made, "reservation", None)
+        return found
+
+
+class _ServiceSession(Session):
+    """A Session whose :meth:`compile` (run before the ledger reserves anything) also builds
+    every plan's engine SQL and checks that it can be sent to the engine, so that everything
+    decidable from the request (its parse, its plans, their SQL and the encodability of every
+    text in them) is decided before the reservation. The SQL is built again from the same
+    plans when they run (the warm engine caches it per plan shape)."""
+
+    def compile(self, query: Query, **kwargs: Any) -> CompiledQuery:
+        compiled = super().compile(query, **kwargs)
+        engine = self.engine
+        if isinstance(engine, WarmDuckDBEngine):
+            for plan in compiled.plans:
+                try:
+                    text = engine.sql(plan)
+                except RecursionError:
+                    raise UnsupportedQueryError(
+                        "the query is nested too deeply for the engine; write it with fewer levels"
+                    ) from None
+                except DPError:
+                    raise
+                except Exception as exc:
+                    raise UnsupportedQueryError(
+                        f"the query cannot be run by the engine ({type(exc).__name__}); "
+                        "nothing was charged"
+                    ) from None
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InvalidParameterError(
+                        "query",
+                        "(a text of the query)",
+                        "texts without lone surrogates (e.g. JSON \\ud800): valid Unicode",
+                    ) from None
+        return compiled
+
+
 @dataclass
 class ServiceConfig:
     """Where the service keeps its state and reads its data.
@@ -141,6 +266,8 @@ class ServiceConfig:
         cache_mb: with DuckDB, a dataset whose files total at most this many MiB is kept in
             memory per server process (see :mod:`dpkit.service._engine`); larger ones are read
             in place on every query.
+        token_days: how long a token is valid when its issuer does not say (days; at most
+            :data:`MAX_TOKEN_DAYS`).
     """
 
     database: str = "sqlite:///dpkit-service.db"
@@ -150,6 +277,7 @@ class ServiceConfig:
     thresholds: Sequence[float] = (0.5, 0.8, 1.0)
     engine: str = "duckdb"
     cache_mb: float = 1024
+    token_days: float = 90
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -174,7 +302,7 @@ class Service:
         if not database.startswith(("postgresql://", "postgres://")):
             sqlite_path = database.removeprefix("sqlite:///") if "://" in database else database
             database = f"sqlite:///{sqlite_path}"
-        self.ledger = Ledger.open(database, monitor=self.monitor)
+        self.ledger = _ServiceLedger.open(database, monitor=self.monitor)
         self.registry = Registry(database, sqlite_path=sqlite_path)
         self._sessions: dict[tuple[str, str], tuple[Session, threading.Lock]] = {}
         self._engines: dict[str, WarmDuckDBEngine] = {}
@@ -182,10 +310,27 @@ class Service:
         self._records: dict[str, DatasetRecord] = {}
         self._allowances: set[tuple[str, str]] = set()
         self._sessions_lock = threading.Lock()
+        self._heavy_lane = threading.Lock()
+        # large plans' SQL is built in another process (see dpkit.service._engine)
+        self._builder = SqlBuilder() if config.engine == "duckdb" else None
+        self.token_days = _token_days(config.token_days, "token_days")
+        self.registry.expire_legacy_tokens(time.time() + self.token_days * 86400)
         self.bootstrap_token: str | None = None
-        if not any(role == "officer" for _, role in self.registry.principals()):
-            self.registry.add_principal("officer", "officer")
-            _, self.bootstrap_token = self.registry.issue_token("officer", config.bootstrap_token)
+        self.bootstrap_officer: str | None = None
+        if self.registry.active_officer_tokens() == 0:
+            # the first start, or every officer token expired: issue one (printed once by
+            # `dpkit serve`), so that regaining access never needs SQL
+            officers = sorted(n for n, role in self.registry.principals() if role == "officer")
+            if not officers:
+                self.registry.add_principal("officer", "officer")
+            name = "officer" if not officers or "officer" in officers else officers[0]
+            wanted = config.bootstrap_token
+            if wanted and self.registry.known_token(wanted):
+                wanted = None  # revoked or expired: never brought back
+            _, self.bootstrap_token = self.registry.issue_token(
+                name, wanted, expires_at=self._expiry(None)
+            )
+            self.bootstrap_officer = name
 
     def close(self) -> None:
         self._closed = True
@@ -196,6 +341,8 @@ class Service:
                 engine.close()
             self._sessions.clear()
             self._engines.clear()
+        if self._builder is not None:
+            self._builder.close()
         self.registry.close()
         self.ledger.close()
         if self.webhooks is not None:
@@ -213,6 +360,16 @@ class Service:
             return None
         return self.registry.authenticate(token)
 
+    def token_expired_at(self, token: str | None) -> float | None:
+        """When ``token`` expired, if that is why it is refused (else None)."""
+        if not token or len(token) > 200:
+            return None
+        return self.registry.expired_at(token)
+
+    def _expiry(self, days: float | None) -> float:
+        lifetime = self.token_days if days is None else _token_days(days, "expires_in_days")
+        return time.time() + lifetime * 86400
+
     @staticmethod
     def require(principal: Principal, role: str) -> None:
         if principal.role != role:
@@ -220,31 +377,55 @@ class Service:
 
     # -- principals and tokens (officer) --
 
-    def create_principal(self, officer: Principal, name: str, role: str) -> tuple[str, str]:
+    def create_principal(
+        self, officer: Principal, name: str, role: str, expires_in_days: float | None = None
+    ) -> tuple[str, str, float]:
+        """Create a principal and its first token: (token_id, token, expires_at)."""
         self.require(officer, "officer")
         check_name("name", name)
         if role not in ("officer", "analyst"):
             raise InvalidParameterError("role", role, "'officer' or 'analyst'")
+        expires_at = self._expiry(expires_in_days)
         try:
             self.registry.add_principal(name, role)  # type: ignore[arg-type]
         except ValueError as exc:
             raise InvalidParameterError("name", name, "a new name or the same role") from exc
-        token_id, token = self.registry.issue_token(name)
-        self.registry.audit(officer.name, "officer", "issue_token", "", "ok", {"for": name})
-        return token_id, token
+        token_id, token = self.registry.issue_token(name, expires_at=expires_at)
+        self.registry.audit(
+            officer.name, "officer", "issue_token", "", "ok", {"for": name, "expires": expires_at}
+        )
+        return token_id, token, expires_at
 
-    def issue_token(self, officer: Principal, name: str) -> tuple[str, str]:
+    def issue_token(
+        self, officer: Principal, name: str, expires_in_days: float | None = None
+    ) -> tuple[str, str, float]:
+        """Another token for ``name``: (token_id, token, expires_at)."""
         self.require(officer, "officer")
+        expires_at = self._expiry(expires_in_days)
         if self.registry.principal_role(name) is None:
             raise NotFoundError(f"no principal named {name!r}")
-        token_id, token = self.registry.issue_token(name)
-        self.registry.audit(officer.name, "officer", "issue_token", "", "ok", {"for": name})
-        return token_id, token
+        token_id, token = self.registry.issue_token(name, expires_at=expires_at)
+        self.registry.audit(
+            officer.name, "officer", "issue_token", "", "ok", {"for": name, "expires": expires_at}
+        )
+        return token_id, token, expires_at
 
     def revoke_token(self, officer: Principal, token_id: str) -> None:
+        """Revoke a token; never the last active officer token (that would lock every officer
+        out: issue another officer token first)."""
         self.require(officer, "officer")
-        if not self.registry.revoke_token(token_id):
+        outcome = self.registry.revoke_token(token_id)
+        if outcome == "missing":
             raise NotFoundError(f"no token {token_id!r}")
+        if outcome == "last_officer":
+            self.registry.audit(
+                officer.name, "officer", "revoke_token", "", "refused", {"token": token_id}
+            )
+            raise ConflictError(
+                f"{token_id} is the last active officer token: revoking it would lock every "
+                "officer out. Issue another officer token first (POST "
+                "/api/v1/principals/{name}/tokens), then revoke this one."
+            )
         self.registry.audit(officer.name, "officer", "revoke_token", "", "ok", {"token": token_id})
 
     # -- datasets (officer) --
@@ -453,7 +634,10 @@ class Service:
                 missing = [k for k in parsed.group_by if k not in keys]
                 if missing:
                     raise InvalidParameterError("keys", sorted(keys), f"values for {missing}")
+                _check_keys({k: keys[k] for k in parsed.group_by})
                 key_set = KeySet.from_dict({k: list(keys[k]) for k in parsed.group_by})
+            if key_set is not None:
+                _check_work(parsed.aggregations, len(key_set))
             return built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
         return built.agg(*parsed.aggregations)
 
@@ -471,6 +655,7 @@ class Service:
             self.data_root / record.source,
             schema=record.schema,
             max_bytes=int(self.config.cache_mb * 2**20),
+            builder=self._builder,
         )
         with self._sessions_lock:
             kept = self._engines.setdefault(record.name, engine)
@@ -489,6 +674,11 @@ class Service:
             return None
 
         def work() -> None:
+            if records is None and self._builder is not None:
+                try:  # the builder process of large plans, ready before the first one
+                    self._builder.start()
+                except Exception:
+                    logger.exception("could not start the SQL builder process")
             for record in self.registry.datasets() if records is None else records:
                 if self._closed:
                     return
@@ -510,7 +700,7 @@ class Service:
             if found is not None:
                 return found
         engine = self._engine(record)
-        session = Session(
+        session = _ServiceSession(
             str(self.data_root / record.source),
             record.privacy_unit,
             None,
@@ -535,16 +725,41 @@ class Service:
         keys: Mapping[str, Sequence[Any]] | None = None,
         alpha: float = 0.05,
     ) -> tuple[Release, PrivacyLoss | None]:
-        """Answer a query; returns the release and the analyst's remaining allowance."""
+        """Answer a query; returns the release and the analyst's remaining allowance.
+
+        Raises:
+            FailedAfterReservationError: the query failed after its loss was reserved (the
+                charge stays). Any other error is a refusal: nothing was reserved.
+        """
         self.require(analyst, "analyst")
+        check_request_texts("sql", sql)
+        check_request_texts("query", model)
+        check_request_texts("keys", keys)
         record = self.dataset_for(analyst, dataset)
-        built = self.build_query(record, sql, model, keys)
         session, lock = self._session(record, analyst.name)
-        if isinstance(session.engine, WarmDuckDBEngine):  # thread-safe: no lock
-            release = session.evaluate(built, loss=loss, alpha=alpha)
-        else:
-            with lock:
+        # Parsing, planning and building the SQL (everything decided before the reservation)
+        # are CPU work holding the GIL; a large query's (long WHERE, many keys or bins) costs
+        # up to seconds. Large ones take turns in one lane, so that the event loop (health,
+        # other requests) never competes with more than one of them (docs/service.md).
+        heavy = _request_size(sql, model, keys) > HEAVY_REQUEST
+        with self._heavy_lane if heavy else contextlib.nullcontext():
+            built = self.build_query(record, sql, model, keys)
+            if heavy:  # plan it here (its SQL is cached by shape); evaluate() finds it ready
+                session.compile(built, loss=loss)
+        _ServiceLedger.forget()
+        try:
+            if isinstance(session.engine, WarmDuckDBEngine):  # thread-safe: no lock
                 release = session.evaluate(built, loss=loss, alpha=alpha)
+            else:
+                with lock:
+                    release = session.evaluate(built, loss=loss, alpha=alpha)
+        except Exception as exc:
+            reservation = _ServiceLedger.made()
+            if reservation is not None:
+                raise FailedAfterReservationError(reservation.id, reservation.loss, exc) from None
+            raise
+        finally:
+            _ServiceLedger.forget()
         return release, release.remaining
 
     # -- reading the books --
@@ -569,6 +784,101 @@ class Service:
 
     def alert_entries(self, limit: int = 100) -> list[LedgerEntry]:
         return self.ledger.history(kinds=["alert"])[-limit:][::-1]
+
+
+def _request_size(sql: str | None, model: Any, keys: Any) -> int:
+    """A cheap estimate of a query request's parse and planning work, in characters of SQL: its
+    SQL's length, plus 10 per value of its model and its keys (building the SQL of a key or a
+    histogram edge costs about as much as parsing ten characters; ``check_request_texts``
+    bounds the nesting)."""
+
+    def count(value: Any) -> int:
+        if isinstance(value, Mapping):
+            return 1 + builtins.sum(count(k) + count(v) for k, v in value.items())
+        if isinstance(value, list | tuple):
+            return 1 + builtins.sum(count(v) for v in value)
+        return 10 + len(value) if isinstance(value, str) else 10
+
+    return len(sql or "") + count(model) + count(keys)
+
+
+def _token_days(value: Any, name: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_TOKEN_DAYS
+    ):
+        raise InvalidParameterError(name, value, f"a number of days in (0, {MAX_TOKEN_DAYS}]")
+    return float(value)
+
+
+def check_request_texts(name: str, value: Any, *, depth: int = 0) -> None:
+    """Refuse a request whose texts a store or the engine cannot hold: a lone surrogate (JSON
+    ``"\\ud800"``, not valid Unicode) or a NUL character, anywhere in ``value`` (nested lists
+    and objects included, at most 32 levels deep). Checked before anything is reserved."""
+    if depth > 32:
+        raise InvalidParameterError(name, "(nested value)", "at most 32 levels of nesting")
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidParameterError(name, "(a text with a NUL character)", _TEXTS)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidParameterError(name, "(a text with a lone surrogate)", _TEXTS) from None
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            check_request_texts(name, key, depth=depth + 1)
+            check_request_texts(name, item, depth=depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            check_request_texts(name, item, depth=depth + 1)
+
+
+_TEXTS = "valid Unicode text without NUL characters or lone surrogates (such as JSON \\ud800)"
+
+
+def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:
+    """Bounds on the release work of a grouped query with ``keys`` public keys."""
+    from dpkit.analytics.query import Histogram, Quantile
+
+    if keys > MAX_QUANTILE_KEYS and any(isinstance(a, Quantile) for a in aggregations):
+        raise InvalidParameterError(
+            "keys",
+            f"{keys:,} key combinations",
+            f"at most {MAX_QUANTILE_KEYS} public keys for a query with a quantile or a median "
+            "(each group's quantile is a release of its own); split the keys over queries",
+        )
+    cells = builtins.sum(
+        keys * (len(a.edges) - 1) for a in aggregations if isinstance(a, Histogram)
+    )
+    if cells > MAX_CELLS:
+        raise InvalidParameterError(
+            "keys",
+            f"{cells:,} histogram cells",
+            f"at most {MAX_CELLS:,} cells (public keys times bins) in a query's histograms",
+        )
+
+
+def _check_keys(keys: Mapping[str, Sequence[Any]]) -> None:
+    """Public keys: at most :data:`MAX_KEYS` in total (the product of the lists), each text at
+    most :data:`MAX_KEY_TEXT` characters; checked before the key set is built."""
+    total = 1
+    for column, values in keys.items():
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            raise InvalidParameterError(f"keys[{column}]", values, "a list of key values")
+        total *= len(values)
+        if total > MAX_KEYS:
+            raise InvalidParameterError(
+                "keys",
+                f"{total:,}+ key combinations",
+                f"at most {MAX_KEYS:,} public keys in total (the product of the lists)",
+            )
+        for value in values:
+            if isinstance(value, str) and len(value) > MAX_KEY_TEXT:
+                raise InvalidParameterError(
+                    f"keys[{column}]", value, f"texts of at most {MAX_KEY_TEXT:,} characters"
+                )
 
 
 def _check_bounds(bounds: Mapping[str, Any]) -> dict[str, Any]:
@@ -598,6 +908,9 @@ def _check_bounds(bounds: Mapping[str, Any]) -> dict[str, Any]:
     return {"contribution": contribution, "columns": columns}
 
 
+_SYNTAX_HELP = "The query syntax is described in docs/service.md (Queries)."
+
+
 def _parse_sql(sql: str, record: DatasetRecord) -> ParsedQuery:
     if not isinstance(sql, str) or len(sql) > 10_000:
         raise UnsupportedQueryError("the query text must be a string of at most 10,000 characters")
@@ -606,15 +919,17 @@ def _parse_sql(sql: str, record: DatasetRecord) -> ParsedQuery:
 
 @functools.lru_cache(maxsize=1024)
 def _parse_sql_text(sql: str, dataset: str, privacy_unit: str) -> ParsedQuery:
-    """The parsed query (public text only; refusals are raised, never cached)."""
+    """The parsed query (public text only; refusals are raised, never cached). Keyed by
+    strings only: a parsed query holds expressions, whose ``==`` builds a predicate."""
     import sqlglot
     from sqlglot import exp
 
-    from dpkit.analytics.querytext import _QueryDialect
+    from dpkit.analytics.querytext import _QueryDialect, check_nesting
 
+    check_nesting(sql)  # before sqlglot's recursive parser sees the text
     try:
         statements = [s for s in sqlglot.parse(sql, read=_QueryDialect) if s is not None]
-    except Exception:
+    except Exception:  # RecursionError included: parse_query below refuses it clearly
         statements = []
     for statement in statements:
         for table in statement.find_all(exp.Table):
@@ -628,7 +943,9 @@ def _parse_sql_text(sql: str, dataset: str, privacy_unit: str) -> ParsedQuery:
                     "FROM may only name the dataset itself (or be left out); files, paths, "
                     "functions and other tables are refused"
                 )
-    return parse_query(sql, privacy_unit)
+    return parse_query(
+        sql, privacy_unit, source=f"the dataset ({dataset!r})", syntax_help=_SYNTAX_HELP
+    )
 
 
 _MODEL_KINDS = (
@@ -667,7 +984,12 @@ def _parse_model(model: Mapping[str, Any], record: DatasetRecord) -> ParsedQuery
             raise InvalidParameterError("op", op, " | ".join(_MODEL_KINDS))
         column = check_column(item.get("column", ""))
         if op == "histogram":
-            aggs.append(histogram(column, list(item.get("edges") or []), name))
+            edges = item.get("edges") or []
+            if not isinstance(edges, list) or len(edges) > MAX_LIST:
+                raise InvalidParameterError(
+                    "edges", edges, f"a list of at most {MAX_LIST:,} increasing numbers"
+                )
+            aggs.append(histogram(column, edges, name))
             continue
         lower, upper = item.get("lower"), item.get("upper")
         if lower is None and upper is None and column in declared:
@@ -692,6 +1014,12 @@ def _parse_model(model: Mapping[str, Any], record: DatasetRecord) -> ParsedQuery
             raise InvalidParameterError("where", text, "a boolean expression as text")
         where = _parse_sql(f"SELECT COUNT(*) WHERE {text}", record).where
     group_by = model.get("group_by") or []
-    if not isinstance(group_by, list) or not all(isinstance(g, str) for g in group_by):
-        raise InvalidParameterError("group_by", group_by, "a list of column names")
+    if (
+        not isinstance(group_by, list)
+        or len(group_by) > MAX_GROUP_BY
+        or not all(isinstance(g, str) for g in group_by)
+    ):
+        raise InvalidParameterError(
+            "group_by", group_by, f"a list of at most {MAX_GROUP_BY} column names"
+        )
     return ParsedQuery(tuple(aggs), where, tuple(check_column(g) for g in group_by))

@@ -14,9 +14,10 @@ never *what* it computes:
 * **Cached SQL.** Building a plan's SQL through sqlglot costs tens of milliseconds. The SQL text
   depends only on public information (the plan, the declared schema, the source's column
   names) and on the plan's contribution-bounding **salt**, which appears in it exactly as a
-  string literal. The text is built once per plan shape (the plan with its salt zeroed) with two
-  sentinel salts; if the two texts differ exactly at the salt's places, the text is cached as
-  the parts around the salt, and each later plan gets ``salt.join(parts)`` with **its own fresh
+  string literal. The text is built once per plan shape (the plan with its salt zeroed, keyed
+  by its canonical :func:`~dpkit.analytics.expr.structural_key`) with two sentinel salts; if
+  the two texts differ exactly at the salt's places, the text is cached as the parts around
+  the salt, and each later plan gets ``salt.join(parts)`` with **its own fresh
   salt** (the planner draws one per query; nothing here reuses a salt). Otherwise nothing is
   cached and the SQL is built as usual. No result and no noise is ever cached: the engine
   returns exact aggregates and the Session adds fresh noise after the ledger reserved the
@@ -32,11 +33,20 @@ never *what* it computes:
   engine returns. Whether a plan is cached depends on the plan alone (public), never on the data.
 * **Threads.** Each thread runs plans on its own DuckDB cursor (a connection to the same
   in-memory database), so concurrent requests do not serialise on one connection.
+* **Large plans elsewhere.** The SQL of a large plan (a long WHERE, many public keys or
+  histogram bins: :func:`plan_size` above :data:`LARGE_PLAN`) is built by the same function in
+  a separate process (:class:`SqlBuilder`): building it takes seconds of sqlglot work and
+  leaves cyclic garbage whose collection stalled every thread of the server, its event loop
+  and ``/health`` included, for 100-300 ms at a time.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import concurrent.futures.process
+import contextlib
+import multiprocessing
 import os
 import secrets
 import threading
@@ -51,15 +61,105 @@ from sqlglot import exp
 
 from dpkit.analytics.engines.base import BoundedPlan
 from dpkit.analytics.engines.duckdb_engine import DuckDBEngine
-from dpkit.analytics.engines.sql import ident
+from dpkit.analytics.engines.sql import build_query, ident
+from dpkit.analytics.expr import Binary, Expr, IsIn, Unary, structural_key
 
-__all__ = ["WarmDuckDBEngine", "salt_free", "source_stamp"]
+__all__ = ["LARGE_PLAN", "SqlBuilder", "WarmDuckDBEngine", "plan_size", "salt_free", "source_stamp"]
 
 # two salts no planner draws (planner salts are < 2**62); their digit strings are long enough
 # that a user literal holding one is caught by the two-text check below, never mistaken
 _SENTINELS = (7_392_018_465_120_938_475_611, 8_615_230_947_781_204_653_927)
 _TEMPLATES = 512
 _RESULTS = 256
+
+LARGE_PLAN = 64
+"""A plan larger than this (:func:`plan_size`) has its SQL built in the builder process."""
+
+
+def _expr_size(expr: Expr) -> int:
+    if isinstance(expr, Binary):
+        return 1 + _expr_size(expr.left) + _expr_size(expr.right)
+    if isinstance(expr, Unary):
+        return 1 + _expr_size(expr.operand)
+    if isinstance(expr, IsIn):
+        return 1 + _expr_size(expr.operand) + len(expr.values)
+    return 1
+
+
+def plan_size(plan: BoundedPlan) -> int:
+    """About how many SQL nodes per output the plan's text has: expression nodes of its steps,
+    public keys (times key columns), bin edges and outputs."""
+    size = len(plan.values) + len(plan.outputs)
+    for step in plan.steps:
+        size += 1 + len(step.columns) + (0 if step.expr is None else _expr_size(step.expr))
+    if plan.key_set is not None:
+        size += len(plan.key_set.rows) * len(plan.key_set.columns)
+    if plan.bins is not None:
+        size += len(plan.bins.edges)
+    return size
+
+
+def _lower_priority() -> None:
+    """In the builder process: yield the CPU to the server's own threads (its event loop
+    answers every request) when both want it."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(10)
+
+
+def _build_texts(jobs: list[tuple[Any, ...]]) -> list[str]:
+    """In the builder process: ``build_query(*args)`` as DuckDB SQL text, for each job."""
+    return [build_query(*args).sql(dialect="duckdb", copy=False) for args in jobs]
+
+
+class SqlBuilder:
+    """Builds the SQL of large plans in one separate process (started on first use, with
+    ``spawn``), so that its CPU time and its garbage stay out of the server's process, whose
+    event loop then keeps answering (``/health`` included) while a large query is planned.
+
+    The texts are exactly :class:`DuckDBEngine`'s (the same function on the same arguments).
+    The process runs at a lower priority (``nice`` 10), so that it yields the CPU to the
+    server's own threads.
+    If the process cannot be used (it died, or cannot start), :meth:`build` returns None and
+    the caller builds the text itself.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        """Start the process now (it takes a second or two to import dpkit)."""
+        with self._lock:
+            if self._pool is None and not self._closed:
+                context = multiprocessing.get_context("spawn")
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    1, mp_context=context, initializer=_lower_priority
+                )
+                self._pool.submit(_build_texts, []).result()
+
+    def build(self, jobs: list[tuple[Any, ...]]) -> list[str] | None:
+        try:
+            self.start()
+            with self._lock:
+                pool = self._pool
+            if pool is None:
+                return None
+            texts: list[str] = pool.submit(_build_texts, jobs).result()
+            return texts
+        except concurrent.futures.process.BrokenProcessPool:
+            with self._lock:
+                self._pool = None  # started again on the next large plan
+            return None
+        except (OSError, RuntimeError):
+            return None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def salt_free(plan: BoundedPlan) -> bool:
@@ -99,6 +199,7 @@ class WarmDuckDBEngine(DuckDBEngine):
         path: a CSV or Parquet file, or a directory of Parquet files.
         schema: the declared column kinds (as for :class:`DuckDBEngine`).
         max_bytes: keep the source in memory only if its files total at most this many bytes.
+        builder: where the SQL of large plans is built (another process); None: here.
     """
 
     def __init__(
@@ -107,8 +208,10 @@ class WarmDuckDBEngine(DuckDBEngine):
         *,
         schema: Mapping[str, str] | None = None,
         max_bytes: int = 1 << 30,
+        builder: SqlBuilder | None = None,
     ) -> None:
         super().__init__(str(path), schema=schema)
+        self._builder = builder
         self._path = Path(path)
         self._file_sql = self._source_sql
         self._max_bytes = max_bytes
@@ -118,10 +221,10 @@ class WarmDuckDBEngine(DuckDBEngine):
         self._table: str | None = None
         self._stale: str | None = None
         self._stamp: tuple[Any, ...] | None = None
-        self._templates: collections.OrderedDict[tuple[int, BoundedPlan], list[str]] = (
+        self._templates: collections.OrderedDict[tuple[int, Any], list[str]] = (
             collections.OrderedDict()
         )
-        self._results: collections.OrderedDict[tuple[int, BoundedPlan], pa.Table] = (
+        self._results: collections.OrderedDict[tuple[int, Any], pa.Table] = (
             collections.OrderedDict()
         )
         self._refresh()
@@ -160,27 +263,62 @@ class WarmDuckDBEngine(DuckDBEngine):
 
     # -- cached SQL --
 
+    def _build(self, plans: list[BoundedPlan]) -> list[str]:
+        """The SQL texts of ``plans`` as :class:`DuckDBEngine` builds them: here, or for a
+        large plan (:func:`plan_size` above :data:`LARGE_PLAN`) in the builder process, if any
+        (building a large plan's SQL takes seconds of sqlglot and leaves cyclic garbage whose
+        collections stall every thread of the server for 100-300 ms)."""
+        builder = self._builder
+        if builder is not None and plan_size(plans[0]) > LARGE_PLAN:
+            jobs = [self._sql_args(plan) for plan in plans]
+            built = builder.build(jobs)
+            if built is not None:
+                return built
+        return [DuckDBEngine.sql(self, plan) for plan in plans]
+
+    def _sql_args(self, plan: BoundedPlan) -> tuple[Any, ...]:
+        """What :meth:`DuckDBEngine.sql` passes to ``build_query`` (without candidates)."""
+        return (
+            plan,
+            self._source_sql.copy(),
+            self._columns,
+            self._schema,
+            self._floats,
+            "duckdb",
+            self._conversions,
+            None,
+            self._integers,
+        )
+
+    def _shape(self, plan: BoundedPlan) -> tuple[int, Any] | None:
+        """The cache key of ``plan``'s shape (the plan with its salt zeroed) in this generation
+        of the data: :func:`~dpkit.analytics.expr.structural_key`, a canonical value whose
+        ``==`` is an exact bool (a plan's own ``==`` would compare its expressions, and an
+        expression's ``==`` builds a predicate). None if the plan has no such key."""
+        try:
+            return (self._generation, structural_key(replace(plan, salt=0)))
+        except TypeError:
+            return None
+
     def sql(self, plan: BoundedPlan, candidates: exp.Expr | None = None) -> str:
         """The plan's SQL, from a per-shape template with the salt filled in. Plans with a
         heavy-unit candidate list (the engine's pre-count) are built as usual, uncached; this
         engine's :meth:`run` does not use the pre-count, so it bounds every unit exactly."""
         if candidates is not None:
             return super().sql(plan, candidates)
-        try:
-            key = (self._generation, replace(plan, salt=0))
-            hash(key)
-        except TypeError:  # an unhashable key value: build as usual
+        key = self._shape(plan)
+        if key is None:  # no structural key (an unusual key value): build as usual
             return super().sql(plan)
         with self._guard:
             parts = self._templates.get(key)
             if parts is not None:
                 self._templates.move_to_end(key)
         if parts is None:
-            build = super().sql
-            first, second = (build(replace(plan, salt=s)) for s in _SENTINELS)
+            first, second = self._build([replace(plan, salt=s) for s in _SENTINELS])
             pieces = first.split(str(_SENTINELS[0]))
             if len(pieces) < 2 or str(_SENTINELS[1]).join(pieces) != second:
-                return super().sql(plan)
+                (text,) = self._build([plan])
+                return text
             parts = pieces
             with self._guard:
                 self._templates[key] = parts
@@ -200,13 +338,9 @@ class WarmDuckDBEngine(DuckDBEngine):
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         self._refresh()
-        key: tuple[int, BoundedPlan] | None = None
+        key: tuple[int, Any] | None = None
         if self._table is not None and salt_free(plan):
-            try:
-                key = (self._generation, replace(plan, salt=0))
-                hash(key)
-            except TypeError:
-                key = None
+            key = self._shape(plan)
         if key is not None:
             with self._guard:
                 cached = self._results.get(key)

@@ -20,13 +20,30 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from dpkit.ledger._postgres import LedgerUnavailableError, split_url
 
-__all__ = ["AuditRecord", "DatasetRecord", "Principal", "Registry", "hash_token"]
+__all__ = [
+    "MAX_AUDIT_DETAIL",
+    "MAX_AUDIT_TEXT",
+    "AuditRecord",
+    "DatasetRecord",
+    "Principal",
+    "Registry",
+    "bounded_detail",
+    "hash_token",
+]
+
+MAX_AUDIT_TEXT = 2_000
+"""The longest text an audit record keeps (characters); longer ones are cut, with a marker."""
+MAX_AUDIT_ITEMS = 100
+"""The most entries of a list or object an audit record keeps."""
+MAX_AUDIT_DETAIL = 8_192
+"""The largest detail (JSON characters) of one audit record; a larger one keeps its head, its
+length and its SHA-256."""
 
 Role = Literal["officer", "analyst"]
 
@@ -40,7 +57,7 @@ _SQLITE_DDL = (
         created_at REAL NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS svc_tokens (
         token_id TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, principal TEXT NOT NULL,
-        created_at REAL NOT NULL, revoked_at REAL)""",
+        created_at REAL NOT NULL, revoked_at REAL, expires_at REAL)""",
     """CREATE TABLE IF NOT EXISTS svc_audit (
         id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, actor TEXT NOT NULL,
         role TEXT NOT NULL, action TEXT NOT NULL, dataset TEXT NOT NULL, outcome TEXT NOT NULL,
@@ -61,7 +78,9 @@ _PG_DDL = (
         created_at DOUBLE PRECISION NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS {s}.svc_tokens (
         token_id TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, principal TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION)""",
+        created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION,
+        expires_at DOUBLE PRECISION)""",
+    """ALTER TABLE {s}.svc_tokens ADD COLUMN IF NOT EXISTS expires_at DOUBLE PRECISION""",
     """CREATE TABLE IF NOT EXISTS {s}.svc_audit (
         id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
         actor TEXT NOT NULL, role TEXT NOT NULL, action TEXT NOT NULL, dataset TEXT NOT NULL,
@@ -135,6 +154,10 @@ class Registry:
         with self._cursor() as conn:
             for statement in self._ddl:
                 conn.execute(statement)
+            if not self._pg:  # tokens of a registry written before tokens expired
+                columns = {str(r[1]) for r in conn.all("PRAGMA table_info(svc_tokens)")}
+                if "expires_at" not in columns:
+                    conn.execute("ALTER TABLE svc_tokens ADD COLUMN expires_at REAL")
 
     # -- connection handling --
 
@@ -240,55 +263,123 @@ class Registry:
                 for r in c.all(f"SELECT name, role FROM {self._p}svc_principals ORDER BY name")
             ]
 
-    def issue_token(self, principal: str, token: str | None = None) -> tuple[str, str]:
-        """A new token for ``principal``: (token_id, token). Only the hash is stored."""
+    def issue_token(
+        self, principal: str, token: str | None = None, *, expires_at: float | None = None
+    ) -> tuple[str, str]:
+        """A new token for ``principal``: (token_id, token), valid until ``expires_at`` (a
+        Unix time). Only the hash is stored."""
         token = token or secrets.token_urlsafe(32)
         digest = hash_token(token)
         token_id = "tok_" + digest[:12]
         with self._cursor() as c:
             c.execute(
-                f"INSERT INTO {self._p}svc_tokens VALUES (?, ?, ?, ?, NULL)",
-                (token_id, digest, principal, time.time()),
+                f"INSERT INTO {self._p}svc_tokens (token_id, token_hash, principal, created_at, "
+                "revoked_at, expires_at) VALUES (?, ?, ?, ?, NULL, ?)",
+                (token_id, digest, principal, time.time(), expires_at),
             )
         return token_id, token
 
-    def revoke_token(self, token_id: str) -> bool:
+    def known_token(self, token: str) -> bool:
+        """Whether ``token`` was ever issued (revoked or expired included)."""
+        with self._reader() as c:
+            row = c.one(
+                f"SELECT 1 FROM {self._p}svc_tokens WHERE token_hash = ?", (hash_token(token),)
+            )
+        return row is not None
+
+    def expire_legacy_tokens(self, expires_at: float) -> None:
+        """Give tokens issued before tokens expired (no expiry stored) this expiry."""
+        with self._cursor() as c:
+            c.execute(
+                f"UPDATE {self._p}svc_tokens SET expires_at = ? WHERE expires_at IS NULL",
+                (expires_at,),
+            )
+
+    def active_officer_tokens(self, now: float | None = None) -> int:
+        """How many unrevoked, unexpired tokens officers hold."""
+        now = time.time() if now is None else now
         with self._cursor() as c:
             row = c.one(
-                f"SELECT revoked_at FROM {self._p}svc_tokens WHERE token_id = ?", (token_id,)
+                f"SELECT COUNT(*) FROM {self._p}svc_tokens t JOIN {self._p}svc_principals p "
+                "ON p.name = t.principal WHERE p.role = 'officer' AND t.revoked_at IS NULL "
+                "AND (t.expires_at IS NULL OR t.expires_at > ?)",
+                (now,),
+            )
+        return int(row[0])
+
+    def revoke_token(self, token_id: str) -> str:
+        """Revoke a token: ``"revoked"`` (or already was), ``"missing"``, or ``"last_officer"``
+        (refused: it is the last active token of any officer, and revoking it would lock every
+        officer out). Checked and written in one transaction that serialises revocations."""
+        now = time.time()
+        with self._cursor() as c, c.transaction(lock=f"{self._p}svc_tokens"):
+            row = c.one(
+                f"SELECT t.revoked_at, p.role FROM {self._p}svc_tokens t LEFT JOIN "
+                f"{self._p}svc_principals p ON p.name = t.principal WHERE t.token_id = ?",
+                (token_id,),
             )
             if row is None:
-                return False
-            if row[0] is None:
-                c.execute(
-                    f"UPDATE {self._p}svc_tokens SET revoked_at = ? WHERE token_id = ?",
-                    (time.time(), token_id),
+                return "missing"
+            if row[0] is not None:
+                return "revoked"
+            if row[1] == "officer":
+                others = c.one(
+                    f"SELECT COUNT(*) FROM {self._p}svc_tokens t JOIN {self._p}svc_principals p "
+                    "ON p.name = t.principal WHERE p.role = 'officer' AND t.revoked_at IS NULL "
+                    "AND (t.expires_at IS NULL OR t.expires_at > ?) AND t.token_id <> ?",
+                    (now, token_id),
                 )
-            return True
+                if int(others[0]) == 0:
+                    return "last_officer"
+            c.execute(
+                f"UPDATE {self._p}svc_tokens SET revoked_at = ? WHERE token_id = ?",
+                (now, token_id),
+            )
+            return "revoked"
 
     def tokens(self) -> list[dict[str, Any]]:
         with self._cursor() as c:
             rows = c.all(
-                f"SELECT token_id, principal, created_at, revoked_at FROM {self._p}svc_tokens "
-                "ORDER BY created_at"
+                f"SELECT token_id, principal, created_at, revoked_at, expires_at FROM "
+                f"{self._p}svc_tokens ORDER BY created_at"
             )
         return [
-            {"token_id": r[0], "principal": r[1], "created_at": r[2], "revoked_at": r[3]}
+            {
+                "token_id": r[0],
+                "principal": r[1],
+                "created_at": r[2],
+                "revoked_at": r[3],
+                "expires_at": r[4],
+            }
             for r in rows
         ]
 
-    def authenticate(self, token: str) -> Principal | None:
+    def authenticate(self, token: str, now: float | None = None) -> Principal | None:
+        """The principal of an unrevoked, unexpired token (None otherwise)."""
+        now = time.time() if now is None else now
         digest = hash_token(token)
         with self._reader() as c:
             row = c.one(
                 f"SELECT t.token_id, p.name, p.role FROM {self._p}svc_tokens t JOIN "
                 f"{self._p}svc_principals p ON p.name = t.principal "
-                "WHERE t.token_hash = ? AND t.revoked_at IS NULL",
-                (digest,),
+                "WHERE t.token_hash = ? AND t.revoked_at IS NULL "
+                "AND (t.expires_at IS NULL OR t.expires_at > ?)",
+                (digest, now),
             )
         if row is None or not secrets.compare_digest(digest, hash_token(token)):
             return None
         return Principal(str(row[1]), row[2], str(row[0]))
+
+    def expired_at(self, token: str, now: float | None = None) -> float | None:
+        """When ``token`` expired, if it is an unrevoked token past its expiry (else None)."""
+        now = time.time() if now is None else now
+        with self._reader() as c:
+            row = c.one(
+                f"SELECT expires_at FROM {self._p}svc_tokens WHERE token_hash = ? AND "
+                "revoked_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?",
+                (hash_token(token), now),
+            )
+        return None if row is None else float(row[0])
 
     # -- datasets --
 
@@ -343,7 +434,7 @@ class Registry:
             action,
             dataset,
             outcome,
-            json.dumps(detail or {}, sort_keys=True, default=str),
+            bounded_detail(detail or {}),
         )
         item = _Pending(row)
         with self._queue_lock:
@@ -368,8 +459,14 @@ class Registry:
             raise item.error
 
     def audit_log(
-        self, limit: int = 200, actor: str | None = None, action: str | None = None
+        self,
+        limit: int = 200,
+        actor: str | None = None,
+        action: str | None = None,
+        before: int | None = None,
     ) -> list[AuditRecord]:
+        """Records newest first: at most ``limit``, with ids below ``before`` if given (to
+        page back through the log)."""
         sql = (
             f"SELECT id, ts, actor, role, action, dataset, outcome, detail FROM "
             f"{self._p}svc_audit WHERE 1 = 1"
@@ -381,14 +478,83 @@ class Registry:
         if action is not None:
             sql += " AND action = ?"
             args.append(action)
+        if before is not None:
+            sql += " AND id < ?"
+            args.append(int(before))
         sql += " ORDER BY id DESC LIMIT ?"
         args.append(int(limit))
         with self._cursor() as c:
             rows = c.all(sql, args)
         return [
-            AuditRecord(int(r[0]), float(r[1]), r[2], r[3], r[4], r[5], r[6], json.loads(str(r[7])))
+            AuditRecord(
+                int(r[0]), float(r[1]), r[2], r[3], r[4], r[5], r[6], _read_detail(str(r[7]))
+            )
             for r in rows
         ]
+
+
+def _cut(text: str, limit: int = MAX_AUDIT_TEXT) -> str:
+    """``text`` as valid Unicode (a lone surrogate becomes the escape ``\\ud800``, which
+    JSON answers can carry), at most ``limit`` characters, with a marker if cut."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[truncated: {len(text):,} characters]"
+
+
+def _bounded(value: Any, depth: int = 0) -> Any:
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return _cut(value)
+    if depth >= 8:
+        return "…[nested deeper than 8 levels: not recorded]"
+    if isinstance(value, Mapping):
+        items = list(value.items())
+        out = {_cut(str(k), 200): _bounded(v, depth + 1) for k, v in items[:MAX_AUDIT_ITEMS]}
+        if len(items) > MAX_AUDIT_ITEMS:
+            out["…"] = f"[truncated: {len(items):,} entries]"
+        return out
+    if isinstance(value, list | tuple):
+        kept = [_bounded(v, depth + 1) for v in value[:MAX_AUDIT_ITEMS]]
+        if len(value) > MAX_AUDIT_ITEMS:
+            kept.append(f"…[truncated: {len(value):,} items]")
+        return kept
+    return _cut(str(value))
+
+
+def bounded_detail(detail: Mapping[str, Any]) -> str:
+    """The JSON text an audit record stores for ``detail``: texts cut at
+    :data:`MAX_AUDIT_TEXT` characters, lists and objects at :data:`MAX_AUDIT_ITEMS` entries and
+    8 levels, each cut marked; if still longer than :data:`MAX_AUDIT_DETAIL`, its head, length
+    and SHA-256. What a refused (uncharged) request can add to the append-only log is bounded."""
+    text = json.dumps(_bounded(detail), sort_keys=True)
+    if len(text) <= MAX_AUDIT_DETAIL:
+        return text
+    return json.dumps(
+        {
+            "truncated": True,
+            "characters": len(text),
+            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "head": text[: MAX_AUDIT_DETAIL // 2],
+        },
+        sort_keys=True,
+    )
+
+
+def _read_detail(text: str) -> dict[str, Any]:
+    """A stored detail, bounded again (records written before the bounds existed)."""
+    if len(text) > MAX_AUDIT_DETAIL:
+        text = bounded_detail({"stored": text})
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"stored": _cut(text)}
+    bounded = _bounded(value)
+    return bounded if isinstance(bounded, dict) else {"stored": bounded}
 
 
 def _dataset(row: Sequence[Any]) -> DatasetRecord:
@@ -438,6 +604,23 @@ class _Adapter:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             self._conn.executemany(sql, [tuple(r) for r in rows])
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def transaction(self, lock: str) -> Iterator[None]:
+        """One transaction that serialises with every other writer of ``lock``'s table (SQLite:
+        BEGIN IMMEDIATE; PostgreSQL: a SHARE ROW EXCLUSIVE lock of the table)."""
+        if self._pg:
+            with self._conn.transaction():
+                self._conn.execute(f"LOCK TABLE {lock} IN SHARE ROW EXCLUSIVE MODE")
+                yield
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise

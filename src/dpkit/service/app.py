@@ -1,8 +1,9 @@
 """The FastAPI application of ``dpkit serve``: thin routers over :class:`Service`.
 
 Authentication: ``Authorization: Bearer <token>`` (or the dashboard's ``dpkit_token`` cookie).
-Errors are JSON ``{"error": kind, "detail": message}`` with a 4xx status (503 when the database
-is unreachable); dpkit's error messages never quote data.
+Errors are JSON ``{"error": kind, "detail": message}`` with a 4xx status (424 for a query that
+failed after its loss was reserved, 503 when the database is unreachable or the service failed
+internally); never a 500. dpkit's error messages never quote data.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import math
+import time
+import traceback
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
@@ -19,6 +23,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dpkit.analytics.results import Release
 from dpkit.core.losses import PrivacyLoss
@@ -27,6 +32,8 @@ from dpkit.ledger import BudgetStatus, LedgerEntry, LedgerError, UnknownBudgetEr
 from dpkit.ledger._postgres import LedgerUnavailableError
 from dpkit.service import schemas as w
 from dpkit.service._core import (
+    ConflictError,
+    FailedAfterReservationError,
     NotFoundError,
     PermissionDeniedError,
     Service,
@@ -36,9 +43,17 @@ from dpkit.service._core import (
 )
 from dpkit.service._registry import Principal
 
-__all__ = ["create_app"]
+__all__ = ["MAX_BODY", "create_app"]
 
 COOKIE = "dpkit_token"
+
+MAX_BODY = 1 << 20
+"""The largest request body the service reads (bytes); a larger one is refused with 413."""
+
+MAX_AUDIT_PAGE = 1_000
+"""The most audit records one ``GET /api/v1/audit`` returns."""
+
+logger = logging.getLogger("dpkit.service")
 
 
 # Dependencies are ``async``: a sync dependency costs a hop to the thread pool per request. The
@@ -70,12 +85,25 @@ async def current_principal(
     authorization: Annotated[str | None, Header()] = None,
 ) -> Principal:
     token = _token(request, authorization)
+    expired: float | None = None
     if service.registry.local_reads:
         principal = service.authenticate(token)
+        if principal is None:
+            expired = service.token_expired_at(token)
     else:
         principal = await run_in_threadpool(service.authenticate, token)
+        if principal is None:
+            expired = await run_in_threadpool(service.token_expired_at, token)
     if principal is None:
-        raise AuthError("a valid, unrevoked token is required (Authorization: Bearer <token>)")
+        if expired is not None:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expired))
+            raise AuthError(
+                f"this token expired at {when}; ask a privacy officer for a new one "
+                "(POST /api/v1/principals/{name}/tokens)"
+            )
+        raise AuthError(
+            "a valid, unrevoked, unexpired token is required (Authorization: Bearer <token>)"
+        )
     return principal
 
 
@@ -186,9 +214,13 @@ def query_out(release: Release, remaining: PrivacyLoss | None) -> w.QueryOut:
 
 def query_json(release: Release, remaining: PrivacyLoss | None) -> bytes:
     """The answer's JSON body, as FastAPI's ``JSONResponse`` renders it."""
-    return json.dumps(
-        query_dict(release, remaining), ensure_ascii=False, allow_nan=False, separators=(",", ":")
-    ).encode("utf-8")
+    answer = query_dict(release, remaining)
+    try:
+        return json.dumps(
+            answer, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        ).encode("utf-8")
+    except UnicodeEncodeError:  # a text UTF-8 cannot hold: the same JSON, escaped
+        return json.dumps(answer, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 router = APIRouter(prefix="/api/v1")
@@ -281,29 +313,37 @@ def set_allowance(
 
 @router.post("/principals", response_model=w.TokenOut, status_code=201, tags=["officer"])
 def create_principal(body: w.PrincipalIn, principal: Officer, service: ServiceDep) -> w.TokenOut:
-    """Create an analyst (or officer) and issue their first token (shown once)."""
-    token_id, token = service.create_principal(principal, body.name, body.role)
-    return w.TokenOut(token_id=token_id, principal=body.name, token=token)
+    """Create an analyst (or officer) and issue their first token (shown once; it expires
+    after ``expires_in_days``, by default the server's lifetime)."""
+    token_id, token, expires_at = service.create_principal(
+        principal, body.name, body.role, body.expires_in_days
+    )
+    return w.TokenOut(token_id=token_id, principal=body.name, token=token, expires_at=expires_at)
 
 
 @router.post(
     "/principals/{name}/tokens", response_model=w.TokenOut, status_code=201, tags=["officer"]
 )
-def issue_token(name: str, principal: Officer, service: ServiceDep) -> w.TokenOut:
-    """Issue another token for a principal (shown once)."""
-    token_id, token = service.issue_token(principal, name)
-    return w.TokenOut(token_id=token_id, principal=name, token=token)
+def issue_token(
+    name: str, principal: Officer, service: ServiceDep, body: w.TokenIn | None = None
+) -> w.TokenOut:
+    """Issue another token for a principal (shown once; the body may set
+    ``expires_in_days``)."""
+    days = None if body is None else body.expires_in_days
+    token_id, token, expires_at = service.issue_token(principal, name, days)
+    return w.TokenOut(token_id=token_id, principal=name, token=token, expires_at=expires_at)
 
 
 @router.delete("/tokens/{token_id}", status_code=204, tags=["officer"])
 def revoke_token(token_id: str, principal: Officer, service: ServiceDep) -> None:
-    """Revoke a token: every later request with it is refused."""
+    """Revoke a token: every later request with it is refused. The last active officer token
+    cannot be revoked (409 ``conflict``): issue another officer token first."""
     service.revoke_token(principal, token_id)
 
 
 @router.get("/tokens", tags=["officer"])
 def list_tokens(principal: Officer, service: ServiceDep) -> list[dict[str, Any]]:
-    """Token ids, owners and revocation times (never the tokens)."""
+    """Token ids, owners, creation, revocation and expiry times (never the tokens)."""
     return service.registry.tokens()
 
 
@@ -326,6 +366,10 @@ async def run_query(
 
 
 def _answer(service: Service, principal: Principal, body: w.QueryIn) -> bytes:
+    """The answer's JSON, or the refusal (nothing charged) or the failure after the
+    reservation (charged: :class:`FailedAfterReservationError`) as an exception. The audit
+    record is written in every case; if writing it fails, the outcome is still what it was
+    (an answer that was charged is returned) and the failure is logged."""
     asked = {"sql": body.sql, "query": body.query, "loss": body.loss.model_dump()}
     try:
         loss = loss_from_parts(body.loss.epsilon, body.loss.delta, body.loss.rho, "loss")
@@ -338,26 +382,43 @@ def _answer(service: Service, principal: Principal, body: w.QueryIn) -> bytes:
             keys=body.keys,
             alpha=body.alpha,
         )
+    except FailedAfterReservationError as exc:
+        extra = {"reservation": exc.reservation_id, "charged": str(exc.loss), "reason": exc.cause}
+        _audit(service, principal, body.dataset, "failed", {**asked, **extra})
+        raise
     except Exception as exc:
-        service.registry.audit(
-            principal.name,
-            "analyst",
-            "query",
-            body.dataset,
-            "refused",
-            {**asked, "reason": _public_reason(exc)},
-        )
+        reason = _public_reason(exc)
+        _audit(service, principal, body.dataset, "refused", {**asked, "reason": reason})
         raise
     receipt = release.receipt
-    service.registry.audit(
-        principal.name,
-        "analyst",
-        "query",
+    _audit(
+        service,
+        principal,
         body.dataset,
         "answered",
         {**asked, "receipt": str(receipt), "charged": str(release.loss)},
     )
-    return query_json(release, remaining)
+    try:
+        return query_json(release, remaining)
+    except Exception as exc:  # answered and charged, but the answer cannot be sent
+        raise FailedAfterReservationError(receipt.reservation_id, release.loss, exc) from None
+
+
+def _audit(
+    service: Service, principal: Principal, dataset: str, outcome: str, detail: dict[str, Any]
+) -> None:
+    """Record a query's outcome in the audit log; a failure to write it is logged, never
+    reported in place of the query's own outcome."""
+    try:
+        service.registry.audit(principal.name, "analyst", "query", dataset, outcome, detail)
+    except Exception:
+        logger.error(
+            "could not write the audit record of a query (%s, %s, %s)",
+            principal.name,
+            dataset,
+            outcome,
+            exc_info=True,
+        )
 
 
 @router.get("/receipts", response_model=list[w.ReceiptOut], tags=["everyone"])
@@ -375,11 +436,15 @@ def receipts(
 def audit(
     principal: Officer,
     service: ServiceDep,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
+    limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_PAGE)] = 200,
     actor: Annotated[str | None, Query(max_length=64)] = None,
     action: Annotated[str | None, Query(max_length=64)] = None,
+    before: Annotated[int | None, Query(ge=1)] = None,
 ) -> list[w.AuditOut]:
-    """The append-only audit log, newest first: every query, refusal and budget change."""
+    """The append-only audit log, newest first: every query, refusal and budget change.
+
+    At most ``limit`` records (up to 1,000) per page; pass ``before`` = the smallest ``id``
+    of a page to get the page after it. Each record's detail is bounded (8 KiB)."""
     return [
         w.AuditOut(
             id=r.id,
@@ -391,7 +456,7 @@ def audit(
             outcome=r.outcome,
             detail=r.detail,
         )
-        for r in service.registry.audit_log(limit, actor, action)
+        for r in service.registry.audit_log(limit, actor, action, before)
     ]
 
 
@@ -411,7 +476,8 @@ def alerts(principal: Officer, service: ServiceDep) -> list[dict[str, Any]]:
 
 
 @router.get("/health", tags=["everyone"])
-def health() -> dict[str, str]:
+async def health() -> dict[str, str]:
+    """Liveness (answered on the event loop, never behind a query)."""
     return {"status": "ok"}
 
 
@@ -428,10 +494,41 @@ _ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
     (PermissionDeniedError, 403, "forbidden"),
     (NotFoundError, 404, "not_found"),
     (UnknownBudgetError, 404, "not_found"),
+    (ConflictError, 409, "conflict"),
     (BudgetExceededError, 409, "budget_exceeded"),
     (LedgerError, 409, "ledger_refused"),
     (DPError, 400, "invalid_request"),
 )
+
+# the error code of an HTTP error raised by the framework (unknown route, wrong method, a body
+# that could not be read)
+_HTTP_KINDS = {
+    400: "invalid_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+}
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    """Raised while a body is read, once it passes :data:`MAX_BODY` bytes (FastAPI re-raises
+    HTTP errors from body reading as they are)."""
+
+    def __init__(self) -> None:
+        super().__init__(413, _too_large())
+
+
+def _too_large() -> str:
+    return f"the request body is larger than {MAX_BODY:,} bytes; nothing was read or recorded"
+
+
+def _log_internal(request: str, exc: BaseException) -> None:
+    """One log record of an internal error: its class, message and last frames (a
+    RecursionError's full traceback is thousands of lines)."""
+    frames = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-12))
+    logger.error("internal error answering %s: %s", request, frames[-6000:])
 
 
 def _install_handlers(app: FastAPI) -> None:
@@ -443,6 +540,18 @@ def _install_handlers(app: FastAPI) -> None:
             return _error(status, code, str(exc))
 
         app.add_exception_handler(kind, handle)
+
+    @app.exception_handler(FailedAfterReservationError)
+    def _failed(request: Request, exc: FailedAfterReservationError) -> JSONResponse:
+        return JSONResponse(
+            {
+                "error": "failed_after_reservation",
+                "detail": str(exc),
+                "charged": loss_json(exc.loss),
+                "reservation_id": exc.reservation_id,
+            },
+            status_code=424,
+        )
 
     @app.exception_handler(LedgerUnavailableError)
     def _unavailable(request: Request, exc: LedgerUnavailableError) -> JSONResponse:
@@ -461,12 +570,31 @@ def _install_handlers(app: FastAPI) -> None:
     def _type(request: Request, exc: TypeError) -> JSONResponse:
         return _error(400, "invalid_request", "the request has a value of the wrong type")
 
+    @app.exception_handler(StarletteHTTPException)
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        status = exc.status_code if 400 <= exc.status_code < 500 else 503
+        kind = _HTTP_KINDS.get(status, "invalid_request")
+        detail = exc.detail if isinstance(exc.detail, str) else "the request was refused"
+        return JSONResponse(
+            {"error": kind, "detail": detail}, status_code=status, headers=exc.headers
+        )
+
     @app.exception_handler(RequestValidationError)
     def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = exc.errors()
         errors = [
-            {"loc": list(map(str, e.get("loc", ()))), "msg": str(e.get("msg", ""))}
-            for e in exc.errors()
+            {"loc": list(map(str, e.get("loc", ()))), "msg": str(e.get("msg", ""))[:300]}
+            for e in problems[:50]
         ]
+        if problems and all(e.get("type") == "json_invalid" for e in problems):
+            return JSONResponse(
+                {
+                    "error": "invalid_request",
+                    "detail": "the request body is not valid JSON",
+                    "errors": errors,
+                },
+                status_code=400,
+            )
         return JSONResponse(
             {
                 "error": "invalid_request",
@@ -477,6 +605,73 @@ def _install_handlers(app: FastAPI) -> None:
         )
 
 
+class _Guard:
+    """ASGI middleware: refuses bodies over :data:`MAX_BODY` bytes (413, before reading them
+    when ``Content-Length`` says so) and turns any error that escaped the handlers into a JSON
+    503 ``internal_error`` (never a plain-text 500 or a dropped connection), logged once."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and (not value.isdigit() or int(value) > MAX_BODY):
+                await _send_json(send, 413, "payload_too_large", _too_large())
+                return
+        seen = 0
+        started = False
+
+        async def bounded_receive() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message.get("type") == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > MAX_BODY:
+                    raise _BodyTooLarge
+            return message
+
+        async def tracked_send(message: Any) -> None:
+            nonlocal started
+            if message.get("type") == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, bounded_receive, tracked_send)
+        except _BodyTooLarge:
+            if not started:
+                await _send_json(send, 413, "payload_too_large", _too_large())
+        except Exception as exc:
+            _log_internal(f"{scope.get('method')} {scope.get('path')}", exc)
+            if not started:
+                await _send_json(
+                    send,
+                    503,
+                    "internal_error",
+                    f"the service failed while handling this request ({type(exc).__name__}): "
+                    "a fault of the service, not of the request, and logged. A query that gets "
+                    "this answer reserved nothing (a failure after a reservation is a 424).",
+                )
+
+
+async def _send_json(send: Any, status: int, kind: str, detail: str) -> None:
+    body = json.dumps({"error": kind, "detail": detail}).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode("ascii")),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 def _freeze_heap() -> None:
     """Move every object alive now (the imported modules, pandas, sqlglot, FastAPI...) to the
     garbage collector's permanent generation, so that full collections stop walking them.
@@ -485,9 +680,15 @@ def _freeze_heap() -> None:
     eight seconds, holding the GIL: every request in flight waited, and it was most of the
     p99 latency. Frozen, a full collection takes about 3 ms. Frozen objects are still freed by
     reference counting; only cycles among them are no longer collected (there are none worth
-    having among module-level objects)."""
+    having among module-level objects).
+
+    Then full collections are made frequent and small (``gc.set_threshold(700, 10, 1)``: one
+    per ten young collections, instead of one per hundred): building a query's SQL (sqlglot)
+    leaves cyclic garbage, and with the default thresholds it piled up into full collections of
+    250-450 ms after a few uncached query shapes; with these, 50-90 ms."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(700, 10, 1)
 
 
 def create_app(
@@ -533,4 +734,5 @@ def create_app(
     app.include_router(router)
     app.include_router(_dashboard.router)
     _install_handlers(app)
+    app.add_middleware(_Guard)
     return app

@@ -26,16 +26,34 @@ def build_app() -> object:
         webhook_url=os.environ.get("DPKIT_WEBHOOK_URL") or None,
         bootstrap_token=os.environ.get("DPKIT_BOOTSTRAP_TOKEN") or None,
         engine=os.environ.get("DPKIT_ENGINE", "duckdb"),
+        token_days=float(os.environ.get("DPKIT_TOKEN_DAYS") or 90),
     )
     app = create_app(config, freeze_heap=True)
-    token = app.state.service.bootstrap_token
-    if token and not config.bootstrap_token:
+    _announce_token(app.state.service, config.bootstrap_token)
+    return app
+
+
+def _announce_token(service: object, chosen: str | None) -> None:
+    """Print a token the service issued at start (the first officer's, or a new one when no
+    officer token was active any more), unless it is the one the operator chose."""
+    token = getattr(service, "bootstrap_token", None)
+    if token and token != chosen:
+        name = getattr(service, "bootstrap_officer", None) or "officer"
         print(
-            f"dpkit serve: created the officer 'officer'; its token (shown once): {token}",
+            f"dpkit serve: issued a token for the officer {name!r} (no officer token was "
+            f"active); shown once: {token}",
             file=sys.stderr,
             flush=True,
         )
-    return app
+
+
+def _url(host: str, port: int) -> str:
+    shown = host
+    if host in ("0.0.0.0", "::", ""):  # every interface: this host's own name reaches it
+        shown = "127.0.0.1" if host != "::" else "[::1]"
+    elif ":" in host and not host.startswith("["):
+        shown = f"[{host}]"
+    return f"http://{shown}:{port}"
 
 
 def serve_command(
@@ -55,6 +73,12 @@ def serve_command(
     webhook: Annotated[
         str | None, typer.Option(help="POST budget threshold alerts here (JSON).")
     ] = None,
+    token_days: Annotated[
+        float,
+        typer.Option(
+            help="Lifetime of a token when its issuer does not choose one (days, ≤ 3650)."
+        ),
+    ] = 90,
 ) -> None:
     """Run the privacy-budget service: API at /api/v1 (OpenAPI at /docs), dashboard at /."""
     import uvicorn
@@ -62,21 +86,31 @@ def serve_command(
     os.environ["DPKIT_DATABASE"] = database
     os.environ["DPKIT_DATA_ROOT"] = str(data_root.resolve())
     os.environ["DPKIT_ENGINE"] = engine
+    os.environ["DPKIT_TOKEN_DAYS"] = repr(float(token_days))
     if webhook:
         os.environ["DPKIT_WEBHOOK_URL"] = webhook
+    chosen = os.environ.get("DPKIT_BOOTSTRAP_TOKEN") or None
     if workers > 1:
         # create the schema and the first officer once, before the workers start
         from dpkit.service._core import Service, ServiceConfig
 
-        first = Service(ServiceConfig(database=database, data_root=data_root))
-        if first.bootstrap_token:
-            print(
-                "dpkit serve: created the officer 'officer'; its token (shown once): "
-                f"{first.bootstrap_token}",
-                file=sys.stderr,
-                flush=True,
+        first = Service(
+            ServiceConfig(
+                database=database,
+                data_root=data_root,
+                bootstrap_token=chosen,
+                token_days=token_days,
             )
+        )
+        _announce_token(first, chosen)
         first.close()
+    url = _url(host, port)
+    print(
+        f"dpkit serve: starting on {url} (API {url}/api/v1, docs {url}/docs, dashboard {url}/); "
+        "stop with Ctrl+C",
+        file=sys.stderr,
+        flush=True,
+    )
     uvicorn.run(
         "dpkit.service.cli:build_app",
         factory=True,

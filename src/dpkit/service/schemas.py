@@ -23,6 +23,7 @@ __all__ = [
     "QueryIn",
     "QueryOut",
     "ReceiptOut",
+    "TokenIn",
     "TokenOut",
 ]
 
@@ -93,12 +94,28 @@ class DatasetOut(BaseModel):
 class PrincipalIn(_Strict):
     name: str = Name
     role: Literal["officer", "analyst"] = "analyst"
+    expires_in_days: float | None = Field(
+        default=None,
+        gt=0,
+        le=3650,
+        description="The first token's lifetime (default: the server's, 90 days).",
+    )
+
+
+class TokenIn(_Strict):
+    expires_in_days: float | None = Field(
+        default=None,
+        gt=0,
+        le=3650,
+        description="The token's lifetime (default: the server's, 90 days).",
+    )
 
 
 class TokenOut(BaseModel):
     token_id: str
     principal: str
     token: str = Field(description="Shown once; only its SHA-256 is stored.")
+    expires_at: float = Field(description="When the token stops working (Unix time).")
 
 
 class AllowanceIn(_Strict):

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit.analytics.engines._columns import RESERVED_PREFIX
-from dpkit.analytics.expr import ColumnKind, Expr
+from dpkit.analytics.expr import ColumnKind, Expr, Structural
 from dpkit.analytics.query import KeySet
 
 __all__ = [
@@ -105,7 +105,7 @@ class Output:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Step:
+class Step(Structural):
     """A relational step before aggregation: ``filter`` (``expr`` is a predicate),
     ``derive`` (add/replace column ``name``) or ``select`` (keep ``columns``).
 
@@ -121,19 +121,9 @@ class Step:
     name: str = ""
     columns: tuple[str, ...] = ()
 
-    def key(self) -> tuple[Any, ...]:
-        """The step as plain values (the expression as its structural key)."""
-        return (self.kind, None if self.expr is None else self.expr.key(), self.name, self.columns)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Step) and self.key() == other.key()
-
-    def __hash__(self) -> int:
-        return hash(self.key())
-
-
-@dataclass(frozen=True, slots=True)
-class BoundedPlan:
+@dataclass(frozen=True, slots=True, eq=False)
+class BoundedPlan(Structural):
     """The exact part of a compiled query (see the module docstring for its semantics)."""
 
     steps: tuple[Step, ...]

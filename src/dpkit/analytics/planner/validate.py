@@ -16,6 +16,7 @@ from dpkit.analytics.engines.base import Step
 from dpkit.analytics.expr import (
     Col,
     ColumnKind,
+    Structural,
     Unary,
     check_expression,
     coerce_temporal_literals,
@@ -41,8 +42,8 @@ from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 
 # ------------------------------------------------------------------ validation
-@dataclass(frozen=True, slots=True)
-class Validated:
+@dataclass(frozen=True, slots=True, eq=False)
+class Validated(Structural):
     steps: tuple[Step, ...]
     schema: dict[str, ColumnKind]
     aggregate: Aggregate
