@@ -47,9 +47,11 @@ def shape_body(dataset: str, aggregate: str, where: str, grouping: str) -> dict[
     return body
 
 
-def setup(http: httpx.Client, dataset: str, analysts: list[str]) -> list[str]:
-    """Register ``dataset`` (the people CSV, an (ε, δ) budget) and give each analyst an
-    allowance; returns their tokens."""
+def setup(
+    http: httpx.Client, dataset: str, analysts: list[str], allowance: str = "10000"
+) -> list[str]:
+    """Register ``dataset`` (the people CSV, an (ε, δ) budget of 10^9 ε, the ceiling) and give
+    each analyst an allowance of ``allowance`` ε; returns their tokens."""
     r = http.post(
         "/api/v1/datasets",
         headers=OFFICER_HEADERS,
@@ -59,7 +61,7 @@ def setup(http: httpx.Client, dataset: str, analysts: list[str]) -> list[str]:
             "privacy_unit": "person",
             "schema": {"age": "numeric", "dept": "text"},
             "bounds": {"max_rows": 1, "columns": {"age": [0, 100]}},
-            "budget": {"epsilon": "100000", "delta": "0.5"},
+            "budget": {"epsilon": "1000000000", "delta": "0.5"},
         },
     )
     assert r.status_code == 201, r.text
@@ -71,7 +73,7 @@ def setup(http: httpx.Client, dataset: str, analysts: list[str]) -> list[str]:
         r = http.put(
             f"/api/v1/datasets/{dataset}/allowances/{name}",
             headers=OFFICER_HEADERS,
-            json={"total": {"epsilon": "10000", "delta": "0.1"}},
+            json={"total": {"epsilon": allowance, "delta": "0.1"}},
         )
         assert r.status_code == 200, r.text
     return tokens
