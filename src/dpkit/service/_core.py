@@ -40,7 +40,13 @@ from dpkit.analytics.query import (
     sum,
     variance,
 )
-from dpkit.analytics.querytext import MAX_GROUP_BY, MAX_LIST, ParsedQuery, parse_query
+from dpkit.analytics.querytext import (
+    MAX_GROUP_BY,
+    MAX_LIST,
+    ParsedQuery,
+    parse_query,
+    parse_where,
+)
 from dpkit.analytics.results import Release
 from dpkit.analytics.session import Session
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
@@ -626,6 +632,15 @@ class Service:
         built = Query()
         if parsed.where is not None:
             built = built.filter(parsed.where)
+        if keys and not parsed.group_by:
+            # keys of an ungrouped query would be ignored, and the query answered and charged
+            # as if they had not been sent: refuse the mismatch instead of guessing
+            raise InvalidParameterError(
+                "keys",
+                f"{len(keys)} column(s): {sorted(map(str, keys))[:5]}",
+                "keys only with a GROUP BY (the query has none): group by the key columns, or "
+                "leave 'keys' out",
+            )
         if parsed.group_by:
             for column in parsed.group_by:
                 check_column(column)
@@ -634,6 +649,13 @@ class Service:
                 missing = [k for k in parsed.group_by if k not in keys]
                 if missing:
                     raise InvalidParameterError("keys", sorted(keys), f"values for {missing}")
+                extra = sorted(str(k) for k in keys if k not in parsed.group_by)
+                if extra:
+                    raise InvalidParameterError(
+                        "keys",
+                        f"keys for {extra[:5]}",
+                        f"keys only for the GROUP BY columns {list(parsed.group_by)}",
+                    )
                 _check_keys({k: keys[k] for k in parsed.group_by})
                 key_set = KeySet.from_dict({k: list(keys[k]) for k in parsed.group_by})
             if key_set is not None:
@@ -821,11 +843,13 @@ def check_request_texts(name: str, value: Any, *, depth: int = 0) -> None:
         raise InvalidParameterError(name, "(nested value)", "at most 32 levels of nesting")
     if isinstance(value, str):
         if "\x00" in value:
-            raise InvalidParameterError(name, "(a text with a NUL character)", _TEXTS)
+            raise InvalidParameterError(name, "(a text with a NUL character)", TEXTS_ALLOWED)
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidParameterError(name, "(a text with a lone surrogate)", _TEXTS) from None
+            raise InvalidParameterError(
+                name, "(a text with a lone surrogate)", TEXTS_ALLOWED
+            ) from None
     elif isinstance(value, Mapping):
         for key, item in value.items():
             check_request_texts(name, key, depth=depth + 1)
@@ -835,7 +859,9 @@ def check_request_texts(name: str, value: Any, *, depth: int = 0) -> None:
             check_request_texts(name, item, depth=depth + 1)
 
 
-_TEXTS = "valid Unicode text without NUL characters or lone surrogates (such as JSON \\ud800)"
+TEXTS_ALLOWED = (
+    "valid Unicode text without NUL characters or lone surrogates (such as JSON \\ud800)"
+)
 
 
 def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:
@@ -948,6 +974,20 @@ def _parse_sql_text(sql: str, dataset: str, privacy_unit: str) -> ParsedQuery:
     )
 
 
+def _parse_where_text(text: str) -> Expr:
+    """The model's ``where``: one boolean expression, parsed on its own (never pasted into a
+    statement, where ``age > 1 GROUP BY dept`` or ``... TABLESAMPLE`` would add a clause the
+    model does not have)."""
+    if len(text) > 10_000:
+        raise UnsupportedQueryError("'where' must be a text of at most 10,000 characters")
+    return _parse_where_cached(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_where_cached(text: str) -> Expr:
+    return parse_where(text, syntax_help=_SYNTAX_HELP)
+
+
 _MODEL_KINDS = (
     "count",
     "count_units",
@@ -1012,7 +1052,7 @@ def _parse_model(model: Mapping[str, Any], record: DatasetRecord) -> ParsedQuery
         text = model["where"]
         if not isinstance(text, str):
             raise InvalidParameterError("where", text, "a boolean expression as text")
-        where = _parse_sql(f"SELECT COUNT(*) WHERE {text}", record).where
+        where = _parse_where_text(text)
     group_by = model.get("group_by") or []
     if (
         not isinstance(group_by, list)
