@@ -133,6 +133,9 @@ MAX_CELLS = 100_000
 """The most cells (public keys times bins) of a query's histograms."""
 MAX_TOKEN_DAYS = 3650
 """The longest lifetime of a token (days)."""
+OFFICER_MARGIN_DAYS = 1
+"""An officer token may be revoked only while another officer token stays valid for at least
+this long (days): one that expires in a few seconds would leave every officer locked out."""
 HEAVY_REQUEST = 1_000
 """A query request larger than this (characters of SQL, plus model and key values) is parsed
 and planned in the heavy lane, one at a time."""
@@ -420,7 +423,9 @@ class Service:
         """Revoke a token; never the last active officer token (that would lock every officer
         out: issue another officer token first)."""
         self.require(officer, "officer")
-        outcome = self.registry.revoke_token(token_id)
+        outcome = self.registry.revoke_token(
+            token_id, durable_until=time.time() + OFFICER_MARGIN_DAYS * 86400
+        )
         if outcome == "missing":
             raise NotFoundError(f"no token {token_id!r}")
         if outcome == "last_officer":
@@ -428,9 +433,10 @@ class Service:
                 officer.name, "officer", "revoke_token", "", "refused", {"token": token_id}
             )
             raise ConflictError(
-                f"{token_id} is the last active officer token: revoking it would lock every "
-                "officer out. Issue another officer token first (POST "
-                "/api/v1/principals/{name}/tokens), then revoke this one."
+                f"{token_id} is the last durable officer token: no other active officer token "
+                f"stays valid for at least {OFFICER_MARGIN_DAYS:g} day, so revoking it would "
+                "lock every officer out (now, or when the others expire). Issue another officer "
+                "token first (POST /api/v1/principals/{name}/tokens), then revoke this one."
             )
         self.registry.audit(officer.name, "officer", "revoke_token", "", "ok", {"token": token_id})
 
