@@ -171,6 +171,22 @@ def _hostile_queries(dataset: str) -> dict[str, dict[str, object]]:
             "keys": {"dept": [f"k{i}" for i in range(1000)]},
             "loss": loss,
         },
+        "100 quantiles over 100 public keys (10,000 releases)": {
+            "dataset": dataset,
+            "sql": "SELECT dept, "
+            + ", ".join(f"QUANTILE(age, 0.5, {-i}, 100) AS m{i}" for i in range(100))
+            + " GROUP BY dept",
+            "keys": {"dept": [f"k{i}" for i in range(100)]},
+            "loss": loss,
+        },
+        "6 medians over 100 public keys (600 releases)": {
+            "dataset": dataset,
+            "sql": "SELECT dept, "
+            + ", ".join(f"MEDIAN(age, {-i}, 100) AS m{i}" for i in range(6))
+            + " GROUP BY dept",
+            "keys": {"dept": [f"k{i}" for i in range(100)]},
+            "loss": loss,
+        },
         "5,000 histogram edges in the model": {
             "dataset": dataset,
             "query": {
@@ -310,6 +326,8 @@ def test_hostile_queries_are_refused_before_anything_is_reserved(
         assert books.check(before, books.snapshot(dataset, analyst), response) == "refused"
         assert 400 <= response.status_code < 500
         assert elapsed < 10, elapsed
+        if "releases" in case:  # the refusal names the limit
+            assert "quantile releases" in response.json()["detail"], response.text
 
 
 def test_a_where_at_the_size_limit_is_answered_and_charged_once_each_time(

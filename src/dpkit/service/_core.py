@@ -129,6 +129,10 @@ MAX_KEY_TEXT = 1_000
 MAX_QUANTILE_KEYS = 100
 """The most public keys of a query with a quantile or a median: each group's quantile is its
 own release, about 20 ms of CPU."""
+MAX_QUANTILE_RELEASES = 500
+"""The most quantile releases of a query: its quantile and median aggregates times its public
+keys (each is a release of its own, about 4 ms of CPU: 100 quantiles over 100 keys took a
+minute of CPU after the reservation)."""
 MAX_CELLS = 100_000
 """The most cells (public keys times bins) of a query's histograms."""
 MAX_TOKEN_DAYS = 3650
@@ -880,6 +884,15 @@ def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:
             f"{keys:,} key combinations",
             f"at most {MAX_QUANTILE_KEYS} public keys for a query with a quantile or a median "
             "(each group's quantile is a release of its own); split the keys over queries",
+        )
+    quantiles = builtins.sum(1 for a in aggregations if isinstance(a, Quantile))
+    if quantiles * keys > MAX_QUANTILE_RELEASES:
+        raise InvalidParameterError(
+            "keys",
+            f"{quantiles:,} quantile aggregates × {keys:,} key combinations",
+            f"at most {MAX_QUANTILE_RELEASES:,} quantile releases (quantile and median "
+            "aggregates times public keys) in one query; split the aggregates or the keys over "
+            "queries",
         )
     cells = builtins.sum(
         keys * (len(a.edges) - 1) for a in aggregations if isinstance(a, Histogram)
