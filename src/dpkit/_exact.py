@@ -50,25 +50,38 @@ integers within ±1e400. Reading ``"1e-8000000"`` exactly would compute a power 
 eight million digits (minutes of CPU); no privacy parameter needs more than a few hundred."""
 
 _TEN_TO_MAX = 10**MAX_DECIMAL_EXPONENT
-# the exponent of a decimal text, as Fraction reads it ("1.5e-3", "2E+7", "1_0e1_0")
-_EXPONENT = re.compile(r"[eE]([-+]?[0-9_]*)")
+# The only texts read as numbers: ASCII digits, an optional sign, a decimal point, a decimal
+# exponent, or a fraction of two integers. Python's Fraction (and int, float, Decimal) also read
+# "1_0" as 10, Unicode digits ("١" is 1, "１" is 1), "١/٣" and surrounding Unicode spaces: a
+# text that does not read as the number it looks like is refused, never guessed.
+_DECIMAL_TEXT = re.compile(
+    r"(?P<mantissa>[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:[eE](?P<exponent>[-+]?[0-9]+))?",
+    re.ASCII,
+)
+_FRACTION_TEXT = re.compile(r"[-+]?[0-9]+/[0-9]+", re.ASCII)
+_SPACES = " \t\r\n"
 _NUMBER_ALLOWED = (
-    "a number such as 0.5, '1/3' or '1e-6' "
-    f"(text of at most {MAX_NUMBER_TEXT} characters, exponent within ±{MAX_DECIMAL_EXPONENT})"
+    "a number such as 0.5, '1/3' or '1e-6' (ASCII digits, an optional sign, decimal point and "
+    f"exponent; text of at most {MAX_NUMBER_TEXT} characters, exponent within "
+    f"±{MAX_DECIMAL_EXPONENT})"
 )
 
 
 def _bounded_text(name: str, value: str) -> str:
-    """``value`` stripped, if it is short enough and its exponent small enough to read exactly
-    in microseconds; checked before any arithmetic."""
+    """``value`` without surrounding ASCII spaces, if it is a plain ASCII decimal
+    (``-1.5e-3``) or fraction (``1/3``), short enough and with an exponent small enough to
+    read exactly in microseconds; checked before any arithmetic."""
     if len(value) > MAX_NUMBER_TEXT:
         raise InvalidParameterError(name, value, _NUMBER_ALLOWED)
-    text = value.strip()
-    found = _EXPONENT.search(text)
-    if found is not None:
-        digits = found.group(1).replace("_", "").lstrip("+-")
-        if not digits.isdigit() or int(digits) > MAX_DECIMAL_EXPONENT:
-            raise InvalidParameterError(name, value, _NUMBER_ALLOWED)
+    text = value.strip(_SPACES)
+    if _FRACTION_TEXT.fullmatch(text):
+        return text
+    found = _DECIMAL_TEXT.fullmatch(text)
+    if found is None:
+        raise InvalidParameterError(name, value, _NUMBER_ALLOWED)
+    exponent = found.group("exponent")
+    if exponent is not None and int(exponent.lstrip("+-")) > MAX_DECIMAL_EXPONENT:
+        raise InvalidParameterError(name, value, _NUMBER_ALLOWED)
     return text
 
 

@@ -171,6 +171,22 @@ def _hostile_queries(dataset: str) -> dict[str, dict[str, object]]:
             "keys": {"dept": [f"k{i}" for i in range(1000)]},
             "loss": loss,
         },
+        "100 quantiles over 100 public keys (10,000 releases)": {
+            "dataset": dataset,
+            "sql": "SELECT dept, "
+            + ", ".join(f"QUANTILE(age, 0.5, {-i}, 100) AS m{i}" for i in range(100))
+            + " GROUP BY dept",
+            "keys": {"dept": [f"k{i}" for i in range(100)]},
+            "loss": loss,
+        },
+        "6 medians over 100 public keys (600 releases)": {
+            "dataset": dataset,
+            "sql": "SELECT dept, "
+            + ", ".join(f"MEDIAN(age, {-i}, 100) AS m{i}" for i in range(6))
+            + " GROUP BY dept",
+            "keys": {"dept": [f"k{i}" for i in range(100)]},
+            "loss": loss,
+        },
         "5,000 histogram edges in the model": {
             "dataset": dataset,
             "query": {
@@ -212,7 +228,86 @@ def _hostile_queries(dataset: str) -> dict[str, dict[str, object]]:
             "query": {"aggregations": [{"op": "count"}], "extra": json.loads("[" * 60 + "]" * 60)},
             "loss": loss,
         },
+        **_ignored_before(dataset),
     }
+
+
+def _ignored_before(dataset: str) -> dict[str, dict[str, object]]:
+    """Requests that were answered (200, charged) while part of them was silently ignored: the
+    answer was for another question than the one asked (issue 21's adversarial review)."""
+    loss = {"epsilon": "0.5"}
+    cases: dict[str, dict[str, object]] = {}
+    for label, sql in {
+        "WITH shadowing the dataset": f"WITH {dataset} AS (SELECT * FROM {dataset} WHERE "
+        f"age >= 50) SELECT COUNT(*) FROM {dataset}",
+        "TABLESAMPLE": f"SELECT COUNT(*) FROM {dataset} TABLESAMPLE (10 PERCENT)",
+        "USING SAMPLE": f"SELECT COUNT(*) FROM {dataset} USING SAMPLE 10",
+        "GROUP BY ALL": "SELECT COUNT(*) GROUP BY ALL",
+        "IN UNNEST": "SELECT COUNT(*) WHERE age IN UNNEST([50, 51])",
+        "WINDOW": "SELECT COUNT(*) WHERE age >= 50 WINDOW w AS (PARTITION BY dept)",
+    }.items():
+        cases[f"SQL with {label}"] = {"dataset": dataset, "sql": sql, "loss": loss}
+    for where in (
+        "age >= 50 GROUP BY dept",
+        "age >= 50 TABLESAMPLE (1 PERCENT)",
+        "age >= 50 LIMIT 1",
+        "age >= 50) OR (TRUE",
+        "(age >= 50",
+        "TRUE) SELECT COUNT(*) WHERE (age >= 50",
+        "age >= 50; SELECT 1",
+    ):
+        cases[f"model where {where!r}"] = {
+            "dataset": dataset,
+            "query": {"aggregations": [{"op": "count"}], "where": where},
+            "loss": loss,
+        }
+    for label, value in {"true": True, "'1_0'": "1_0", "Arabic-Indic one": "\u0661"}.items():
+        cases[f"a loss of {label}"] = {
+            "dataset": dataset,
+            "sql": "SELECT COUNT(*)",
+            "loss": {"epsilon": value},
+        }
+    cases["a delta of true"] = {
+        "dataset": dataset,
+        "sql": "SELECT COUNT(*)",
+        "loss": {"epsilon": "1", "delta": True},
+    }
+    cases["a fullwidth one as rho"] = {
+        "dataset": dataset,
+        "sql": "SELECT COUNT(*)",
+        "loss": {"rho": "\uff11"},
+    }
+    cases["900 duplicate keys of an ungrouped query"] = {
+        "dataset": dataset,
+        "sql": "SELECT COUNT(*)",
+        "keys": {"dept": ["a"] * 900},
+        "loss": loss,
+    }
+    cases["keys of an ungrouped query"] = {
+        "dataset": dataset,
+        "sql": "SELECT COUNT(*)",
+        "keys": {"dept": ["a", "b"]},
+        "loss": loss,
+    }
+    cases["keys of a column not grouped by"] = {
+        "dataset": dataset,
+        "sql": "SELECT dept, COUNT(*) GROUP BY dept",
+        "keys": {"dept": ["a", "b"], "age": [1, 2]},
+        "loss": loss,
+    }
+    cases["duplicate keys of a grouped query"] = {
+        "dataset": dataset,
+        "sql": "SELECT dept, COUNT(*) GROUP BY dept",
+        "keys": {"dept": ["a", "b", "a"]},
+        "loss": loss,
+    }
+    cases["keys of an ungrouped model"] = {
+        "dataset": dataset,
+        "query": {"aggregations": [{"op": "count"}]},
+        "keys": {"dept": ["a"]},
+        "loss": loss,
+    }
+    return cases
 
 
 @pytest.mark.parametrize("case", sorted(_hostile_queries("x")))
@@ -231,6 +326,8 @@ def test_hostile_queries_are_refused_before_anything_is_reserved(
         assert books.check(before, books.snapshot(dataset, analyst), response) == "refused"
         assert 400 <= response.status_code < 500
         assert elapsed < 10, elapsed
+        if "releases" in case:  # the refusal names the limit
+            assert "quantile releases" in response.json()["detail"], response.text
 
 
 def test_a_where_at_the_size_limit_is_answered_and_charged_once_each_time(
@@ -456,3 +553,44 @@ def test_service_errors_do_not_speak_of_the_command_line(http: httpx.Client) -> 
 
 def test_health_is_answered_on_the_event_loop(http: httpx.Client) -> None:
     assert http.get("/api/v1/health").json() == {"status": "ok"}
+
+
+def test_a_parse_error_is_plain_text_without_terminal_escapes(http: httpx.Client) -> None:
+    """sqlglot underlines the offending token with ANSI codes (ESC[4m ... ESC[0m); they reached
+    the JSON ``detail``."""
+    name = unique("ansi")
+    (token,) = setup(http, name, [unique("n")])
+    for sql in ("SELECT COUNT(*) WHERE age >= 0x32", "SELECT COUNT(*) WHERE age >= 5 AND"):
+        response = post_raw(
+            http, QUERY, token, {"dataset": name, "sql": sql, "loss": {"epsilon": "1"}}
+        )
+        detail = assert_documented_error(response)["detail"]
+        assert response.status_code == 400
+        assert "\x1b" not in detail and "[4m" not in detail, detail
+        assert ">>>" in detail and "line 1, column" in detail, detail
+
+
+@pytest.mark.parametrize(
+    ("field", "body"),
+    [
+        ("sql", {"sql": "SELECT COUNT(*) WHERE dept = '\ud800'"}),
+        ("sql", {"sql": "SELECT COUNT(*) WHERE dept = 'a\udfff'"}),
+        ("keys", {"sql": "SELECT dept, COUNT(*) GROUP BY dept", "keys": {"dept": ["\ud800"]}}),
+        ("query", {"query": {"aggregations": [{"op": "count"}], "where": "dept = '\ud800'"}}),
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_the_documented_400(
+    field: str, body: dict[str, object], http: httpx.Client, books: Books
+) -> None:
+    """docs/service.md: a text that cannot be stored or sent to the engine (a lone surrogate)
+    is a 400 ``invalid_request`` naming the field. In ``sql`` (a pydantic string) it was a 422
+    "does not match the schema"."""
+    dataset, analyst = unique("sur"), unique("s")
+    (token,) = setup(http, dataset, [analyst])
+    before = books.snapshot(dataset, analyst)
+    response = post_raw(http, QUERY, token, {"dataset": dataset, "loss": {"epsilon": "1"}, **body})
+    assert books.check(before, books.snapshot(dataset, analyst), response) == "refused"
+    error = assert_documented_error(response)
+    assert response.status_code == 400, response.text
+    assert error["error"] == "invalid_request"
+    assert field in error["detail"] and "surrogate" in error["detail"], error

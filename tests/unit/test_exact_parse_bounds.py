@@ -9,6 +9,7 @@ import time
 from decimal import Decimal
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -55,12 +56,46 @@ def test_hostile_number_texts_are_refused_at_once(text: str) -> None:
         ("1e-400", Fraction(1, 10**400)),
         ("1E+400", Fraction(10**400)),
         ("2.5e-3", Fraction(1, 400)),
-        ("1_000", Fraction(1000)),
+        (" 1/3 ", Fraction(1, 3)),
+        ("-.5", Fraction(-1, 2)),
+        ("+2.", Fraction(2)),
         ("7" * MAX_NUMBER_TEXT, Fraction(int("7" * MAX_NUMBER_TEXT))),
     ],
 )
 def test_real_numbers_are_still_read_exactly(text: str, expected: Fraction) -> None:
     assert fraction_of("x", text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1_0",  # Python reads 10
+        "1_000",
+        "\u0661",  # ARABIC-INDIC DIGIT ONE: Python reads 1
+        "\uff11",  # FULLWIDTH DIGIT ONE
+        "\u0661/\u0663",
+        "\u00a01",  # a no-break space before it
+        "1 / 3",
+        "0x10",
+        "1e",
+        "nan",
+        "inf",
+        "",
+        "1/0",
+    ],
+)
+def test_text_that_is_not_a_plain_ascii_number_is_refused(text: str) -> None:
+    """A loss of "1_0" charged ε = 10, and "١" (an Arabic-Indic one) ε = 1: Python's Fraction
+    reads underscores and any Unicode digit. Only ASCII decimals, fractions and scientific
+    numbers are read now."""
+    with pytest.raises(InvalidParameterError):
+        fraction_of("epsilon", text)
+
+
+@pytest.mark.parametrize("value", [True, False, np.bool_(True)])
+def test_bools_are_refused(value: object) -> None:
+    with pytest.raises(InvalidParameterError):
+        fraction_of("epsilon", value)  # type: ignore[arg-type]
 
 
 def test_decimals_and_integers_are_bounded_too() -> None:

@@ -41,6 +41,7 @@ characters.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,7 @@ from dpkit.analytics.query import (
 from dpkit.errors import UnsupportedQueryError
 
 __all__ = [
+    "ALLOWED_ARGS",
     "MAX_AGGREGATIONS",
     "MAX_EXPRESSION_DEPTH",
     "MAX_GROUP_BY",
@@ -77,7 +79,11 @@ __all__ = [
     "MAX_WHERE_NODES",
     "ParsedQuery",
     "check_nesting",
+    "check_tree",
+    "parse_error_text",
     "parse_query",
+    "parse_where",
+    "plain",
     "quantile_name",
 ]
 
@@ -153,13 +159,40 @@ class _QueryDialect(DuckDB):
         }
 
 
-def _refuse(node: exp.Expr, hint: str = "") -> UnsupportedQueryError:
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal escape sequences (sqlglot underlines the offending token with
+    ANSI codes) or other control characters: messages are read in JSON and in logs."""
+    return _ANSI.sub("", text)
+
+
+def parse_error_text(error: ParseError, limit: int = 300) -> str:
+    """A sqlglot parse error as plain text: what, where (line and column) and the offending
+    fragment quoted between ``>>>`` and ``<<<``, at most ``limit`` characters."""
+    found = [e for e in getattr(error, "errors", None) or [] if isinstance(e, dict)]
+    if not found:
+        return plain(str(error))[:limit]
+    first = found[0]
+    before = plain(str(first.get("start_context") or ""))[-60:]
+    token = plain(str(first.get("highlight") or ""))[:60]
+    after = plain(str(first.get("end_context") or ""))[:60]
+    where = f"line {first.get('line')}, column {first.get('col')}"
+    said = plain(str(first.get("description") or "a syntax error"))
+    return f"{said} at {where}: {before}>>>{token}<<<{after}"[:limit]
+
+
+def _text(node: exp.Expr) -> str:
     try:
-        text = node.sql()[:80]
-    except RecursionError:
-        text = type(node).__name__
+        return node.sql()[:80]
+    except Exception:  # RecursionError, or a node sqlglot cannot write back
+        return type(node).__name__
+
+
+def _refuse(node: exp.Expr, hint: str = "") -> UnsupportedQueryError:
     return UnsupportedQueryError(
-        f"unsupported in a dpkit query: {text!r} ({type(node).__name__}). {hint}".strip()
+        f"unsupported in a dpkit query: {_text(node)!r} ({type(node).__name__}). {hint}".strip()
     )
 
 
@@ -177,7 +210,7 @@ def check_nesting(text: str) -> None:
     try:
         tokens = _QueryDialect().tokenize(text)
     except TokenError as error:
-        raise UnsupportedQueryError(f"could not read the query: {error}") from None
+        raise UnsupportedQueryError(f"could not read the query: {plain(str(error))}") from None
     depth = run = 0
     for token in tokens:
         kind = token.token_type
@@ -190,6 +223,129 @@ def check_nesting(text: str) -> None:
         run = run + 1 if kind in _PREFIX else 0
         if run > MAX_PREFIX_RUN:
             raise _too_deep("prefix operators (NOT, -) in a row", MAX_PREFIX_RUN)
+
+
+_BINARY = frozenset({"this", "expression"})
+ALLOWED_ARGS: dict[type[exp.Expr], frozenset[str]] = {
+    # the statement: SELECT <expressions> [FROM <input>] [WHERE ...] [GROUP BY <columns>]
+    exp.Select: frozenset({"expressions", "from", "from_", "where", "group"}),
+    exp.From: frozenset({"this"}),
+    exp.Table: frozenset({"this", "alias"}),
+    exp.TableAlias: frozenset({"this"}),
+    exp.Identifier: frozenset({"this", "quoted"}),
+    exp.Where: frozenset({"this"}),
+    exp.Group: frozenset({"expressions"}),
+    # the select list
+    exp.Alias: frozenset({"this", "alias"}),
+    exp.Count: frozenset({"this", "big_int"}),
+    exp.Star: frozenset(),
+    exp.Distinct: frozenset({"expressions"}),
+    exp.Anonymous: frozenset({"this", "expressions"}),
+    # expressions
+    exp.Column: frozenset({"this", "table"}),
+    exp.Literal: frozenset({"this", "is_string"}),
+    exp.Null: frozenset(),
+    exp.Boolean: frozenset({"this"}),
+    exp.Paren: frozenset({"this"}),
+    exp.Neg: frozenset({"this"}),
+    exp.Not: frozenset({"this"}),
+    exp.And: _BINARY,
+    exp.Or: _BINARY,
+    exp.EQ: _BINARY,
+    exp.NEQ: _BINARY,
+    exp.LT: _BINARY,
+    exp.LTE: _BINARY,
+    exp.GT: _BINARY,
+    exp.GTE: _BINARY,
+    exp.Add: _BINARY,
+    exp.Sub: _BINARY,
+    exp.Mul: _BINARY,
+    exp.Div: _BINARY,
+    exp.In: frozenset({"this", "expressions"}),
+    exp.Between: frozenset({"this", "low", "high"}),
+    exp.Is: _BINARY,
+    exp.Cast: frozenset({"this", "to"}),
+    exp.DataType: frozenset({"this"}),
+}
+"""The only node types a query's parse tree may hold, each with the only arguments (clauses,
+operands, options) it may set: everything else sqlglot parses (``WITH``, ``TABLESAMPLE``,
+windows, subqueries, ``GROUP BY ALL`` / ``ROLLUP``, ``IN UNNEST``, ``IS NOT DISTINCT FROM``, a
+clause a newer sqlglot adds...) is refused by :func:`check_tree` before it could be ignored. An
+allowlist, never a denylist: dpkit translates exactly these, and silently dropping a clause
+would answer a different question than the one asked."""
+
+_CLAUSES = {
+    "with": "WITH (a common table expression)",
+    "with_": "WITH (a common table expression)",
+    "sample": "TABLESAMPLE / USING SAMPLE",
+    "joins": "JOIN (or a second table after a comma)",
+    "laterals": "LATERAL",
+    "pivots": "PIVOT / UNPIVOT",
+    "windows": "WINDOW",
+    "distinct": "DISTINCT",
+    "having": "HAVING",
+    "qualify": "QUALIFY",
+    "order": "ORDER BY",
+    "sort": "SORT BY",
+    "cluster": "CLUSTER BY",
+    "distribute": "DISTRIBUTE BY",
+    "limit": "LIMIT / FETCH",
+    "offset": "OFFSET",
+    "into": "INTO",
+    "all": "GROUP BY ALL",
+    "rollup": "ROLLUP",
+    "cube": "CUBE",
+    "grouping_sets": "GROUPING SETS",
+    "totals": "WITH TOTALS",
+    "unnest": "IN UNNEST(...)",
+    "query": "a subquery",
+    "negate": "IS NOT DISTINCT FROM",
+    "db": "a schema-qualified name",
+    "catalog": "a catalog-qualified name",
+    "columns": "column aliases of a table",
+    "on": "DISTINCT ON",
+    "except": "EXCLUDE / EXCEPT",
+    "except_": "EXCLUDE / EXCEPT",
+    "replace": "REPLACE",
+    "rename": "RENAME",
+}
+_NODES: dict[type[exp.Expr], str] = {
+    exp.With: "WITH (a common table expression)",
+    exp.CTE: "WITH (a common table expression)",
+    exp.TableSample: "TABLESAMPLE / USING SAMPLE",
+    exp.Window: "a window function (OVER / WINDOW)",
+    exp.WindowSpec: "a window function (OVER / WINDOW)",
+    exp.Subquery: "a subquery",
+    exp.Select: "a subquery",
+    exp.SetOperation: "UNION / INTERSECT / EXCEPT",
+    exp.Join: "JOIN",
+    exp.Lateral: "LATERAL",
+    exp.Pivot: "PIVOT / UNPIVOT",
+    exp.Filter: "FILTER (WHERE ...) on an aggregate",
+    exp.Unnest: "UNNEST",
+}
+
+
+def _absent(value: Any) -> bool:
+    return value is None or value is False or (isinstance(value, list) and not value)
+
+
+def check_tree(select: exp.Expr) -> None:
+    """Refuse a parsed statement holding a node type or a node argument outside
+    :data:`ALLOWED_ARGS` (the whole tree: the select list, FROM, WHERE, GROUP BY, and the
+    arguments of every aggregate and operator), naming the clause."""
+    for node in select.walk():
+        kind = type(node)
+        allowed = ALLOWED_ARGS.get(kind)
+        if allowed is None or (kind is exp.Select and node is not select):
+            for base, said in _NODES.items():
+                if isinstance(node, base):
+                    raise UnsupportedQueryError(f"{said} is not supported in a dpkit query")
+            raise _refuse(node)
+        for arg, value in node.args.items():
+            if arg not in allowed and not _absent(value):
+                said = _CLAUSES.get(arg) or f"{arg.rstrip('_').upper()} (in {_text(node)!r})"
+                raise UnsupportedQueryError(f"{said} is not supported in a dpkit query")
 
 
 def parse_query(
@@ -231,14 +387,18 @@ def _parse_query(text: str, privacy_unit: str | None, source_name: str) -> Parse
     try:
         statements = sqlglot.parse(text, read=_QueryDialect)
     except ParseError as error:
-        raise UnsupportedQueryError(f"could not parse the query: {str(error)[:300]}") from None
+        raise UnsupportedQueryError(
+            f"could not parse the query: {parse_error_text(error)}"
+        ) from None
     statements = [s for s in statements if s is not None]
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise UnsupportedQueryError("the query must be exactly one SELECT statement")
-    select = statements[0]
-    for arg in ("joins", "having", "order", "limit", "offset", "with", "distinct", "qualify"):
-        if select.args.get(arg):
-            raise UnsupportedQueryError(f"{arg.upper()} is not supported in a dpkit query")
+    return _from_select(statements[0], privacy_unit, source_name)
+
+
+def _from_select(select: exp.Select, privacy_unit: str | None, source_name: str) -> ParsedQuery:
+    """The query of a parsed statement (everything in it checked against
+    :data:`ALLOWED_ARGS` first)."""
     source = select.args.get("from") or select.args.get("from_")
     table_name: str | None = None
     if source is not None:
@@ -254,6 +414,7 @@ def _parse_query(text: str, privacy_unit: str | None, source_name: str) -> Parse
                 f"out); dpkit reads only {source_name}, never another table or a file function"
             )
         table_name = str(table.this.this)
+    check_tree(select)
     group = select.args.get("group")
     keys: tuple[str, ...] = ()
     if group is not None:
@@ -279,15 +440,58 @@ def _parse_query(text: str, privacy_unit: str | None, source_name: str) -> Parse
     if not aggregations:
         raise UnsupportedQueryError("the query has no aggregate; add e.g. COUNT(*)")
     where_node = select.args.get("where")
-    where = _expr(where_node.this, 1) if where_node is not None else None
-    if where is not None:
-        nodes = _size(where)
-        if nodes > MAX_WHERE_NODES:
-            raise UnsupportedQueryError(
-                f"the WHERE clause has {nodes:,} parts; at most {MAX_WHERE_NODES:,} are allowed "
-                "(about 150 conditions): split the query, or use IN (...) for many values"
-            )
+    where = _condition(where_node.this) if where_node is not None else None
     return ParsedQuery(tuple(aggregations), where, keys, table_name)
+
+
+def _condition(node: exp.Expr) -> Expr:
+    """A WHERE condition, translated and bounded."""
+    where = _expr(node, 1)
+    nodes = _size(where)
+    if nodes > MAX_WHERE_NODES:
+        raise UnsupportedQueryError(
+            f"the WHERE clause has {nodes:,} parts; at most {MAX_WHERE_NODES:,} are allowed "
+            "(about 150 conditions): split the query, or use IN (...) for many values"
+        )
+    return where
+
+
+def parse_where(text: str, *, syntax_help: str = _CLI_HELP) -> Expr:
+    """Parse ``text`` as ONE boolean expression, the condition of a ``WHERE`` (the syntax and
+    the limits of :func:`parse_query`), and nothing else: text after the expression (``GROUP
+    BY``, ``LIMIT``, ``TABLESAMPLE``, ``;``...) or unbalanced parentheses are refused, never
+    pasted into a statement where they could change or drop a clause."""
+    try:
+        if not isinstance(text, str) or not text.strip():
+            raise UnsupportedQueryError('the WHERE condition is empty; e.g. "age >= 18"')
+        if len(text) > MAX_QUERY_TEXT:
+            raise UnsupportedQueryError(
+                f"the WHERE condition has {len(text):,} characters; at most "
+                f"{MAX_QUERY_TEXT:,} are allowed"
+            )
+        check_nesting(text)
+        try:
+            parsed = _QueryDialect().parse_into(exp.Condition, text)
+        except ParseError:
+            raise UnsupportedQueryError(
+                "could not read the WHERE condition as one boolean expression: nothing may "
+                "follow it (no GROUP BY, LIMIT, TABLESAMPLE or ';'), and its parentheses must "
+                "balance"
+            ) from None
+        if len(parsed) != 1 or parsed[0] is None:
+            raise UnsupportedQueryError("the WHERE condition must be one boolean expression")
+        node = parsed[0]
+        check_tree(node)
+        return _condition(node)
+    except UnsupportedQueryError as error:
+        message = str(error).rstrip()
+        if not message.endswith((".", ")")):
+            message += "."
+        raise UnsupportedQueryError(f"{message} {syntax_help}".strip()) from None
+    except RecursionError:
+        raise UnsupportedQueryError(
+            f"the WHERE condition is nested too deeply to parse. {syntax_help}".strip()
+        ) from None
 
 
 def _number(node: exp.Expr) -> float | int:

@@ -8,7 +8,7 @@ every answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -166,6 +166,19 @@ def _parse_keys(specs: list[str], schema: Mapping[str, str]) -> dict[str, list[A
             parsed = items
         keys[column] = parsed
     return keys
+
+
+def _check_key_columns(group_by: Sequence[str], specs: Sequence[str]) -> None:
+    """--keys only for GROUP BY columns: keys of an ungrouped query, or of a column it does not
+    group by, would be ignored and the query charged as if they had not been given."""
+    named = [spec.split("=", 1)[0] for spec in specs]
+    extra = [column for column in named if column not in group_by]
+    if extra:
+        raise CLIError(
+            f"--keys {', '.join(extra)}: "
+            + ("the query has no GROUP BY" if not group_by else "not a GROUP BY column"),
+            "Give --keys only for the GROUP BY columns (or add the column to GROUP BY).",
+        )
 
 
 def _query_loss(
@@ -512,6 +525,7 @@ def query_command(
             "GROUP BY without --keys finds the groups privately, which needs δ > 0",
             "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
         )
+    _check_key_columns(parsed.group_by, keys or [])
     where = resolve_ledger(ledger)
     check_ledger_file(where, must_exist=True)
 

@@ -175,7 +175,7 @@ def query_remote(
     client to send through (tests).
     """
     from dpkit.analytics.querytext import parse_query
-    from dpkit.cli.query import _parse_keys
+    from dpkit.cli.query import _check_key_columns, _parse_keys
     from dpkit.cli.render import render_release
     from dpkit.client import Client, ServiceError
     from dpkit.core.losses import ZCDP, ApproxDP
@@ -205,6 +205,7 @@ def query_remote(
                 "GROUP BY without --keys finds the groups privately, which needs δ > 0",
                 "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
             )
+        _check_key_columns(parsed.group_by, list(keys))
         key_values = _parse_keys(list(keys), dict(info.get("schema") or {}))
         if key_values:
             missing = [k for k in parsed.group_by if k not in key_values]

@@ -40,7 +40,13 @@ from dpkit.analytics.query import (
     sum,
     variance,
 )
-from dpkit.analytics.querytext import MAX_GROUP_BY, MAX_LIST, ParsedQuery, parse_query
+from dpkit.analytics.querytext import (
+    MAX_GROUP_BY,
+    MAX_LIST,
+    ParsedQuery,
+    parse_query,
+    parse_where,
+)
 from dpkit.analytics.results import Release
 from dpkit.analytics.session import Session
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
@@ -123,10 +129,17 @@ MAX_KEY_TEXT = 1_000
 MAX_QUANTILE_KEYS = 100
 """The most public keys of a query with a quantile or a median: each group's quantile is its
 own release, about 20 ms of CPU."""
+MAX_QUANTILE_RELEASES = 500
+"""The most quantile releases of a query: its quantile and median aggregates times its public
+keys (each is a release of its own, about 4 ms of CPU: 100 quantiles over 100 keys took a
+minute of CPU after the reservation)."""
 MAX_CELLS = 100_000
 """The most cells (public keys times bins) of a query's histograms."""
 MAX_TOKEN_DAYS = 3650
 """The longest lifetime of a token (days)."""
+OFFICER_MARGIN_DAYS = 1
+"""An officer token may be revoked only while another officer token stays valid for at least
+this long (days): one that expires in a few seconds would leave every officer locked out."""
 HEAVY_REQUEST = 1_000
 """A query request larger than this (characters of SQL, plus model and key values) is parsed
 and planned in the heavy lane, one at a time."""
@@ -414,7 +427,9 @@ class Service:
         """Revoke a token; never the last active officer token (that would lock every officer
         out: issue another officer token first)."""
         self.require(officer, "officer")
-        outcome = self.registry.revoke_token(token_id)
+        outcome = self.registry.revoke_token(
+            token_id, durable_until=time.time() + OFFICER_MARGIN_DAYS * 86400
+        )
         if outcome == "missing":
             raise NotFoundError(f"no token {token_id!r}")
         if outcome == "last_officer":
@@ -422,9 +437,10 @@ class Service:
                 officer.name, "officer", "revoke_token", "", "refused", {"token": token_id}
             )
             raise ConflictError(
-                f"{token_id} is the last active officer token: revoking it would lock every "
-                "officer out. Issue another officer token first (POST "
-                "/api/v1/principals/{name}/tokens), then revoke this one."
+                f"{token_id} is the last durable officer token: no other active officer token "
+                f"stays valid for at least {OFFICER_MARGIN_DAYS:g} day, so revoking it would "
+                "lock every officer out (now, or when the others expire). Issue another officer "
+                "token first (POST /api/v1/principals/{name}/tokens), then revoke this one."
             )
         self.registry.audit(officer.name, "officer", "revoke_token", "", "ok", {"token": token_id})
 
@@ -626,6 +642,15 @@ class Service:
         built = Query()
         if parsed.where is not None:
             built = built.filter(parsed.where)
+        if keys and not parsed.group_by:
+            # keys of an ungrouped query would be ignored, and the query answered and charged
+            # as if they had not been sent: refuse the mismatch instead of guessing
+            raise InvalidParameterError(
+                "keys",
+                f"{len(keys)} column(s): {sorted(map(str, keys))[:5]}",
+                "keys only with a GROUP BY (the query has none): group by the key columns, or "
+                "leave 'keys' out",
+            )
         if parsed.group_by:
             for column in parsed.group_by:
                 check_column(column)
@@ -634,6 +659,13 @@ class Service:
                 missing = [k for k in parsed.group_by if k not in keys]
                 if missing:
                     raise InvalidParameterError("keys", sorted(keys), f"values for {missing}")
+                extra = sorted(str(k) for k in keys if k not in parsed.group_by)
+                if extra:
+                    raise InvalidParameterError(
+                        "keys",
+                        f"keys for {extra[:5]}",
+                        f"keys only for the GROUP BY columns {list(parsed.group_by)}",
+                    )
                 _check_keys({k: keys[k] for k in parsed.group_by})
                 key_set = KeySet.from_dict({k: list(keys[k]) for k in parsed.group_by})
             if key_set is not None:
@@ -821,11 +853,13 @@ def check_request_texts(name: str, value: Any, *, depth: int = 0) -> None:
         raise InvalidParameterError(name, "(nested value)", "at most 32 levels of nesting")
     if isinstance(value, str):
         if "\x00" in value:
-            raise InvalidParameterError(name, "(a text with a NUL character)", _TEXTS)
+            raise InvalidParameterError(name, "(a text with a NUL character)", TEXTS_ALLOWED)
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidParameterError(name, "(a text with a lone surrogate)", _TEXTS) from None
+            raise InvalidParameterError(
+                name, "(a text with a lone surrogate)", TEXTS_ALLOWED
+            ) from None
     elif isinstance(value, Mapping):
         for key, item in value.items():
             check_request_texts(name, key, depth=depth + 1)
@@ -835,7 +869,9 @@ def check_request_texts(name: str, value: Any, *, depth: int = 0) -> None:
             check_request_texts(name, item, depth=depth + 1)
 
 
-_TEXTS = "valid Unicode text without NUL characters or lone surrogates (such as JSON \\ud800)"
+TEXTS_ALLOWED = (
+    "valid Unicode text without NUL characters or lone surrogates (such as JSON \\ud800)"
+)
 
 
 def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:
@@ -848,6 +884,15 @@ def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:
             f"{keys:,} key combinations",
             f"at most {MAX_QUANTILE_KEYS} public keys for a query with a quantile or a median "
             "(each group's quantile is a release of its own); split the keys over queries",
+        )
+    quantiles = builtins.sum(1 for a in aggregations if isinstance(a, Quantile))
+    if quantiles * keys > MAX_QUANTILE_RELEASES:
+        raise InvalidParameterError(
+            "keys",
+            f"{quantiles:,} quantile aggregates × {keys:,} key combinations",
+            f"at most {MAX_QUANTILE_RELEASES:,} quantile releases (quantile and median "
+            "aggregates times public keys) in one query; split the aggregates or the keys over "
+            "queries",
         )
     cells = builtins.sum(
         keys * (len(a.edges) - 1) for a in aggregations if isinstance(a, Histogram)
@@ -948,6 +993,20 @@ def _parse_sql_text(sql: str, dataset: str, privacy_unit: str) -> ParsedQuery:
     )
 
 
+def _parse_where_text(text: str) -> Expr:
+    """The model's ``where``: one boolean expression, parsed on its own (never pasted into a
+    statement, where ``age > 1 GROUP BY dept`` or ``... TABLESAMPLE`` would add a clause the
+    model does not have)."""
+    if len(text) > 10_000:
+        raise UnsupportedQueryError("'where' must be a text of at most 10,000 characters")
+    return _parse_where_cached(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_where_cached(text: str) -> Expr:
+    return parse_where(text, syntax_help=_SYNTAX_HELP)
+
+
 _MODEL_KINDS = (
     "count",
     "count_units",
@@ -1012,7 +1071,7 @@ def _parse_model(model: Mapping[str, Any], record: DatasetRecord) -> ParsedQuery
         text = model["where"]
         if not isinstance(text, str):
             raise InvalidParameterError("where", text, "a boolean expression as text")
-        where = _parse_sql(f"SELECT COUNT(*) WHERE {text}", record).where
+        where = _parse_where_text(text)
     group_by = model.get("group_by") or []
     if (
         not isinstance(group_by, list)

@@ -307,11 +307,13 @@ class Registry:
             )
         return int(row[0])
 
-    def revoke_token(self, token_id: str) -> str:
+    def revoke_token(self, token_id: str, durable_until: float | None = None) -> str:
         """Revoke a token: ``"revoked"`` (or already was), ``"missing"``, or ``"last_officer"``
-        (refused: it is the last active token of any officer, and revoking it would lock every
-        officer out). Checked and written in one transaction that serialises revocations."""
+        (refused: no other officer token stays valid until ``durable_until`` (default: now),
+        and revoking it would lock every officer out, at once or when those expire). Checked
+        and written in one transaction that serialises revocations."""
         now = time.time()
+        until = now if durable_until is None else max(now, durable_until)
         with self._cursor() as c, c.transaction(lock=f"{self._p}svc_tokens"):
             row = c.one(
                 f"SELECT t.revoked_at, p.role FROM {self._p}svc_tokens t LEFT JOIN "
@@ -327,7 +329,7 @@ class Registry:
                     f"SELECT COUNT(*) FROM {self._p}svc_tokens t JOIN {self._p}svc_principals p "
                     "ON p.name = t.principal WHERE p.role = 'officer' AND t.revoked_at IS NULL "
                     "AND (t.expires_at IS NULL OR t.expires_at > ?) AND t.token_id <> ?",
-                    (now, token_id),
+                    (until, token_id),
                 )
                 if int(others[0]) == 0:
                     return "last_officer"

@@ -25,13 +25,15 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dpkit.analytics.querytext import plain
 from dpkit.analytics.results import Release
 from dpkit.core.losses import PrivacyLoss
-from dpkit.errors import BudgetExceededError, DPError
+from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.ledger import BudgetStatus, LedgerEntry, LedgerError, UnknownBudgetError
 from dpkit.ledger._postgres import LedgerUnavailableError
 from dpkit.service import schemas as w
 from dpkit.service._core import (
+    TEXTS_ALLOWED,
     ConflictError,
     FailedAfterReservationError,
     NotFoundError,
@@ -159,7 +161,8 @@ def _clean(value: Any) -> Any:
 
 
 def _error(status: int, kind: str, detail: str) -> JSONResponse:
-    return JSONResponse({"error": kind, "detail": detail}, status_code=status)
+    # plain text: no terminal escapes or control characters from any message reach the JSON
+    return JSONResponse({"error": kind, "detail": plain(detail)}, status_code=status)
 
 
 def _table_rows(frame: Any) -> list[dict[str, Any]]:
@@ -586,6 +589,22 @@ def _install_handlers(app: FastAPI) -> None:
             {"loc": list(map(str, e.get("loc", ()))), "msg": str(e.get("msg", ""))[:300]}
             for e in problems[:50]
         ]
+        if problems and all(e.get("type") == "string_unicode" for e in problems):
+            # a lone surrogate (JSON "\ud800") in a text field: an invalid value, refused with
+            # the same 400 as one anywhere else in the request (docs/service.md, Errors)
+            where = ".".join(str(p) for p in problems[0].get("loc", ()) if p != "body")
+            return JSONResponse(
+                {
+                    "error": "invalid_request",
+                    "detail": str(
+                        InvalidParameterError(
+                            where or "body", "(a text with a lone surrogate)", TEXTS_ALLOWED
+                        )
+                    ),
+                    "errors": errors,
+                },
+                status_code=400,
+            )
         if problems and all(e.get("type") == "json_invalid" for e in problems):
             return JSONResponse(
                 {

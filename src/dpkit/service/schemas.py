@@ -1,14 +1,16 @@
 """The service's wire schemas (pydantic), kept apart from dpkit's domain types.
 
 Numbers of a privacy loss may be sent as JSON numbers or as decimal strings ("0.01"); both are
-read exactly (a float is read as the decimal it prints as).
+read exactly (a float is read as the decimal it prints as). Every number field is strict: a JSON
+``true``/``false`` is not a number (pydantic would read it as 1/0), and a text must be an ASCII
+decimal, fraction or scientific number (:func:`dpkit._exact.fraction_of`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 __all__ = [
     "AllowanceIn",
@@ -27,7 +29,10 @@ __all__ = [
     "TokenOut",
 ]
 
-Num = float | str
+Number = StrictInt | StrictFloat
+"""A JSON number (never a bool)."""
+Num = StrictInt | StrictFloat | StrictStr
+"""A JSON number or a decimal text (never a bool)."""
 Name = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")
 Column = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -45,10 +50,10 @@ class LossIn(_Strict):
 
 
 class Bounds(_Strict):
-    max_rows: int | None = Field(default=1, ge=1, le=1_000_000)
-    max_groups: int | None = Field(default=None, ge=1, le=1_000_000)
-    max_rows_per_group: int | None = Field(default=None, ge=1, le=1_000_000)
-    columns: dict[str, tuple[float, float]] = Field(
+    max_rows: StrictInt | None = Field(default=1, ge=1, le=1_000_000)
+    max_groups: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    max_rows_per_group: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    columns: dict[str, tuple[Number, Number]] = Field(
         default_factory=dict, description="Declared value bounds per numeric column."
     )
 
@@ -94,7 +99,7 @@ class DatasetOut(BaseModel):
 class PrincipalIn(_Strict):
     name: str = Name
     role: Literal["officer", "analyst"] = "analyst"
-    expires_in_days: float | None = Field(
+    expires_in_days: Number | None = Field(
         default=None,
         gt=0,
         le=3650,
@@ -103,7 +108,7 @@ class PrincipalIn(_Strict):
 
 
 class TokenIn(_Strict):
-    expires_in_days: float | None = Field(
+    expires_in_days: Number | None = Field(
         default=None,
         gt=0,
         le=3650,
@@ -135,7 +140,7 @@ class QueryIn(_Strict):
     )
     keys: dict[str, list[str | float | int | bool]] | None = None
     loss: LossIn
-    alpha: float = Field(default=0.05, gt=0, lt=1)
+    alpha: Number = Field(default=0.05, gt=0, lt=1)
 
 
 class ReceiptOut(BaseModel):
