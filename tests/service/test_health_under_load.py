@@ -136,7 +136,23 @@ def test_health_stays_fast_while_hostile_requests_arrive(server: Server) -> None
                     statuses.append(response.status_code)
                 i += 1
 
-    # the same probe without hostile traffic: what this machine gives right now
+    # a shared CI machine can get busy in the middle of one measurement: up to three attempts,
+    # each with its own quiet baseline; a server frozen by one request (seconds to minutes, as
+    # before issue 21) fails all three
+    failures = []
+    for _attempt in range(3):
+        message = _attempt_once(server, statuses, hostile, stop)
+        if message is None:
+            return
+        failures.append(message)
+    raise AssertionError("; ".join(failures))
+
+
+def _attempt_once(
+    server: Server, statuses: list[int], hostile: Callable[[int], None], stop: threading.Event
+) -> str | None:
+    """One measurement: None when /health kept its p99 under the limit, else why not."""
+    stop.clear()
     quiet, _ = _probe(server.url, 3).communicate(timeout=120)
     baseline = _p99(json.loads(quiet.strip().splitlines()[-1]))
     probe = _probe(server.url, SECONDS)
@@ -153,9 +169,10 @@ def test_health_stays_fast_while_hostile_requests_arrive(server: Server) -> None
     assert len(latencies) > 100
     p99 = _p99(latencies)
     # 100 ms; on a machine so busy that /health alone has a p99 above 25 ms, four times that
-    # (a server frozen by one request, as before issue 21, takes seconds to minutes)
     limit = max(0.1, 4 * baseline)
-    assert p99 < limit, (
+    if p99 < limit:
+        return None
+    return (
         f"/health p99 {p99 * 1000:.0f} ms over {len(latencies)} requests "
         f"(without hostile requests: {baseline * 1000:.0f} ms)"
     )
