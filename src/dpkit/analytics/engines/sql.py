@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -52,9 +53,40 @@ from dpkit.analytics.expr import (
 )
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
-__all__ = ["Dialect", "build_query", "converted", "key_literal", "literal"]
+__all__ = ["Dialect", "build_query", "converted", "key_literal", "literal", "sql_text"]
 
 Dialect = Literal["duckdb", "spark"]
+
+
+_SQL_FRAMES = 4000
+"""Python frames the SQL generator may use beyond the caller's. The planner's limits
+(:data:`~dpkit.analytics.expr.MAX_EXPRESSION_DEPTH`,
+:data:`~dpkit.analytics.planner.validate.MAX_PLAN_LEVELS`) keep every accepted query's SQL
+well within it (tests/regression/test_deep_plans.py builds the deepest ones)."""
+
+
+def sql_text(tree: exp.Expr, dialect: Dialect) -> str:
+    """``tree`` as SQL text (the tree is consumed). sqlglot's generator recurses once per
+    nesting level; the recursion limit is raised for the call so that every query the planner
+    accepts is written whatever the caller's own depth, and a RecursionError all the same is
+    a refusal (:class:`UnsupportedQueryError`), never a crash: the sessions generate each
+    plan's SQL before anything is reserved (``Engine.check``)."""
+    limit = sys.getrecursionlimit()
+    depth = 0
+    frame = sys._getframe()
+    while frame is not None and depth <= limit:
+        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+    try:
+        sys.setrecursionlimit(max(limit, depth + _SQL_FRAMES))
+        return tree.sql(dialect=dialect, copy=False)
+    except RecursionError:
+        raise UnsupportedQueryError(
+            "the query is nested too deeply for the engine to write its SQL: use fewer levels "
+            "of derived columns and filters and shallower expressions (see MAX_PLAN_LEVELS and "
+            "MAX_EXPRESSION_DEPTH in docs/analytics.md). Nothing was charged."
+        ) from None
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def ident(name: str) -> exp.Identifier:
