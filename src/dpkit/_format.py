@@ -19,6 +19,8 @@ __all__ = ["number", "shown"]
 _EXACT_DIGITS = 15
 """Integers of up to this many digits are printed in full (every such one is a float exactly)."""
 
+_EXACT_LIMIT = 10**_EXACT_DIGITS
+
 _LONG_TEXT = 200
 """Texts and reprs longer than this are cut, saying how long they were."""
 
@@ -26,9 +28,10 @@ _LONG_TEXT = 200
 def _scientific(value: Fraction) -> str:
     """Six significant digits in scientific notation, for any size of numerator/denominator."""
     num, den = value.numerator, value.denominator
-    if max(num.bit_length(), den.bit_length()) > 4000:  # Decimal(int) is slow on huge ints
-        exponent = round((abs(num).bit_length() - den.bit_length()) * math.log10(2))
-        return f"{'-' if num < 0 else ''}~1e{exponent:+d}"
+    if max(num.bit_length(), den.bit_length()) > 4000:
+        # Decimal(int) and str(int) are slow on huge ints (and refused beyond 4,300 digits);
+        # math.log10 reads any int from its bits.
+        return _scientific_from_log(num, den)
     with localcontext() as context:
         context.prec = 6
         context.Emax = 10**9
@@ -37,13 +40,26 @@ def _scientific(value: Fraction) -> str:
     return format(quotient.normalize(), "g")
 
 
+def _scientific_from_log(num: int, den: int) -> str:
+    """Scientific notation of num/den (num ≠ 0) from logarithms: never converts an int to text.
+    Six digits are right for any exponent a message can meet (float log10 has ~16 digits)."""
+    log = math.log10(abs(num)) - math.log10(den)
+    exponent = math.floor(log)
+    mantissa = 10 ** (log - exponent)
+    if mantissa >= 9.999995:  # rounds up to 10: carry into the exponent
+        mantissa, exponent = 1.0, exponent + 1
+    return f"{'-' if num < 0 else ''}{mantissa:.6g}e{exponent:+d}"
+
+
 def number(value: int | float | Fraction) -> str:
     """A number as people write it: ``0.25``, ``1e-06``, ``0.333333`` (six digits when not
     exact), ``1e+308``."""
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):
-        return str(value) if len(str(abs(value))) <= _EXACT_DIGITS else _scientific(Fraction(value))
+        if -_EXACT_LIMIT < value < _EXACT_LIMIT:  # never str() of a huge int: it is refused
+            return str(value)
+        return _scientific(Fraction(value))
     if isinstance(value, float):
         return repr(value)
     if value.denominator == 1:
@@ -76,8 +92,12 @@ def shown(value: Any) -> str:
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     try:
         text = repr(value)
-    except Exception:  # a value whose repr fails is named by its type
-        return f"<{type(value).__name__}>"
+    except Exception:  # a failing repr (or a container of 5,000-digit ints) is named by its type
+        try:
+            size = f" of {len(value):,} items"
+        except Exception:
+            size = ""
+        return f"<{type(value).__name__}{size}>"
     if len(text) > _LONG_TEXT:
         return f"{text[: _LONG_TEXT - 20]}… ({len(text):,} characters)"
     return text

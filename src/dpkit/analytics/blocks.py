@@ -56,7 +56,8 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit.analytics.engines.base import Step
-from dpkit.analytics.expr import ColumnKind
+from dpkit.analytics.engines.sql import sql_text
+from dpkit.analytics.expr import ColumnKind, columns_of
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["BLOCK_ENGINES", "BlockCall", "canonical_order", "engine_blocks", "safe_call"]
@@ -123,6 +124,23 @@ def engine_blocks(
     raise InvalidParameterError(
         "engine", name or type(engine).__name__, "'duckdb', 'pandas' or 'spark' for blocks"
     )
+
+
+def check_blocks(engine: Any, steps: tuple[Step, ...], unit: str, columns: Sequence[str]) -> None:
+    """Write the SQL :func:`engine_blocks` will run (public: no data is read), before anything
+    is reserved; a query the generator cannot write is refused (``engines.sql.sql_text``)."""
+    from sqlglot import exp
+
+    name: Any = getattr(engine, "name", "")
+    if name == "duckdb":
+        engine._prepare_pandas()
+        source = engine._source_sql.copy()
+    elif name == "spark":
+        engine._prepare()
+        source = exp.Table(this=exp.to_identifier(engine._view, quoted=True))
+    else:
+        return
+    sql_text(_rows_select(engine, source, steps, unit, columns, 2, 0, name), name)
 
 
 def canonical_order(frame: pd.DataFrame) -> np.ndarray:
@@ -215,7 +233,7 @@ def _rows_select(
     schema: dict[str, ColumnKind] = dict(engine._schema)
     floats = set(engine._floats) | {c for c, k in conversions.items() if k == "numeric"}
     floats -= {c for c, k in conversions.items() if k != "numeric"}
-    compiler = _ExprCompiler(schema, floats)
+    compiler = _ExprCompiler(schema, floats, dialect)  # type: ignore[arg-type]
     names = list(engine._columns)
     first = [
         exp.alias_(converted(c, conversions[c], dialect), c, quoted=True)  # type: ignore[arg-type]
@@ -224,23 +242,41 @@ def _rows_select(
         for c in names
     ]
     query: Any = _select(*first).from_(source, copy=False)
-    for step in steps:
+    # consecutive derived columns that do not read one another share one SELECT, as in
+    # engines.sql.build_query: one subquery level per derived column nested 2,000 levels
+    # deep for 2,000 independent columns (the planner counts levels as shared)
+    level: dict[str, Any] = {}
+
+    def close_level() -> None:
+        nonlocal query, names
+        if not level:
+            return
         sub = query.subquery("__s", copy=False)
+        kept = [column(c) for c in names if c not in level]
+        derived = [exp.alias_(v, n, quoted=True, copy=False) for n, v in level.items()]
+        query = _select(*kept, *derived).from_(sub, copy=False)
+        names = [c for c in names if c not in level] + list(level)
+        level.clear()
+
+    for step in steps:
         if step.kind == "derive":
             assert step.expr is not None
-            value = compiler.compile(step.expr)
+            if step.name in level or columns_of(step.expr) & level.keys():
+                close_level()
+            level[step.name] = compiler.compile(step.expr)
             kind = compiler.kind(step.expr)
-            kept = [column(c) for c in names if c != step.name]
-            query = _select(*kept, exp.alias_(value, step.name, quoted=True)).from_(sub)
-            names = [c for c in names if c != step.name] + [step.name]
             compiler.schema[step.name] = kind if kind is not None else "numeric"
             compiler.float_columns.discard(step.name)
-        elif step.kind == "filter":
+            continue
+        close_level()
+        sub = query.subquery("__s", copy=False)
+        if step.kind == "filter":
             assert step.expr is not None
             query = _select("*").from_(sub).where(compiler.compile(step.expr))
         else:
             names = list(step.columns)
             query = _select(*[column(c) for c in names]).from_(sub)
+    close_level()
     sub = query.subquery("__r", copy=False)
     u: Any = column(unit)
     condition: Any = exp.Not(this=exp.Is(this=u, expression=exp.Null()))
@@ -275,7 +311,7 @@ def _duckdb_blocks(
         engine, engine._source_sql.copy(), steps, unit, columns, m, salt, "duckdb"
     )
     ordered = select.order_by(exp.column("__dpkit_block", quoted=True))
-    table = engine._con.sql(ordered.sql(dialect="duckdb")).to_arrow_table()
+    table = engine._con.sql(sql_text(ordered, "duckdb")).to_arrow_table()
     frame = table.to_pandas()
     blocks = frame["__dpkit_block"].to_numpy(dtype=np.int64)
     return _split_sorted(frame, blocks, m, call, columns)
@@ -303,7 +339,7 @@ def _spark_blocks(
         salt,
         "spark",
     )
-    frame = engine._spark.sql(select.sql(dialect="spark"))
+    frame = engine._spark.sql(sql_text(select, "spark"))
     d = call.fill.size
     names = [f"__dpkit_o{j}" for j in range(d)]
     schema = "__dpkit_block long, " + ", ".join(f"{n} double" for n in names)

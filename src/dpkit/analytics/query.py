@@ -892,7 +892,10 @@ class Filter(Structural):
     predicate: Expr
 
     def render(self) -> str:
-        return f"{self.child.render()}.filter({self.predicate.render()})"
+        return render_plan(self)
+
+    def own(self) -> str:
+        return f"filter({self.predicate.render()})"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -904,7 +907,10 @@ class WithColumn(Structural):
     expr: Expr
 
     def render(self) -> str:
-        return f"{self.child.render()}.with_column({self.name!r}, {self.expr.render()})"
+        return render_plan(self)
+
+    def own(self) -> str:
+        return f"with_column({self.name!r}, {self.expr.render()})"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -915,7 +921,10 @@ class Select(Structural):
     columns: tuple[str, ...]
 
     def render(self) -> str:
-        return f"{self.child.render()}.select({', '.join(repr(c) for c in self.columns)})"
+        return render_plan(self)
+
+    def own(self) -> str:
+        return f"select({', '.join(repr(c) for c in self.columns)})"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -939,6 +948,17 @@ class Aggregate(Structural):
 
 
 PlanNode: TypeAlias = Source | Filter | WithColumn | Select | Aggregate
+
+
+def render_plan(node: PlanNode) -> str:
+    """``node``'s chain as text, without recursion (a query may chain thousands of steps)."""
+    parts: list[str] = []
+    current: PlanNode = node
+    while isinstance(current, Filter | WithColumn | Select):
+        parts.append(current.own())
+        current = current.child
+    parts.append(current.render())
+    return ".".join(reversed(parts))
 
 
 def _render_agg(agg: Aggregation) -> str:

@@ -180,7 +180,10 @@ def run_sample_and_aggregate(
         ]
     )
     session._check_open()
+    from dpkit.analytics.blocks import check_blocks
     from dpkit.analytics.session import _failed_after_reservation, _internal
+
+    check_blocks(session.engine, steps, session.privacy_unit, wanted)  # before the reservation
 
     aggregate = measurement.info["aggregate"]
     try:  # public: the aggregator on the default outputs, before anything is reserved

@@ -213,6 +213,15 @@ def _failed_after_reservation(
     return _internal(error, doing, charged=True)
 
 
+def check_engine(engine: Engine, plan: BoundedPlan) -> None:
+    """Let ``engine`` check ``plan`` from public inputs, before anything is reserved (the SQL
+    engines write its SQL: a plan they cannot write is refused, never failed after the
+    charge). An engine without a ``check`` method accepts every plan here."""
+    check = getattr(engine, "check", None)
+    if check is not None:
+        check(plan)
+
+
 def dry_run(compiled: CompiledQuery, alpha: float) -> None:
     """Release ``compiled`` on an empty table — public, no data — before anything is reserved.
 
@@ -436,7 +445,7 @@ class Session:
         """Compile ``query`` for a budget without touching data or the ledger."""
         budget = _query_budget(epsilon, delta, rho, loss)
         try:
-            return compile_query(
+            compiled = compile_query(
                 query,
                 self.schema,
                 self.privacy_unit,
@@ -444,6 +453,7 @@ class Session:
                 mechanism=mechanism,
                 defaults=self.defaults,
             )
+            return compiled
         except DPError:
             raise
         except Exception as error:  # planning reads public inputs only: any other error is ours
@@ -579,9 +589,10 @@ class Session:
                 upper = inner[min(position + 1, len(inner) - 1)]
             return lower, upper
 
-        # everything public runs before the reservation: the rank bounds, and the selection on
-        # an empty table (a failure there is a refusal, never a failure after the charge)
+        # everything public runs before the reservation: the engine's SQL, the rank bounds, and
+        # the selection on an empty table (a failure there is a refusal, never after the charge)
         try:
+            check_engine(self.engine, plan)
             error_at_zero = penalised_rank_error_bound(prior[:-1], half, rows, alpha, Fraction(0))
             per_doubling = 2 * rows / float(half) * float(_PENALTY_PER_DOUBLING)
             choose(np.zeros(len(edges) - 1, dtype=np.int64))

@@ -41,7 +41,7 @@ from dpkit.analytics.engines._heavy import (
     unit_is_raw,
 )
 from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
-from dpkit.analytics.engines.sql import build_query, ident
+from dpkit.analytics.engines.sql import build_query, ident, sql_text
 from dpkit.analytics.expr import ColumnKind
 from dpkit.errors import InvalidDataError
 
@@ -188,7 +188,12 @@ class DuckDBEngine:
             candidates,
             self._integers,
         )
-        return query.sql(dialect="duckdb", copy=False)  # a fresh tree: no copy needed
+        return sql_text(query, "duckdb")  # a fresh tree: no copy needed
+
+    def check(self, plan: BoundedPlan) -> None:
+        """Write the plan's SQL (public: no data is read), before anything is reserved: a plan
+        the generator cannot write is refused (:func:`~.sql.sql_text`)."""
+        self.sql(plan)
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         if self._csv is not None:

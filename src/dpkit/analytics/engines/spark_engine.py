@@ -44,7 +44,7 @@ from dpkit.analytics.engines._heavy import (
     unit_is_raw,
 )
 from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
-from dpkit.analytics.engines.sql import build_query, ident
+from dpkit.analytics.engines.sql import build_query, ident, sql_text
 from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Unary
 from dpkit.errors import InvalidDataError
 
@@ -306,7 +306,11 @@ class SparkEngine:
             candidates,
             self._integers(),
         )
-        return query.sql(dialect="spark", copy=False)  # a fresh tree: no copy needed
+        return sql_text(query, "spark")  # a fresh tree: no copy needed
+
+    def check(self, plan: BoundedPlan) -> None:
+        """Write the plan's SQL before anything is reserved (see DuckDBEngine.check)."""
+        self.sql(plan)
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         if self._csv is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -52,9 +53,40 @@ from dpkit.analytics.expr import (
 )
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
-__all__ = ["Dialect", "build_query", "converted", "key_literal", "literal"]
+__all__ = ["Dialect", "build_query", "converted", "key_literal", "literal", "sql_text"]
 
 Dialect = Literal["duckdb", "spark"]
+
+
+_SQL_FRAMES = 4000
+"""Python frames the SQL generator may use beyond the caller's. The planner's limits
+(:data:`~dpkit.analytics.expr.MAX_EXPRESSION_DEPTH`,
+:data:`~dpkit.analytics.planner.validate.MAX_PLAN_LEVELS`) keep every accepted query's SQL
+well within it (tests/regression/test_deep_plans.py builds the deepest ones)."""
+
+
+def sql_text(tree: exp.Expr, dialect: Dialect) -> str:
+    """``tree`` as SQL text (the tree is consumed). sqlglot's generator recurses once per
+    nesting level; the recursion limit is raised for the call so that every query the planner
+    accepts is written whatever the caller's own depth, and a RecursionError all the same is
+    a refusal (:class:`UnsupportedQueryError`), never a crash: the sessions generate each
+    plan's SQL before anything is reserved (``Engine.check``)."""
+    limit = sys.getrecursionlimit()
+    depth = 0
+    frame = sys._getframe()
+    while frame is not None and depth <= limit:
+        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+    try:
+        sys.setrecursionlimit(max(limit, depth + _SQL_FRAMES))
+        return tree.sql(dialect=dialect, copy=False)
+    except RecursionError:
+        raise UnsupportedQueryError(
+            "the query is nested too deeply for the engine to write its SQL: use fewer levels "
+            "of derived columns and filters and shallower expressions (see MAX_PLAN_LEVELS and "
+            "MAX_EXPRESSION_DEPTH in docs/analytics.md). Nothing was charged."
+        ) from None
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def ident(name: str) -> exp.Identifier:
@@ -145,17 +177,55 @@ def converted(name: str, kind: ColumnKind, dialect: Dialect) -> exp.Expr:
     raise UnsupportedQueryError(f"cannot convert column {name!r} to {kind}")
 
 
-def _nan_to_null(value: exp.Expr, dialect: Dialect = "duckdb") -> exp.Expr:
-    """``value`` (a DOUBLE) with NaN as NULL. DuckDB: a CASE, which repeats its operand. Spark:
-    ``nanvl(value, NULL)`` (``value`` unless it is NaN; NULL stays NULL), which reads it once:
-    the same values, but an expression tree half the size at every arithmetic column, which
-    Spark's analyzer, optimizer and code generator all walk (dpkit.ml's queries at large k·d)."""
+def _nan_to_null(value: exp.Expr, dialect: Dialect = "duckdb", nested: bool = False) -> exp.Expr:
+    """``value`` (a DOUBLE) with NaN as NULL.
+
+    Spark: ``nanvl(value, NULL)`` (``value`` unless it is NaN), which reads ``value`` once.
+    DuckDB: ``CASE WHEN isnan(value) THEN NULL ELSE value END``, which repeats ``value`` (as
+    does DuckDB's NULLIF, a macro of that CASE). Nested, the repeats multiply: D tests one
+    inside another were 2^D copies of the innermost value — ``x / 1 / 1 ...`` took 29 s at 12
+    levels, after the reservation, and would never finish at 40 (issue 21). So a test whose
+    operand holds another test (``nested``) reads it once, as ``list_filter([value], lambda e:
+    NOT isnan(e))[1]`` (slower per row, linear in size); the others, the common case, stay a
+    CASE (its operand then holds no test but a column's: twice a test-free tree). The SQL of
+    an expression is then linear in the expression's size
+    (tests/engines/test_sql_linear_size.py)."""
     if dialect == "spark":
         return exp.Anonymous(this="nanvl", expressions=[value, exp.cast(exp.Null(), "DOUBLE")])
+    if nested:
+        return _null_when(value, _is_nan, once=True)
     return exp.Case().when(exp.IsNan(this=value), exp.Null(), copy=False).else_(value, copy=False)
 
 
+def _is_nan(value: exp.Expr) -> exp.Expr:
+    return exp.IsNan(this=value)
+
+
+def _is_zero(value: exp.Expr) -> exp.Expr:
+    return exp.EQ(this=value, expression=double(0.0))
+
+
+def _simple(value: exp.Expr) -> bool:
+    """A column or a literal (maybe cast or parenthesised): cheap to repeat."""
+    while isinstance(value, exp.Paren | exp.Cast):
+        value = value.this
+    return isinstance(value, exp.Column | exp.Literal | exp.Null)
+
+
+def _null_when(value: exp.Expr, test: Any, once: bool = False) -> exp.Expr:
+    """DuckDB: ``value``, NULL where ``test(value)``. A CASE repeats ``value``: fine for a
+    column or literal; anything else (or ``once``) is read once, as ``list_filter([value],
+    lambda e: NOT test(e))[1]`` (NULL stays NULL)."""
+    if not once and _simple(value):
+        return exp.Case().when(test(value.copy()), exp.Null(), copy=False).else_(value, copy=False)
+    element = exp.to_identifier("__e")
+    keep = exp.Lambda(this=exp.Not(this=test(element)), expressions=[element.copy()])
+    kept = exp.Anonymous(this="list_filter", expressions=[exp.Array(expressions=[value]), keep])
+    return exp.Bracket(this=kept, expressions=[exp.Literal.number(0)])  # sqlglot: 0-based
+
+
 _DOUBLE = exp.DataType.build("DOUBLE")
+_ARITHMETIC_OPS = ("+", "-", "*", "/")
 
 
 def _as_double(value: exp.Expr) -> exp.Expr:
@@ -237,27 +307,47 @@ class _ExprCompiler:
         operation made a chain of depth D 2^D nodes."""
 
         def operand(side: Expr) -> exp.Expr:
-            if isinstance(side, Binary) and side.op in ("+", "-", "*"):
+            if isinstance(side, Binary) and side.op in _ARITHMETIC_OPS:
                 return self._arithmetic(side)  # of DOUBLEs, hence a DOUBLE
             return _as_double(self.compile(side))
 
         a, b = exp.Paren(this=operand(expr.left)), exp.Paren(this=operand(expr.right))
+        if expr.op == "/":
+            # x / 0 is NULL (-0.0 too). Division propagates NaN and NULL as + - * do, so it
+            # joins their chain (one NaN test at its top)
+            if self.dialect == "spark":  # NULL for a zero divisor, reading it once
+                return exp.Anonymous(this="try_divide", expressions=[a, b])
+            return exp.Div(this=a, expression=_null_when(b, _is_zero))
         return {"+": exp.Add, "-": exp.Sub, "*": exp.Mul}[expr.op](this=a, expression=b)
 
+    def _nested(self, top: Binary) -> bool:
+        """Whether a leaf of the arithmetic chain ``top`` (an operand that is not + - * /)
+        holds arithmetic, hence a NaN test of its own in the SQL."""
+        leaves: list[Expr] = []
+        stack: list[Expr] = [top]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, Binary) and node.op in _ARITHMETIC_OPS:
+                stack.extend((node.left, node.right))
+            else:
+                leaves.append(node)
+        while leaves:
+            node = leaves.pop()
+            if isinstance(node, Binary):
+                if node.op in _ARITHMETIC_OPS:
+                    return True
+                leaves.extend((node.left, node.right))
+            elif isinstance(node, Unary | IsIn):
+                leaves.append(node.operand)
+        return False
+
     def _binary(self, expr: Binary) -> exp.Expr:
-        if expr.op in ("+", "-", "*"):
-            return _nan_to_null(self._arithmetic(expr), self.dialect)
+        if expr.op in _ARITHMETIC_OPS:
+            nested = self.dialect != "spark" and self._nested(expr)
+            return _nan_to_null(self._arithmetic(expr), self.dialect, nested)
         left_kind, right_kind = self.kind(expr.left), self.kind(expr.right)
         left, right = self.compile(expr.left), self.compile(expr.right)
         numeric = "numeric" in (left_kind, right_kind)
-        if expr.op == "/":
-            a, b = exp.Paren(this=_as_double(left)), exp.Paren(this=_as_double(right))
-            zero = exp.EQ(this=_as_double(right.copy()), expression=double(0.0))
-            return (
-                exp.Case()
-                .when(zero, exp.Null(), copy=False)
-                .else_(_nan_to_null(exp.Div(this=a, expression=b), self.dialect), copy=False)
-            )
         if expr.op == "and":
             return exp.And(this=exp.Paren(this=left), expression=exp.Paren(this=right))
         if expr.op == "or":

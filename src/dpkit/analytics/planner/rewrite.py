@@ -5,40 +5,60 @@ from __future__ import annotations
 from dpkit.analytics.engines.base import Step
 from dpkit.analytics.expr import (
     Binary,
+    Expr,
     columns_of,
 )
 
 
 # ------------------------------------------------------------------ rewrites
+def balanced_and(predicates: list[Expr]) -> Expr:
+    """The conjunction of ``predicates`` as a balanced tree (depth ⌈log2 n⌉ over theirs)."""
+    parts = list(predicates)
+    while len(parts) > 1:
+        paired: list[Expr] = [
+            Binary("and", parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)
+        ]
+        parts = paired + (parts[-1:] if len(parts) % 2 else [])
+    return parts[0]
+
+
 def merge_filters(steps: tuple[Step, ...]) -> tuple[Step, ...]:
-    """Adjacent filters become one conjunction."""
+    """Adjacent filters become one conjunction, balanced: 200 chained ``.filter()`` calls were
+    one left-deep chain of 200 ANDs, which overflowed the SQL generator's recursion after the
+    reservation (issue 21)."""
     out: list[Step] = []
+    run: list[Expr] = []
+
+    def close() -> None:
+        if run:
+            out.append(Step("filter", expr=balanced_and(run)))
+            run.clear()
+
     for step in steps:
-        if step.kind == "filter" and out and out[-1].kind == "filter":
-            previous = out.pop()
-            assert previous.expr is not None and step.expr is not None
-            out.append(Step("filter", expr=Binary("and", previous.expr, step.expr)))
+        if step.kind == "filter":
+            assert step.expr is not None
+            run.append(step.expr)
         else:
+            close()
             out.append(step)
+    close()
     return tuple(out)
 
 
 def push_filters(steps: tuple[Step, ...]) -> tuple[Step, ...]:
-    """Move each filter before derived columns it does not read (filter early)."""
-    out = list(steps)
-    changed = True
-    while changed:
-        changed = False
-        for i in range(1, len(out)):
-            before, step = out[i - 1], out[i]
-            if (
-                step.kind == "filter"
-                and before.kind == "derive"
-                and step.expr is not None
-                and before.name not in columns_of(step.expr)
-            ):
-                out[i - 1], out[i] = step, before
-                changed = True
+    """Move each filter before derived columns it does not read (filter early). In one pass:
+    a filter moves back over the derived columns just before it (as the pairwise swaps did,
+    which took time quadratic in the number of steps)."""
+    out: list[Step] = []
+    for step in steps:
+        if step.kind == "filter" and step.expr is not None:
+            reads = columns_of(step.expr)
+            i = len(out)
+            while i > 0 and out[i - 1].kind == "derive" and out[i - 1].name not in reads:
+                i -= 1
+            out.insert(i, step)
+        else:
+            out.append(step)
     return tuple(out)
 
 

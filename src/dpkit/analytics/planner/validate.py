@@ -40,6 +40,63 @@ from dpkit.analytics.query import (
 )
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
+# ------------------------------------------------------------------ plan shape
+MAX_PLAN_STEPS = 10_000
+"""The most steps (``filter``, ``with_column``, ``select``) a query may chain. Beyond it a
+query is refused before anything is reserved: 2,000 derived columns overflowed the planner's
+recursion (issue 21), and planning time grows with the steps."""
+
+MAX_PLAN_LEVELS = 32
+"""The most levels a query's steps may nest, counted as every engine builds them: one per run
+of adjacent filters, one per ``select``, and one per run of derived columns that do not read
+one another (a derived column that reads the one just before it starts a new level). A SQL
+engine nests one subquery per level, and 100 chained derived columns overflowed the SQL
+generator's recursion *after* the reservation (issue 21). Measured on the query alone, so
+every engine allows the same queries."""
+
+
+def _too_large(what: str, value: int, limit: int, hint: str) -> UnsupportedQueryError:
+    return UnsupportedQueryError(
+        f"the query has {value:,} {what}; at most {limit:,} are allowed. {hint} Nothing was "
+        "charged."
+    )
+
+
+def plan_levels(steps: Sequence[Step]) -> int:
+    """The levels :data:`MAX_PLAN_LEVELS` counts, for steps as the engines receive them
+    (adjacent filters merged; see :mod:`.rewrite`)."""
+    levels = 0
+    level: set[str] = set()
+    for step in steps:
+        if step.kind == "derive":
+            assert step.expr is not None
+            if not level or step.name in level or columns_of(step.expr) & level:
+                levels += 1
+                level = set()
+            level.add(step.name)
+            continue
+        level = set()
+        levels += 1
+    return levels
+
+
+def check_plan_shape(steps: Sequence[Step]) -> None:
+    """Refuse steps nested deeper than :data:`MAX_PLAN_LEVELS` (from public inputs, before
+    anything is reserved)."""
+    from dpkit.analytics.planner.rewrite import merge_filters, push_filters
+
+    levels = plan_levels(push_filters(merge_filters(tuple(steps))))
+    if levels > MAX_PLAN_LEVELS:
+        raise _too_large(
+            "levels of steps",
+            levels,
+            MAX_PLAN_LEVELS,
+            "Each derived column that reads the derived column just before it, each select "
+            "and each run of filters is a level. Compute independent derived columns next to "
+            "one another (they share a level), combine conditions into one filter, or fold a "
+            "chain of derived columns into one expression.",
+        )
+
 
 # ------------------------------------------------------------------ validation
 @dataclass(frozen=True, slots=True, eq=False)
@@ -190,7 +247,16 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
     steps: list[Step] = []
     aggregate = query.plan
     chain: PlanNode = Source()  # the plan rebuilt with its expressions checked and balanced
-    for node in _flatten(aggregate)[:-1]:
+    nodes = _flatten(aggregate)[:-1]
+    if len(nodes) > MAX_PLAN_STEPS:
+        raise _too_large(
+            "steps (filter, with_column and select calls)",
+            len(nodes),
+            MAX_PLAN_STEPS,
+            "Combine conditions into one filter and compute what you need in fewer derived "
+            "columns.",
+        )
+    for node in nodes:
         if isinstance(node, Filter | WithColumn):
             # depth and size first (without recursion), and & / | chains balanced
             expr = check_expression(
@@ -283,6 +349,7 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
                     f"schema={{{name!r}: 'numeric'}}); values that do not parse are NULL), "
                     "convert it when loading, or aggregate another column.",
                 )
+    check_plan_shape(steps)
     return Validated(tuple(steps), current, aggregate, key_set)
 
 
