@@ -230,6 +230,7 @@ class Col(Expr):
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidParameterError("column", self.name, "a non-empty string")
+        check_unicode("column", self.name)
 
     def key(self) -> tuple[Any, ...]:
         return ("col", self.name)

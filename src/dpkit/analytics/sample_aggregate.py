@@ -38,6 +38,7 @@ import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit._exact import Number, fraction_of
 from dpkit.analytics.blocks import BLOCK_ENGINES, BlockCall, engine_blocks
+from dpkit.analytics.expr import check_unicode
 from dpkit.analytics.query import Query, count
 from dpkit.analytics.results import Accuracy, Release
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
@@ -61,6 +62,8 @@ def _output_names(names: Sequence[str] | None, d: int) -> list[str]:
     out = [str(n) for n in names]
     if len(out) != d or len(set(out)) != d or not all(out):
         raise InvalidParameterError("names", names, f"{d} distinct non-empty names")
+    for name in out:
+        check_unicode("names", name)  # a table column the release is built with
     return out
 
 
@@ -90,7 +93,7 @@ def run_sample_and_aggregate(
         raise InvalidParameterError("fn", fn, "a function of a pandas DataFrame")
     if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns:
         raise InvalidParameterError("columns", columns, "a non-empty list of column names")
-    wanted = [str(c) for c in columns]
+    wanted = [check_unicode("columns", str(c)) for c in columns]
     if len(set(wanted)) != len(wanted):
         raise InvalidParameterError("columns", columns, "distinct column names")
     engine_name = getattr(session.engine, "name", "")
