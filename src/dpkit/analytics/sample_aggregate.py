@@ -67,6 +67,34 @@ def _output_names(names: Sequence[str] | None, d: int) -> list[str]:
     return out
 
 
+MAX_OUTPUTS = 1024
+"""The most output coordinates (the product of ``output_shape``) sample_and_aggregate
+releases: each is aggregated on its own, after the reservation; 10,000 took 65 s and 10^6
+would take hours (issue 21). Refused before anything is reserved."""
+
+MAX_BLOCKS = 100_000
+"""The most blocks ``m``: ``fn`` runs once per block, after the reservation."""
+
+
+def _check_sizes(output_shape: Any, m: Any) -> None:
+    """Refuse an output shape or a number of blocks too large to run, from public inputs."""
+    dims = [output_shape] if not isinstance(output_shape, tuple | list) else list(output_shape)
+    if all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in dims):
+        size = math.prod(int(v) for v in dims)
+        if size > MAX_OUTPUTS:
+            raise InvalidParameterError(
+                "output_shape",
+                output_shape,
+                f"at most {MAX_OUTPUTS:,} values in all (this shape has {size:,})",
+                "Each value is aggregated separately after the budget is reserved; release "
+                "fewer values or summarise them in fn. Nothing was charged.",
+            )
+    if isinstance(m, int | np.integer) and not isinstance(m, bool) and m > MAX_BLOCKS:
+        raise InvalidParameterError(
+            "m", m, f"at most {MAX_BLOCKS:,} blocks", "fn runs once per block. Nothing was charged."
+        )
+
+
 def run_sample_and_aggregate(
     session: Any,
     fn: Callable[[pd.DataFrame], Any],
@@ -146,6 +174,7 @@ def run_sample_and_aggregate(
     else:
         chosen = m
         rule = f"m={m} declared"
+    _check_sizes(output_shape, chosen)
     measurement = make_sample_and_aggregate(
         fn,
         m=chosen,
