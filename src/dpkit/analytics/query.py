@@ -105,7 +105,7 @@ def check_bounds(bounds: object, name: str = "bounds") -> tuple[Fraction, Fracti
 def _check_name(name: object, what: str = "name") -> str:
     if not isinstance(name, str) or not name:
         raise InvalidParameterError(what, name, "a non-empty string")
-    return name
+    return check_unicode(what, name)
 
 
 def _check_weight(weight: object) -> Fraction:

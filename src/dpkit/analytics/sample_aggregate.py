@@ -38,6 +38,7 @@ import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit._exact import Number, fraction_of
 from dpkit.analytics.blocks import BLOCK_ENGINES, BlockCall, engine_blocks
+from dpkit.analytics.expr import check_unicode
 from dpkit.analytics.query import Query, count
 from dpkit.analytics.results import Accuracy, Release
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
@@ -61,7 +62,37 @@ def _output_names(names: Sequence[str] | None, d: int) -> list[str]:
     out = [str(n) for n in names]
     if len(out) != d or len(set(out)) != d or not all(out):
         raise InvalidParameterError("names", names, f"{d} distinct non-empty names")
+    for name in out:
+        check_unicode("names", name)  # a table column the release is built with
     return out
+
+
+MAX_OUTPUTS = 1024
+"""The most output coordinates (the product of ``output_shape``) sample_and_aggregate
+releases: each is aggregated on its own, after the reservation; 10,000 took 65 s and 10^6
+would take hours (issue 21). Refused before anything is reserved."""
+
+MAX_BLOCKS = 100_000
+"""The most blocks ``m``: ``fn`` runs once per block, after the reservation."""
+
+
+def _check_sizes(output_shape: Any, m: Any) -> None:
+    """Refuse an output shape or a number of blocks too large to run, from public inputs."""
+    dims = [output_shape] if not isinstance(output_shape, tuple | list) else list(output_shape)
+    if all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in dims):
+        size = math.prod(int(v) for v in dims)
+        if size > MAX_OUTPUTS:
+            raise InvalidParameterError(
+                "output_shape",
+                output_shape,
+                f"at most {MAX_OUTPUTS:,} values in all (this shape has {size:,})",
+                "Each value is aggregated separately after the budget is reserved; release "
+                "fewer values or summarise them in fn. Nothing was charged.",
+            )
+    if isinstance(m, int | np.integer) and not isinstance(m, bool) and m > MAX_BLOCKS:
+        raise InvalidParameterError(
+            "m", m, f"at most {MAX_BLOCKS:,} blocks", "fn runs once per block. Nothing was charged."
+        )
 
 
 def run_sample_and_aggregate(
@@ -90,7 +121,7 @@ def run_sample_and_aggregate(
         raise InvalidParameterError("fn", fn, "a function of a pandas DataFrame")
     if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns:
         raise InvalidParameterError("columns", columns, "a non-empty list of column names")
-    wanted = [str(c) for c in columns]
+    wanted = [check_unicode("columns", str(c)) for c in columns]
     if len(set(wanted)) != len(wanted):
         raise InvalidParameterError("columns", columns, "distinct column names")
     engine_name = getattr(session.engine, "name", "")
@@ -143,6 +174,7 @@ def run_sample_and_aggregate(
     else:
         chosen = m
         rule = f"m={m} declared"
+    _check_sizes(output_shape, chosen)
     measurement = make_sample_and_aggregate(
         fn,
         m=chosen,

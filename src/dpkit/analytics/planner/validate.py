@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import decimal
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ from dpkit.analytics.expr import (
     Structural,
     Unary,
     check_expression,
+    check_unicode,
     coerce_temporal_literals,
     columns_of,
     infer_kind,
@@ -96,6 +98,24 @@ def check_plan_shape(steps: Sequence[Step]) -> None:
             "one another (they share a level), combine conditions into one filter, or fold a "
             "chain of derived columns into one expression.",
         )
+
+
+def check_names(obj: object, what: str) -> None:
+    """Refuse any text in ``obj`` (a name, a tuple of names, an aggregation's fields) that is
+    not valid Unicode (a lone surrogate such as '\\ud800'), before anything is reserved: an
+    output named so failed in the dry run's table (UnicodeEncodeError) and an engine would fail
+    on it after the charge (issue 21). One check in the planner covers every way a name can
+    reach a plan (builders, dataclasses built directly, ``dpkit query``)."""
+    if isinstance(obj, str):
+        check_unicode(what, obj)
+    elif isinstance(obj, tuple | list):
+        for item in obj:
+            check_names(item, what)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if isinstance(value, str | tuple | list):
+                check_names(value, f.name)
 
 
 # ------------------------------------------------------------------ validation
@@ -243,6 +263,10 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
             "Name the column that identifies a person (or whatever one privacy unit is).",
         )
     _check_not_reserved(unit, "privacy_unit")
+    check_names(unit, "privacy_unit")
+    check_names(query.plan.keys, "group_by")
+    for agg in query.plan.aggregations:
+        check_names(agg, "aggregation")
     current: dict[str, ColumnKind] = dict(schema)
     steps: list[Step] = []
     aggregate = query.plan
@@ -270,11 +294,15 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
             )
             for name in columns_of(expr):
                 _check_not_reserved(name)
+                check_names(name, "column")
         elif isinstance(node, Select):
             node = replace(node, child=chain)
         chain = node
         if isinstance(node, WithColumn):
             _check_not_reserved(node.name)
+            check_names(node.name, "with_column")
+        if isinstance(node, Select):
+            check_names(node.columns, "select")
         if isinstance(node, Filter):
             predicate = coerce_temporal_literals(node.predicate, current)
             kind = infer_kind(predicate, current)
