@@ -46,10 +46,10 @@ def _sql_length(session: Session, expr: Expr) -> int:
 @pytest.mark.parametrize("shape", list(_SHAPES))
 def test_sql_grows_linearly_with_nesting(shape: str) -> None:
     session = Session(_FRAME, privacy_unit="u", budget=dp.PureDP(1), max_rows=1)
-    small, large = _sql_length(session, _nested(shape, 4)), _sql_length(session, _nested(shape, 20))
-    # linear: 16 more levels add at most ~16 times a level's text (doubling: 2^20 times)
+    small, large = _sql_length(session, _nested(shape, 4)), _sql_length(session, _nested(shape, 12))
+    # linear: 8 more levels add about 8 times a level's text (doubling: 2^8 times the text)
     per_level = (small - _sql_length(session, _nested(shape, 2))) / 2
-    assert large - small <= 20 * max(per_level, 1) + 2000, (small, large)
+    assert large - small <= 12 * max(per_level, 1) + 2000, (small, large)
 
 
 @pytest.mark.parametrize("shape", list(_SHAPES))
