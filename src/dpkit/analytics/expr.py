@@ -28,6 +28,7 @@ import enum
 import fractions
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -38,7 +39,6 @@ from dpkit._format import number
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 __all__ = [
-    "MAX_EXACT_INTEGER",
     "MAX_EXPRESSION_DEPTH",
     "MAX_EXPRESSION_SIZE",
     "BinaryOp",
@@ -74,6 +74,7 @@ LiteralValue: TypeAlias = bool | int | float | str | _dt.datetime | None
 _ARITHMETIC = frozenset({"+", "-", "*", "/"})
 _COMPARISON = frozenset({"<", "<=", ">", ">=", "==", "!="})
 _ORDERING = frozenset({"<", "<=", ">", ">="})
+_FLOAT_MAX = int(sys.float_info.max)
 _NUMBER_TEXT = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\s*")
 """A text literal that reads as a (finite, decimal) number: ``'1000'``, ``' -2.5e3 '``."""
 _BOOLEAN = frozenset({"and", "or"})
@@ -419,19 +420,9 @@ def check_unicode(name: str, text: str) -> str:
 def _check_literal(value: object) -> LiteralValue:
     if isinstance(value, str):
         return check_unicode("literal", value)
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INTEGER:
-        # Decision (issue 21): expressions compute in double precision, where 2^53 + 1 reads
-        # as 2^53, so col("n") == 2**53 + 1 silently matched 2^53 too (and beyond 1.8e308 the
-        # engines failed after the reservation). Refused: an integer literal is exact or refused
-        raise InvalidParameterError(
-            "literal",
-            value,
-            f"an integer within ±2^53 (±{MAX_EXACT_INTEGER:,}), which double precision holds "
-            "exactly",
-            "Expressions compare and compute in double precision, where larger integers are "
-            "rounded (2^53 + 1 reads as 2^53). Pass a float (e.g. 1e18) to compare as a double "
-            "on purpose; integer columns beyond 2^53 compare rounded too.",
-        )
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+        # compared in double precision: both engines failed on it after the reservation
+        raise InvalidParameterError("literal", value, "a number within ±1.8e308 (a double)")
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, _dt.datetime):  # compared in UTC, as temporal keys are
@@ -456,9 +447,6 @@ def _wrap(value: object) -> Expr:
         return value
     return Lit(_check_literal(value))
 
-
-MAX_EXACT_INTEGER = 2**53
-"""The largest magnitude of an integer literal in an expression (see :func:`_check_literal`)."""
 
 MAX_EXPRESSION_DEPTH = 64
 """The deepest expression a query may hold, counting a chain of ``&`` (or of ``|``) as the
