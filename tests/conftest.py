@@ -51,6 +51,15 @@ CI_SLOW_EXCLUDED: dict[str, str] = {
         "more cases of the map the default suite checks once; each builds an (ε, δ) Gaussian "
         "for vectors (~10 s of exact zCDP conversions)."
     ),
+    r"tests/regression/test_three_outcomes\.py::test_deep_expressions_are_refused_and_long_"
+    r"chains_balanced\[\w+-20000\]": (
+        "20,000 ORed conditions (about a minute of SQL each); the default suite answers 2,000, "
+        "which already overflows the recursion unbalanced."
+    ),
+    r"tests/property/test_(cli_query|session_outcomes|ml_outcomes)_props\.py::\w+_many": (
+        "the same hypothesis property at many more examples (minutes each); the default suite "
+        "runs each property at CI size."
+    ),
 }
 
 
