@@ -58,7 +58,7 @@ def test_no_optimised_strategy_for_tiny_or_wide_workloads():
 
 
 @pytest.mark.parametrize(
-    ("budget", "kw"), [(dp.ZCDP(10), {"rho": 2}), (dp.PureDP(10), {"epsilon": 2})]
+    ("budget", "kw"), [(dp.ZCDP(100), {"rho": 2}), (dp.PureDP(100), {"epsilon": 2})]
 )
 def test_session_prefix_workload_uses_the_matrix_mechanism(budget, kw):
     df = pd.DataFrame({"u": range(600), "k": np.arange(600) % N})
@@ -66,11 +66,16 @@ def test_session_prefix_workload_uses_the_matrix_mechanism(budget, kw):
     query = session.query().group_by("k", keys=list(range(N))).agg(workload(PREFIX, "w"))
     text = session.explain(query, **kw)
     assert "matrix mechanism with" in text
-    release = session.evaluate(query, **kw)
-    table = release["w"]
     truth = PREFIX @ np.bincount(np.arange(600) % N, minlength=N)
-    inside = (table["low"] <= truth) & (truth <= table["high"])
-    assert inside.mean() >= 0.8  # 95 % intervals (correlated answers: a loose check)
+    # The 32 prefix answers of one release share their noise, so one release's coverage
+    # swings widely (0.6 was seen in CI); averaged over 8 independent releases the 95 %
+    # intervals must cover at least 85 % (intervals half as wide would cover about 68 %).
+    coverage = []
+    for _ in range(8):
+        release = session.evaluate(query, **kw)
+        table = release["w"]
+        coverage.append(((table["low"] <= truth) & (truth <= table["high"])).mean())
+    assert np.mean(coverage) >= 0.85, coverage
     assert "matrix mechanism" in release.accuracy["w"].note
 
 
