@@ -28,8 +28,12 @@ def spark() -> Iterator[Any]:
         .appName("dpkit-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.shuffle.partitions", "1")
         .config("spark.default.parallelism", "1")
+        # tiny tables: adaptive re-planning costs more than it saves (about 10 % of a small
+        # Session query); it never changes a result. Whole-stage code generation stays on, as
+        # users run it: the wide-query tests need its limits.
+        .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", "1g")
         .getOrCreate()

@@ -215,7 +215,7 @@ def _run(serve: Server, tokens: list[str], examples: int) -> None:
 
 
 def test_hostile_queries_follow_the_three_outcome_rule(serve: Server, tokens: list[str]) -> None:
-    _run(serve, tokens, examples=80)
+    _run(serve, tokens, examples=40)
 
 
 @pytest.mark.slow
