@@ -8,21 +8,24 @@
 3. run the measurement on the data;
 4. ``ledger.commit`` records the receipt; the caller gets a :class:`Release`.
 
-If step 3 or 4 fails the reservation is marked failed and the error re-raised; the charge stays
-(no refunds: a failure can leak as much as a result).
+Steps 2-4 are :func:`dpkit._door.release`, the one function every release goes through. If
+step 3 or 4 fails the reservation is marked failed and the charge stays (no refunds: a failure
+can leak as much as a result); the error is reported as what it is (an
+:class:`~dpkit.errors.UnreadableDataError` or an :class:`~dpkit.errors.InternalError`, its own
+message withheld unless it is dpkit's).
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from dpkit._door import Books, release
 from dpkit._exact import Number, check_positive, fraction_of
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PrivacyLoss
-from dpkit.errors import DPError, InvalidParameterError
-from dpkit.ledger import Ledger, Receipt, Reservation
+from dpkit.errors import InvalidParameterError
+from dpkit.ledger import Ledger, Receipt
 
 __all__ = ["Accountant", "Release"]
 
@@ -84,11 +87,10 @@ class Accountant:
         self.analyst = analyst
         ledger.budget(dataset, analyst)  # fail early on an unknown dataset or analyst
 
-    def reserve(self, loss: PrivacyLoss, *, query: str = "", mechanism: str = "") -> Reservation:
-        """Reserve a loss directly (for callers that run their own measurement)."""
-        return self.ledger.reserve(
-            self.dataset, loss, analyst=self.analyst, query=query, mechanism=mechanism
-        )
+    @property
+    def books(self) -> Books:
+        """Where this accountant's releases are charged (see :func:`dpkit._door.release`)."""
+        return Books(self.ledger, self.dataset, self.analyst)
 
     def release(
         self, measurement: Measurement[T], data: Any, *, query: str = "", d_in: Number | None = None
@@ -120,23 +122,13 @@ class Accountant:
                 )
             distance = asked
         loss = measurement.map(distance)
-        reservation = self.ledger.reserve(
-            self.dataset, loss, analyst=self.analyst, query=query, mechanism=measurement.name
+        value, receipt = release(
+            self.books,
+            loss,
+            lambda stage: measurement(data),
+            query=query,
+            mechanism=measurement.name,
         )
-        try:
-            value = measurement(data)
-            receipt = self.ledger.commit(reservation)
-        except BaseException as exc:
-            # an error's text can quote the data: the books record only its class, and an error
-            # that is not dpkit's own is replaced (as the Session does); the charge stays
-            with contextlib.suppress(Exception):
-                self.ledger.fail(reservation, type(exc).__name__)
-            if isinstance(exc, DPError) or not isinstance(exc, Exception):
-                raise
-            raise DPError(
-                f"the release failed ({type(exc).__name__}); its budget stays spent. The "
-                "error's message is withheld because it can quote the data."
-            ) from None
         return Release(value, loss, receipt)
 
     def spent(self) -> PrivacyLoss:

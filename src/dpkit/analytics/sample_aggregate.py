@@ -42,7 +42,7 @@ from dpkit.analytics.expr import check_unicode
 from dpkit.analytics.query import Query, count
 from dpkit.analytics.results import Accuracy, Release
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
-from dpkit.errors import DPError, InvalidParameterError
+from dpkit.errors import InvalidParameterError
 from dpkit.noise import random_words
 from dpkit.sensitivity.sample_aggregate import choose_m, make_sample_and_aggregate
 
@@ -212,40 +212,36 @@ def run_sample_and_aggregate(
         ]
     )
     session._check_open()
+    from dpkit._door import release
     from dpkit.analytics.blocks import check_blocks
-    from dpkit.analytics.session import _failed_after_reservation, _internal
-
-    check_blocks(session.engine, steps, session.privacy_unit, wanted)  # before the reservation
 
     aggregate = measurement.info["aggregate"]
-    try:  # public: the aggregator on the default outputs, before anything is reserved
+
+    def rehearse() -> None:
+        check_blocks(session.engine, steps, session.privacy_unit, wanted)
+        # the aggregator on the default outputs (public), before anything is reserved
         for j in range(d):
             float(aggregate(np.tile(fill, (chosen, 1))[:, j]))
-    except DPError:
-        raise
-    except Exception as error:
-        raise _internal(error, "checking the aggregator on public outputs", charged=False) from None
-    reservation = session.ledger.reserve(
-        session.dataset,
-        charge,
-        analyst=session.analyst,
-        privacy_unit=session.privacy_unit,
-        query=description.splitlines()[0][:500],
-        mechanism=f"sample_and_aggregate:{aggregator}",
-    )
-    try:
+
+    def body(stage: Any) -> list[float]:
+        stage(reading=True)
         salt = int(random_words(1)[0] >> np.uint64(2))
         values = engine_blocks(
             session.engine, steps, session.privacy_unit, wanted, chosen, salt, call
         )
-    except BaseException as error:
-        raise _failed_after_reservation(session.ledger, reservation, error, reading=True) from None
-    try:
+        stage(reading=False)
         values = np.clip(values, lo, hi)
-        released = [float(aggregate(values[:, j])) for j in range(d)]
-    except BaseException as error:
-        raise _failed_after_reservation(session.ledger, reservation, error, reading=False) from None
-    receipt = session.ledger.commit(reservation)
+        return [float(aggregate(values[:, j])) for j in range(d)]
+
+    released, receipt = release(
+        session._books,
+        charge,
+        body,
+        query=description.splitlines()[0][:500],
+        mechanism=f"sample_and_aggregate:{aggregator}",
+        rehearse=rehearse,
+        rehearsing="checking the aggregator on public outputs",
+    )
     table = pd.DataFrame({name: [value] for name, value in zip(labels, released, strict=True)})
     note = (
         f"{aggregator} of {chosen} block outputs; no closed-form interval (the error depends on "

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
+from dpkit._door import Books, Stage, release
+from dpkit._door import internal_error as _internal
 from dpkit._exact import Number, check_delta, check_epsilon, check_rho
 from dpkit.analytics._em import em_quantile_index, penalised_rank_error_bound
 from dpkit.analytics.bounding import bounds_candidates, contribution
@@ -34,13 +36,7 @@ from dpkit.analytics.planner import CompiledQuery, Mechanism, compile_query, rew
 from dpkit.analytics.query import Bounding, Query, count
 from dpkit.analytics.results import Release
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
-from dpkit.errors import (
-    DPError,
-    InternalError,
-    InvalidDataError,
-    InvalidParameterError,
-    UnreadableDataError,
-)
+from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ledger import Ledger
 from dpkit.noise import random_words
 
@@ -134,83 +130,6 @@ def _check_floor(name: str, value: Fraction, given: object) -> Fraction:
             "loss makes no answer more accurate. Nothing was charged.",
         )
     return value
-
-
-_READING_MODULES = ("duckdb", "pyarrow", "pandas", "pyspark", "py4j", "polars")
-"""Errors raised by these libraries while a plan runs are errors reading the data (a file that
-does not parse, a type the engine cannot read); other errors are dpkit's own bugs."""
-
-
-def _reading_error(error: BaseException) -> bool:
-    if isinstance(error, OSError | MemoryError | UnicodeError):
-        return True
-    return any(
-        (kind.__module__ or "").lstrip("_").split(".")[0] in _READING_MODULES
-        for kind in type(error).__mro__
-    )
-
-
-def _trace(error: BaseException) -> tuple[str, ...]:
-    """Where ``error`` happened (file, line, function), never its message (it can quote data)."""
-    import traceback
-
-    frames = traceback.extract_tb(error.__traceback__)
-    return tuple(f"{f.filename}:{f.lineno} in {f.name}" for f in frames[-12:])
-
-
-def _internal(error: BaseException, doing: str, *, charged: bool) -> InternalError:
-    """An :class:`InternalError` for ``error``: its class (and dpkit's own message, which never
-    quotes data), what dpkit was doing, and what happened to the budget."""
-    own = f": {error}" if isinstance(error, DPError) else ""
-    spent = (
-        "the query's budget stays spent (the data may have been read)"
-        if charged
-        else "nothing was reserved or charged"
-    )
-    return InternalError(
-        f"internal error in dpkit while {doing} ({type(error).__name__}{own}); {spent}. This is "
-        "a dpkit bug, not a problem with the query or the data: please report it to the dpkit "
-        "maintainers with the query (not the data) and the dpkit version. The error's own "
-        "message is withheld because it can quote the data.",
-        charged=charged,
-        trace=_trace(error),
-    )
-
-
-def _failed_after_reservation(
-    ledger: Ledger, reservation: Any, error: BaseException, *, reading: bool | None = None
-) -> BaseException:
-    """Record a failure after the reservation (the charge stays) and return the error to raise.
-
-    Every failure after the reservation is one of two documented kinds (both charged):
-
-    * :class:`UnreadableDataError` — the data could not be read: a malformed file (the engines
-      raise it themselves), an I/O error, an error of the engine library while it ran the plan;
-    * :class:`InternalError` — a bug in dpkit: any other error while the plan ran, and every
-      error while the exact results were turned into the release (``reading=False``).
-
-    ``reading``: True while the engine runs the plans, False while dpkit post-processes, None
-    when the caller cannot tell (then only the error's type decides). An engine's error text can
-    quote the data it choked on, and after the reservation that text would be an unaccounted
-    release: the ledger records only the error's class, a message is kept only when it is
-    dpkit's own (those never carry data), and the original is never chained. KeyboardInterrupt
-    and friends pass through unchanged.
-    """
-    ledger.fail(reservation, type(error).__name__)
-    if not isinstance(error, Exception) or isinstance(error, InternalError):
-        return error
-    if isinstance(error, UnreadableDataError):  # an engine's own: a malformed file, say
-        return UnreadableDataError(f"{error}. The query's budget stays spent.", charged=True)
-    if reading is not False and isinstance(error, InvalidDataError):
-        return UnreadableDataError(f"the data could not be read: {error}; its budget stays spent")
-    if reading is not False and not isinstance(error, DPError) and _reading_error(error):
-        return UnreadableDataError(
-            f"the data could not be read ({type(error).__name__}); the query's budget stays "
-            "spent. The engine's message is withheld because it can quote the data. Check that "
-            "the file is well formed and that the declared keys, bounds and types match it."
-        )
-    doing = "running the query's plan" if reading else "computing the release"
-    return _internal(error, doing, charged=True)
 
 
 def check_engine(engine: Engine, plan: BoundedPlan) -> None:
@@ -489,26 +408,22 @@ class Session:
         )
         mechanisms = ", ".join(compiled.mechanisms)
         charge = _ledger_charge(compiled.loss, delta, loss)
-        dry_run(compiled, alpha)  # public failures are refusals, decided before the reservation
-        reservation = self.ledger.reserve(
-            self.dataset,
+
+        def body(stage: Stage) -> Any:
+            stage(reading=True)
+            results = [self.engine.run(plan) for plan in compiled.plans]
+            stage(reading=False)
+            return compiled.release(results, alpha)
+
+        # public failures are refusals, decided before the reservation (the dry run)
+        (tables, accuracy), receipt = release(
+            self._books,
             charge,
-            analyst=self.analyst,
-            privacy_unit=self.privacy_unit,
+            body,
             query=compiled.description,
             mechanism=mechanisms[:500],
+            rehearse=lambda: dry_run(compiled, alpha),
         )
-        try:
-            results = [self.engine.run(plan) for plan in compiled.plans]
-        except BaseException as error:
-            raise _failed_after_reservation(self.ledger, reservation, error, reading=True) from None
-        try:
-            tables, accuracy = compiled.release(results, alpha)
-        except BaseException as error:
-            raise _failed_after_reservation(
-                self.ledger, reservation, error, reading=False
-            ) from None
-        receipt = self.ledger.commit(reservation)
         return Release(
             tables,
             accuracy,
@@ -591,37 +506,34 @@ class Session:
 
         # everything public runs before the reservation: the engine's SQL, the rank bounds, and
         # the selection on an empty table (a failure there is a refusal, never after the charge)
-        try:
+        def rehearse() -> tuple[float, float]:
             check_engine(self.engine, plan)
             error_at_zero = penalised_rank_error_bound(prior[:-1], half, rows, alpha, Fraction(0))
             per_doubling = 2 * rows / float(half) * float(_PENALTY_PER_DOUBLING)
             choose(np.zeros(len(edges) - 1, dtype=np.int64))
-        except DPError:
-            raise
-        except Exception as error:
-            raise _internal(error, "checking the bounds estimate", charged=False) from None
-        reservation = self.ledger.reserve(
-            self.dataset,
-            loss,
-            analyst=self.analyst,
-            privacy_unit=self.privacy_unit,
-            query=f"estimate_bounds({column!r}, coverage={coverage})",
-            mechanism="exponential",
-        )
-        try:
+            return error_at_zero, per_doubling
+
+        public: list[tuple[float, float]] = []
+
+        def body(stage: Stage) -> tuple[float, float]:
+            stage(reading=True)
             table = self.engine.run(plan).to_pydict()
-        except BaseException as error:
-            raise _failed_after_reservation(self.ledger, reservation, error, reading=True) from None
-        try:
+            stage(reading=False)
             counts = np.zeros(len(edges) - 1, dtype=np.int64)
             bins, values = table[plan.group_columns[0]], table[plan.output_columns[0]]
             counts[np.asarray(bins, dtype=np.int64)] = np.asarray(values, dtype=np.int64)
-            lower, upper = choose(counts)
-        except BaseException as error:
-            raise _failed_after_reservation(
-                self.ledger, reservation, error, reading=False
-            ) from None
-        receipt = self.ledger.commit(reservation)
+            return choose(counts)
+
+        (lower, upper), receipt = release(
+            self._books,
+            loss,
+            body,
+            query=f"estimate_bounds({column!r}, coverage={coverage})",
+            mechanism="exponential",
+            rehearse=lambda: public.append(rehearse()),
+            rehearsing="checking the bounds estimate",
+        )
+        error_at_zero, per_doubling = public[0]
         return BoundsEstimate(lower, upper, loss, error_at_zero, receipt, per_doubling)
 
     def sample_and_aggregate(
@@ -726,6 +638,11 @@ class Session:
         session refuses every query before anything is reserved."""
         self._closed = True
         self.engine.close()
+
+    @property
+    def _books(self) -> Books:
+        """Where this session's releases are charged (see :func:`dpkit._door.release`)."""
+        return Books(self.ledger, self.dataset, self.analyst, self.privacy_unit)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -18,14 +18,13 @@ come from the declared bounds only, never from the data.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,6 +35,8 @@ from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.gaussian import make_discrete_gaussian, make_gaussian
 from dpkit.mechanisms.laplace import make_geometric, make_laplace
 from dpkit.noise.grid import choose_exponent
+
+T = TypeVar("T")
 
 __all__ = [
     "BOUNDS_FORMS",
@@ -530,7 +531,6 @@ def sum_by_label(fixed: np.ndarray, labels: np.ndarray, bins: int) -> tuple[np.n
     return counts, sums / _FIXED
 
 
-@contextlib.contextmanager
 def charged(
     loss: PrivacyLoss,
     ledger: Any,
@@ -538,29 +538,27 @@ def charged(
     analyst: str | None,
     accountant: Any,
     what: str,
-) -> Iterator[None]:
-    """Reserve ``loss`` in the ledger (if one is given) before the body reads data; commit after.
+    body: Callable[[], T],
+) -> T:
+    """Run ``body`` (which reads the data) through the door, charging ``loss`` to the ledger or
+    accountant given (:func:`dpkit._door.release`), or just run it when neither is given.
 
     Give either ``ledger`` with ``dataset`` (and optionally ``analyst``), or an
     :class:`~dpkit.accounting.Accountant`. The budget must already exist. If the body raises,
-    the reservation is marked failed (the charge stays: no refunds) and the error propagates.
+    the reservation is marked failed (the charge stays: no refunds) and the error is reported
+    as what it is (:func:`dpkit._door.failed_after_reservation`).
     """
+    from dpkit._door import Books, release
     from dpkit.accounting import Accountant
     from dpkit.ledger import Ledger
 
-    reserve: Callable[[], Any] | None = None
-    book: Ledger | None = None
+    books: Books | None = None
     if accountant is not None:
         if not isinstance(accountant, Accountant):
             raise InvalidParameterError("accountant", accountant, "a dpkit Accountant or None")
         if ledger is not None:
             raise InvalidParameterError("ledger", ledger, "None when accountant is given")
-        acc = accountant
-        book = acc.ledger
-
-        def reserve() -> Any:
-            return acc.reserve(loss, query=what, mechanism=what)
-
+        books = accountant.books
     elif ledger is not None:
         if not isinstance(ledger, Ledger):
             raise InvalidParameterError("ledger", ledger, "a dpkit.ledger.Ledger or None")
@@ -568,25 +566,13 @@ def charged(
             raise InvalidParameterError(
                 "dataset", dataset, "the dataset's name in the ledger when ledger is given"
             )
-        led = ledger
-        book = led
-
-        def reserve() -> Any:
-            return led.reserve(dataset, loss, analyst=analyst, query=what, mechanism=what)
-
+        books = Books(ledger, dataset, analyst)
     elif dataset is not None:
         raise InvalidParameterError("ledger", ledger, "given when dataset is given")
-    if reserve is None or book is None:
-        yield
-        return
-    reservation = reserve()
-    try:
-        yield
-    except BaseException as exc:
-        with contextlib.suppress(Exception):
-            book.fail(reservation, type(exc).__name__)
-        raise
-    book.commit(reservation)
+    if books is None:
+        return body()
+    value, _ = release(books, loss, lambda stage: body(), query=what, mechanism=what)
+    return value
 
 
 def int_seed() -> int:

@@ -577,7 +577,8 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
         else:
             loss, step = budget.loss(), Fraction(0)
         loss = budget.reported(loss)  # (ε, δ) budgets: the conversion of the zCDP loss
-        with charged(loss, ledger, dataset, analyst, accountant, f"KMeans({self.method})"):
+
+        def measure() -> np.ndarray:
             fixed, scaled = map_rows(check_shape(X, d), box)
             if self.method == "grid_em":
                 g = _lattice(d, int(self.n_candidates))
@@ -595,6 +596,11 @@ class KMeans(BaseEstimator, ClusterMixin, TransformerMixin):  # type: ignore[mis
                     centres = _private_lloyd_step(
                         fixed, scaled, centres, budget, (budget.total - core_budget) / iters
                     )
+            return centres
+
+        centres = charged(
+            loss, ledger, dataset, analyst, accountant, f"KMeans({self.method})", measure
+        )
         self.cluster_centers_ = box.unscale(centres)
         self.privacy_loss_ = loss
         self.n_features_in_ = d

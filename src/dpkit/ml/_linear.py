@@ -245,9 +245,13 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
         intercept = self.fit_intercept
         p = d + 1 if intercept else d
         loss = budget.loss()
-        with charged(
-            loss, ledger, dataset, analyst, accountant, f"LinearRegression({self.method})"
-        ):
+        iu = np.triu_indices(p)
+        pf = Fraction(p)
+        share_a, share_b, share_c = (budget.total * s for s in _SHARES)
+        l1_a, l2_a = (pf * pf + pf) / 2, sqrt_upper((pf * pf + pf) / 2)
+        l1_b, l2_b = pf, sqrt_upper(pf)
+
+        def measure() -> tuple[np.ndarray, np.ndarray, float]:
             array = check_shape(X, d)
             target = check_shape(y, 1, "y").reshape(-1, 1)
             if target.shape[0] != array.shape[0]:
@@ -256,16 +260,16 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
             fy, _ = map_rows(target, box_y, _BITS)
             fz = np.hstack([fx, np.full((fx.shape[0], 1), 2**_BITS, np.int64)]) if intercept else fx
             a, b, c = _gram(fz, fy[:, 0])
-            iu = np.triu_indices(p)
-            pf = Fraction(p)
-            share_a, share_b, share_c = (budget.total * s for s in _SHARES)
-            l1_a, l2_a = (pf * pf + pf) / 2, sqrt_upper((pf * pf + pf) / 2)
-            l1_b, l2_b = pf, sqrt_upper(pf)
             upper = budget.noisy_vector(a[iu], share_a, l1_a, l2_a, p * (p + 1) // 2)
             b_noisy = budget.noisy_vector(b, share_b, l1_b, l2_b, p)
             c_noisy = float(
                 budget.noisy_vector(np.array([c]), share_c, Fraction(1), Fraction(1), 1)[0]
             )
+            return upper, b_noisy, c_noisy
+
+        upper, b_noisy, c_noisy = charged(
+            loss, ledger, dataset, analyst, accountant, f"LinearRegression({self.method})", measure
+        )
         # ---- post-processing only from here
         a_noisy = np.zeros((p, p))
         a_noisy[iu] = upper

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from dpkit._door import Stage, release
 from dpkit.core.losses import PrivacyLoss, compose
-from dpkit.errors import DPError, InvalidParameterError
+from dpkit.errors import InvalidParameterError
 from dpkit.ml._common import check_box
 from dpkit.ml._kmeans import (
     MAX_FEATURES,
@@ -176,47 +177,11 @@ def _session_clusters(d: int) -> int:
     return max(k, 1)
 
 
-class _Stage:
-    """Where a fit is after its reservation: what a failure is reported as."""
-
-    now = "compiling"
-
-
 _STAGES = {
     "compiling": "building a later query (from public inputs and released centres)",
     "releasing": "adding the noise to the engine's results",
     "selecting": "selecting the centres from the engine's exact histogram",
 }
-
-
-def _failed_after_reservation(
-    ledger: Any, reservation: Any, error: BaseException, stage: str
-) -> BaseException:
-    """Record a fit's failure after its reservation (the charge stays) and say what it was.
-
-    A failure while the engine reads the data is reported as the Session reports it (the
-    engine's text is withheld: it can quote the data). Any other failure after the reservation
-    is dpkit's own: everything decidable from public inputs is checked before reserving, so it
-    is reported as an internal error (its text withheld too, since it may come from exact
-    aggregates), never as a problem with the data. The ledger records the error's class and
-    the stage. KeyboardInterrupt and friends pass through unchanged."""
-    ledger.fail(reservation, f"{type(error).__name__} while {stage}")
-    if not isinstance(error, Exception):
-        return error
-    if stage == "reading":
-        if isinstance(error, DPError):
-            return error
-        return DPError(
-            f"the fit failed while the engine read the data ({type(error).__name__}); its "
-            "budget stays spent. The engine's message is withheld because it can quote the "
-            "data. Check that the table can be read and that the declared bounds and column "
-            "types match it."
-        )
-    return DPError(
-        f"internal error in dpkit.ml after the budget was reserved, while "
-        f"{_STAGES.get(stage, stage)} ({type(error).__name__}); the budget stays spent. This "
-        "is a bug in dpkit, not a problem with the data or the parameters: please report it."
-    )
 
 
 _TERMS = 64
@@ -586,20 +551,14 @@ def fit_kmeans(
         total = compose(*losses)
     total = budget.reported(total)
     what = f"KMeans({method}, k={k}) on {', '.join(names)}"
-    reservation = session.ledger.reserve(
-        session.dataset,
-        total,
-        analyst=session.analyst,
-        privacy_unit=session.privacy_unit,
-        query=what,
-        mechanism=f"kmeans-{method}",
-    )
-    stage = _Stage()
-    try:
+
+    def rounds(stage: Stage) -> np.ndarray:
+        """Every round of the fit, under the one reservation."""
+        stage(False, _STAGES["compiling"])
         if method == "grid_em":
-            stage.now = "reading"
+            stage(True)
             table = session.engine.run(em_plan).to_pydict()
-            stage.now = "selecting"
+            stage(False, _STAGES["selecting"])
             keys = table[em_plan.group_columns[0]]
             rows = table[em_output]
             h = np.zeros(g**d, dtype=np.int64)
@@ -611,29 +570,31 @@ def fit_kmeans(
             centres = start
             shares = list(steps)
             if method == "lsh":
-                stage.now = "compiling"
+                stage(False, _STAGES["compiling"])
                 query, cells = _coreset_query(
                     base, z, label, d, grid_size, count_weight, sum_weight
                 )
                 compiled = compile_step(query, shares.pop(0))
-                stage.now = "reading"
+                stage(True)
                 results = [session.engine.run(plan) for plan in compiled.plans]
-                stage.now = "releasing"
+                stage(False, _STAGES["releasing"])
                 tables, accuracy = compiled.release(results)
                 counts, sums, level = _released(tables, accuracy, label, cells, d)
                 centres = coreset_centres(counts, sums, level, k)
             for share in shares:
-                stage.now = "compiling"
+                stage(False, _STAGES["compiling"])
                 compiled = compile_step(lloyd_query(centres), share)
-                stage.now = "reading"
+                stage(True)
                 results = [session.engine.run(plan) for plan in compiled.plans]
-                stage.now = "releasing"
+                stage(False, _STAGES["releasing"])
                 tables, accuracy = compiled.release(results)
                 counts, sums, level = _released(tables, accuracy, label, k, d)
                 centres = lloyd_update(centres, counts, sums, level)
-    except BaseException as error:
-        raise _failed_after_reservation(session.ledger, reservation, error, stage.now) from None
-    model.receipt_ = session.ledger.commit(reservation)
+        return centres
+
+    centres, model.receipt_ = release(
+        session._books, total, rounds, query=what, mechanism=f"kmeans-{method}"
+    )
     model.cluster_centers_ = box.unscale(centres)
     model.privacy_loss_ = total
     model.n_features_in_ = d
