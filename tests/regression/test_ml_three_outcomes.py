@@ -15,7 +15,7 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session
-from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
+from dpkit.errors import DPError, InvalidDataError, InvalidParameterError, UnreadableDataError
 from dpkit.ledger import Ledger
 from dpkit.ml import KMeans, LinearRegression, fit_kmeans, fit_linear_regression
 
@@ -280,9 +280,9 @@ def test_an_engine_error_is_reported_as_a_read_failure(monkeypatch: pytest.Monke
         raise OSError("disk said: row 7 = 3.25")
 
     monkeypatch.setattr(session.engine, "run", unreadable)
-    with pytest.raises(DPError) as info:
+    with pytest.raises(UnreadableDataError) as info:  # as the Session reports it: one door
         fit_kmeans(session, ["a"], 2, bounds=(-4, 4), epsilon=1, method="lloyd")
-    assert "read the data" in str(info.value) and "OSError" in str(info.value)
+    assert "could not be read" in str(info.value) and "OSError" in str(info.value)
     assert "3.25" not in str(info.value)
     assert _session_kinds(ledger) == ["reserve", "fail"]
 
