@@ -12,8 +12,8 @@ declaration (``Session(..., schema={"salary": "numeric"})``):
 
 Converting a column to its declared kind never fails: a value that does not parse becomes NULL
 (the same rules in every engine — numbers are plain decimals such as ``-1.5e3``; booleans are
-``true/t/yes/y/1`` and ``false/f/no/n/0`` in any case; timestamps are ISO 8601). A data-dependent
-error could otherwise quote the value it choked on.
+``true/t/yes/y/1`` and ``false/f/no/n/0`` in any case; timestamps follow :data:`TEMPORAL_PATTERN`,
+see :func:`text_timestamps`). A data-dependent error could otherwise quote the value it choked on.
 
 :func:`canonical` is the one identity of a group key value, used by the reference engine for
 both contribution bounding and aggregation, and by the planner to match engine results to
@@ -43,6 +43,9 @@ __all__ = [
     "BOOL_TRUE",
     "NUMBER_PATTERN",
     "RESERVED_PREFIX",
+    "TEMPORAL_MAX_US",
+    "TEMPORAL_MIN_US",
+    "TEMPORAL_PATTERN",
     "canonical",
     "check_declared_schema",
     "convert_series",
@@ -57,6 +60,7 @@ __all__ = [
     "prepare_pandas",
     "resolve_kinds",
     "text_of",
+    "text_timestamps",
 ]
 
 RESERVED_PREFIX = "__dpkit_"
@@ -71,6 +75,46 @@ BOOL_TRUE = ("true", "t", "yes", "y", "1")
 BOOL_FALSE = ("false", "f", "no", "n", "0")
 
 _NUMBER_RE = re.compile(_NUMBER)  # used with fullmatch
+
+# One rule for text read as a date/time, in every engine (issue 21: DuckDB's cast, Python's
+# fromisoformat and Spark's parser each accepted a different set, e.g. "2024-3-5", "20240105",
+# "2024-01-01T00", and DuckDB dropped offsets). Surrounding ASCII whitespace is ignored; then
+# YYYY-MM-DD (ASCII digits, year 0001-9999), optionally "T" or one space and HH:MM, optionally
+# :SS, optionally .f (1 to 6 digits), then optionally "Z" or +HH:MM / -HH:MM (only after a time).
+# Hours 00-23, minutes and seconds 00-59 (no leap second, no 24:00), a real calendar date, and
+# the value in UTC (the offset subtracted) within years 1-9999; anything else is NULL. Values are
+# naive UTC timestamps. RE2 (DuckDB), Java (Spark) and Python read this text alike.
+_WS = "[ \\t\\n\\x0b\\f\\r]*"
+_YEAR = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # not 0000
+_HOUR = "([01][0-9]|2[0-3])"
+_MINUTE = "([0-5][0-9])"
+_TEMPORAL = (
+    _WS
+    + _YEAR
+    + "-([0-9]{2})-([0-9]{2})"
+    + "(?:[T ]"
+    + _HOUR
+    + ":"
+    + _MINUTE
+    + "(?::([0-5][0-9])(?:[.]([0-9]{1,6}))?)?"
+    + "(?:Z|([+-])"
+    + _HOUR
+    + ":"
+    + _MINUTE
+    + ")?)?"
+    + _WS
+)
+TEMPORAL_PATTERN = "^" + _TEMPORAL + "\\z"
+"""Text that converts to a timestamp (anything else converts to NULL), in every engine (RE2 and
+Java syntax). Its groups, in order: year, month, day, hour, minute, second, fraction, offset sign,
+offset hours, offset minutes (a group that did not take part is empty); the month and day are
+checked against the calendar after the match."""
+_TEMPORAL_RE = re.compile("^" + _TEMPORAL + "\\Z")  # Python spells the very end \Z
+
+TEMPORAL_MIN_US = -62_135_596_800_000_000
+"""0001-01-01 00:00:00 as microseconds since 1970-01-01 (UTC): the first value a text gives."""
+TEMPORAL_MAX_US = 253_402_300_799_999_999
+"""9999-12-31 23:59:59.999999 as microseconds since 1970-01-01 (UTC): the last value."""
 
 _KIND_NAMES: dict[str, ColumnKind] = {
     "numeric": "numeric",
@@ -268,11 +312,10 @@ def _bool_of(value: Any) -> bool | None:
 
 
 def _timestamp_of(value: Any) -> Any:
-    if _is_null(value):
+    """A value that is not text (texts follow :func:`text_timestamps`) as a timestamp."""
+    if _is_null(value) or isinstance(value, str):
         return pd.NaT
     try:
-        if isinstance(value, str):
-            value = _dt.datetime.fromisoformat(value.strip())
         if isinstance(value, pd.Timestamp | _dt.datetime | np.datetime64):
             stamp = pd.Timestamp(value)
             if stamp.tzinfo is not None:
@@ -283,6 +326,62 @@ def _timestamp_of(value: Any) -> Any:
     except (ValueError, TypeError, OverflowError, ArithmeticError):
         return pd.NaT
     return pd.NaT
+
+
+_DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
+
+
+def text_timestamps(series: pd.Series) -> np.ndarray:
+    """The timestamps (``datetime64[us]``, NaT for NULL) that the texts of ``series`` denote by
+    :data:`TEMPORAL_PATTERN`; a value that is not text is NaT. Vectorised: one regular
+    expression over the column, then integer arithmetic (the calendar check included)."""
+    out = np.full(len(series), np.datetime64("NaT", "us"))
+    if len(series) == 0:
+        return out
+    # an object column runs Python's re (pyarrow-backed strings might run RE2, which has no \Z)
+    texts = pd.Series(series.to_numpy(dtype=object), dtype=object)
+    parts = texts.str.extract(_TEMPORAL_RE, expand=True)
+    matched = parts[0].notna().to_numpy()
+    if not matched.any():
+        return out
+    parts = parts[matched]
+
+    def number(i: int) -> np.ndarray:
+        return parts[i].fillna("0").astype(np.int64).to_numpy()
+
+    year, month, day = number(0), number(1), number(2)
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    month_index = np.clip(month - 1, 0, 11)
+    days_in_month = _DAYS_IN_MONTH[month_index] + ((month == 2) & leap)
+    valid = (month >= 1) & (month <= 12) & (day >= 1) & (day <= days_in_month)
+    months = (year - 1970) * 12 + month_index
+    days = months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) + day - 1
+    fraction = parts[6].fillna("").str.ljust(6, "0").astype(np.int64).to_numpy()
+    seconds = (number(3) * 60 + number(4)) * 60 + number(5)
+    sign = np.where(parts[7].to_numpy(dtype=object) == "-", -1, 1)
+    offset = sign * (number(8) * 60 + number(9)) * 60
+    micros = (days * 86_400 + seconds - offset) * 1_000_000 + fraction
+    valid &= (micros >= TEMPORAL_MIN_US) & (micros <= TEMPORAL_MAX_US)
+    stamps = np.where(valid, micros, np.iinfo(np.int64).min).astype("datetime64[us]")
+    out[matched] = stamps
+    return out
+
+
+def _timestamps_of(series: pd.Series) -> np.ndarray:
+    """Texts by :func:`text_timestamps`; dates, datetimes and timestamps in an ``object``
+    column as naive UTC (value by value: such columns are rare); anything else NaT."""
+    out = text_timestamps(series)
+    if pd.api.types.is_string_dtype(series.dtype) and series.dtype != np.dtype(object):
+        return out
+    if pd.api.types.infer_dtype(series, skipna=True) in ("string", "empty"):
+        return out
+    values = series.tolist()
+    for i, value in enumerate(values):
+        if not isinstance(value, str) and not _is_null(value):
+            stamp = _timestamp_of(value)
+            if stamp is not pd.NaT:
+                out[i] = np.datetime64(stamp.to_datetime64(), "us")
+    return out
 
 
 def convert_series(series: pd.Series, kind: ColumnKind) -> pd.Series:
@@ -297,8 +396,7 @@ def convert_series(series: pd.Series, kind: ColumnKind) -> pd.Series:
     elif kind == "bool":
         out = pd.Series(pd.array([_bool_of(v) for v in values], dtype="boolean"))
     elif kind == "temporal":
-        stamps = [_timestamp_of(v) for v in values]
-        out = pd.Series(pd.array(stamps, dtype="datetime64[us]"))
+        out = pd.Series(_timestamps_of(series))
     else:
         out = pd.Series(pd.array([text_of(v) for v in values], dtype=pd.StringDtype()))
     out.index = series.index
