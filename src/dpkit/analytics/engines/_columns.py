@@ -43,6 +43,7 @@ __all__ = [
     "BOOL_TRUE",
     "NUMBER_PATTERN",
     "RESERVED_PREFIX",
+    "TEMPORAL_GROUPS",
     "TEMPORAL_MAX_US",
     "TEMPORAL_MIN_US",
     "TEMPORAL_PATTERN",
@@ -85,31 +86,53 @@ _NUMBER_RE = re.compile(_NUMBER)  # used with fullmatch
 # the value in UTC (the offset subtracted) within years 1-9999; anything else is NULL. Values are
 # naive UTC timestamps. RE2 (DuckDB), Java (Spark) and Python read this text alike.
 _WS = "[ \\t\\n\\x0b\\f\\r]*"
-_YEAR = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # not 0000
-_HOUR = "([01][0-9]|2[0-3])"
-_MINUTE = "([0-5][0-9])"
-_TEMPORAL = (
-    _WS
-    + _YEAR
-    + "-([0-9]{2})-([0-9]{2})"
-    + "(?:[T ]"
-    + _HOUR
-    + ":"
-    + _MINUTE
-    + "(?::([0-5][0-9])(?:[.]([0-9]{1,6}))?)?"
-    + "(?:Z|([+-])"
-    + _HOUR
-    + ":"
-    + _MINUTE
-    + ")?)?"
-    + _WS
-)
-TEMPORAL_PATTERN = "^" + _TEMPORAL + "\\z"
+TEMPORAL_GROUPS = ("y", "mo", "d", "h", "mi", "s", "f", "sign", "oh", "om")
+"""Names of :data:`TEMPORAL_PATTERN`'s groups, in order (year ... offset minutes)."""
+
+
+def _temporal_pattern(named: bool) -> str:
+    """The rule's pattern; ``named``: its groups named by ``TEMPORAL_GROUPS`` (RE2's
+    ``(?P<name>...)``, which Arrow needs; Java spells names otherwise, so SQL gets numbers)."""
+    names = iter(TEMPORAL_GROUPS)
+
+    def group(body: str) -> str:
+        return f"(?P<{next(names)}>{body})" if named else f"({body})"
+
+    hour, minute = "[01][0-9]|2[0-3]", "[0-5][0-9]"
+    return (
+        "^"
+        + _WS
+        + group("[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3}")  # not 0000
+        + "-"
+        + group("[0-9]{2}")
+        + "-"
+        + group("[0-9]{2}")
+        + "(?:[T ]"
+        + group(hour)
+        + ":"
+        + group(minute)
+        + "(?::"
+        + group(minute)
+        + "(?:[.]"
+        + group("[0-9]{1,6}")
+        + ")?)?"
+        + "(?:Z|"
+        + group("[+-]")
+        + group(hour)
+        + ":"
+        + group(minute)
+        + ")?)?"
+        + _WS
+        + "\\z"
+    )
+
+
+TEMPORAL_PATTERN = _temporal_pattern(named=False)
 """Text that converts to a timestamp (anything else converts to NULL), in every engine (RE2 and
-Java syntax). Its groups, in order: year, month, day, hour, minute, second, fraction, offset sign,
-offset hours, offset minutes (a group that did not take part is empty); the month and day are
-checked against the calendar after the match."""
-_TEMPORAL_RE = re.compile("^" + _TEMPORAL + "\\Z")  # Python spells the very end \Z
+Java syntax; ``\\z`` is the very end). Its groups, in order: year, month, day, hour, minute,
+second, fraction, offset sign, offset hours, offset minutes (a group that did not take part is
+empty); the month and day are checked against the calendar after the match."""
+_TEMPORAL_NAMED = _temporal_pattern(named=True)  # the same, for Arrow (RE2, like DuckDB)
 
 TEMPORAL_MIN_US = -62_135_596_800_000_000
 """0001-01-01 00:00:00 as microseconds since 1970-01-01 (UTC): the first value a text gives."""
@@ -331,39 +354,58 @@ def _timestamp_of(value: Any) -> Any:
 _DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 
 
+def _arrow_texts(series: pd.Series) -> Any:
+    """``series`` as an Arrow string array: values that are not text are null, and text UTF-8
+    cannot encode (a lone surrogate) has "?" for each such character."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(series, type=pa.string(), from_pandas=True)
+    except (pa.ArrowException, TypeError, ValueError, UnicodeError, OverflowError):
+        pass
+    values = [_replace_unencodable(v) if isinstance(v, str) else None for v in series.tolist()]
+    return pa.array(values, type=pa.string())
+
+
 def text_timestamps(series: pd.Series) -> np.ndarray:
     """The timestamps (``datetime64[us]``, NaT for NULL) that the texts of ``series`` denote by
-    :data:`TEMPORAL_PATTERN`; a value that is not text is NaT. Vectorised: one regular
-    expression over the column, then integer arithmetic (the calendar check included)."""
+    :data:`TEMPORAL_PATTERN`; a value that is not text is NaT. Vectorised: the pattern over the
+    column in Arrow (RE2, the regular expressions DuckDB runs), then integer arithmetic (the
+    calendar check included)."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped]  # no stubs in the env
+
     out = np.full(len(series), np.datetime64("NaT", "us"))
     if len(series) == 0:
         return out
-    # an object column runs Python's re (pyarrow-backed strings might run RE2, which has no \Z)
-    texts = pd.Series(series.to_numpy(dtype=object), dtype=object)
-    parts = texts.str.extract(_TEMPORAL_RE, expand=True)
-    matched = parts[0].notna().to_numpy()
+    found = pc.extract_regex(_arrow_texts(series), _TEMPORAL_NAMED)
+    matched = found.is_valid().to_numpy(zero_copy_only=False)
     if not matched.any():
         return out
-    parts = parts[matched]
+    found = found.filter(found.is_valid())
 
-    def number(i: int) -> np.ndarray:
-        return parts[i].fillna("0").astype(np.int64).to_numpy()
+    def text(name: str) -> Any:
+        return found.field(TEMPORAL_GROUPS.index(name))
 
-    year, month, day = number(0), number(1), number(2)
+    def number(name: str) -> np.ndarray:  # a group of digits, 0 when it did not take part
+        digits = pc.binary_join_element_wise("0", text(name), "")
+        return np.asarray(pc.cast(digits, "int64").to_numpy(), dtype=np.int64)
+
+    year, month, day = number("y"), number("mo"), number("d")
     leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
     month_index = np.clip(month - 1, 0, 11)
     days_in_month = _DAYS_IN_MONTH[month_index] + ((month == 2) & leap)
     valid = (month >= 1) & (month <= 12) & (day >= 1) & (day <= days_in_month)
     months = (year - 1970) * 12 + month_index
     days = months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) + day - 1
-    fraction = parts[6].fillna("").str.ljust(6, "0").astype(np.int64).to_numpy()
-    seconds = (number(3) * 60 + number(4)) * 60 + number(5)
-    sign = np.where(parts[7].to_numpy(dtype=object) == "-", -1, 1)
-    offset = sign * (number(8) * 60 + number(9)) * 60
+    fraction = np.asarray(
+        pc.cast(pc.utf8_rpad(text("f"), 6, "0"), "int64").to_numpy(), dtype=np.int64
+    )
+    seconds = (number("h") * 60 + number("mi")) * 60 + number("s")
+    west = pc.equal(text("sign"), "-").to_numpy(zero_copy_only=False)
+    offset = np.where(west, -1, 1) * (number("oh") * 60 + number("om")) * 60
     micros = (days * 86_400 + seconds - offset) * 1_000_000 + fraction
     valid &= (micros >= TEMPORAL_MIN_US) & (micros <= TEMPORAL_MAX_US)
-    stamps = np.where(valid, micros, np.iinfo(np.int64).min).astype("datetime64[us]")
-    out[matched] = stamps
+    out[matched] = np.where(valid, micros, np.iinfo(np.int64).min).astype("datetime64[us]")
     return out
 
 
@@ -487,7 +529,7 @@ def floor_arrow_temporal(table: Any) -> Any:
     that is grouped is exactly the key that is released. Flooring depends on no other row.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc  # type: ignore[import-untyped]  # no stubs in the env
+    import pyarrow.compute as pc
 
     columns = []
     changed = False

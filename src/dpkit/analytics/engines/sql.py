@@ -36,6 +36,7 @@ from dpkit.analytics.engines._columns import (
     BOOL_FALSE,
     BOOL_TRUE,
     NUMBER_PATTERN,
+    TEMPORAL_GROUPS,
     TEMPORAL_MAX_US,
     TEMPORAL_MIN_US,
     TEMPORAL_PATTERN,
@@ -183,10 +184,6 @@ def converted(name: str, kind: ColumnKind, dialect: Dialect) -> exp.Expr:
     raise UnsupportedQueryError(f"cannot convert column {name!r} to {kind}")
 
 
-_TEMPORAL_PARTS = ("y", "mo", "d", "h", "mi", "s", "f", "sign", "oh", "om")
-"""Names of :data:`~dpkit.analytics.engines._columns.TEMPORAL_PATTERN`'s groups, in order."""
-
-
 def _bound(value: exp.Expr, name: str, body: Any, dialect: Dialect) -> exp.Expr:
     """``body(name)`` with ``name`` bound to ``value``, which is evaluated once per row:
     ``list_transform([value], lambda name: body)[1]`` (Spark: ``transform(array(...))[0]``)."""
@@ -214,17 +211,17 @@ def _timestamp_of_text(text: exp.Expr, dialect: Dialect) -> exp.Expr:
 
     if dialect == "spark":
         # one match: the groups joined by "," (the text is then only digits, signs and commas)
-        joined = ",".join(f"${i}" for i in range(1, len(_TEMPORAL_PARTS) + 1))
+        joined = ",".join(f"${i}" for i in range(1, len(TEMPORAL_GROUPS) + 1))
         replaced = call("regexp_replace", text.copy(), pattern.copy(), exp.Literal.string(joined))
         parts = call("split", replaced, exp.Literal.string(","))
     else:
-        names = exp.Array(expressions=[exp.Literal.string(n) for n in _TEMPORAL_PARTS])
+        names = exp.Array(expressions=[exp.Literal.string(n) for n in TEMPORAL_GROUPS])
         parts = call("regexp_extract", text.copy(), pattern.copy(), names)
 
     def timestamp(p: exp.Identifier) -> exp.Expr:
         def group(name: str) -> exp.Expr:
             if dialect == "spark":
-                return call("element_at", p.copy(), lit(_TEMPORAL_PARTS.index(name) + 1))
+                return call("element_at", p.copy(), lit(TEMPORAL_GROUPS.index(name) + 1))
             return call("struct_extract", p.copy(), exp.Literal.string(name))
 
         def number(name: str) -> exp.Expr:  # a group of digits, 0 when it did not take part
