@@ -24,6 +24,7 @@ from _engine_oracle import result_dict
 import dpkit as dp
 from dpkit.analytics import Session, col, count
 from dpkit.analytics.engines import BoundedPlan, Engine, Output, PandasEngine, Step, ValueSpec
+from dpkit.analytics.engines._columns import canonical
 from dpkit.analytics.query import KeySet
 from dpkit.noise import InsecureRandomnessWarning, insecure_deterministic_seed
 
@@ -192,3 +193,99 @@ def test_nan_keys_are_null(make: Make) -> None:
     plan = plan_for(("x",), steps=(), values=(), outputs=(Output("rows"),), max_rows=10)
     got = result_dict(make(df).run(plan), plan)
     assert got == {(None,): [3], (1.5,): [1]}
+
+
+# text -> the naive UTC timestamp it denotes (None: NULL) by the one rule of every engine
+# (engines._columns.TEMPORAL_PATTERN, documented in docs/analytics.md)
+TEMPORAL_TEXTS: list[tuple[str | None, dt.datetime | None]] = [
+    ("2024-01-01", dt.datetime(2024, 1, 1)),
+    ("2024-01-01T10:20", dt.datetime(2024, 1, 1, 10, 20)),
+    ("2024-01-01 10:20:30", dt.datetime(2024, 1, 1, 10, 20, 30)),
+    ("2024-01-01T10:20:30Z", dt.datetime(2024, 1, 1, 10, 20, 30)),
+    ("2024-01-01T10:20Z", dt.datetime(2024, 1, 1, 10, 20)),
+    ("2024-01-01T10:20:30+05:30", dt.datetime(2024, 1, 1, 4, 50, 30)),
+    ("2024-01-01 10:20:30-02:00", dt.datetime(2024, 1, 1, 12, 20, 30)),
+    ("2024-01-01 00:00:00+02:00", dt.datetime(2023, 12, 31, 22)),
+    ("2024-01-01T00:30+01:00", dt.datetime(2023, 12, 31, 23, 30)),
+    ("2024-01-01T10:20:30.1", dt.datetime(2024, 1, 1, 10, 20, 30, 100000)),
+    ("2024-01-01T10:20:31.12", dt.datetime(2024, 1, 1, 10, 20, 31, 120000)),
+    ("2024-01-01T10:20:32.123", dt.datetime(2024, 1, 1, 10, 20, 32, 123000)),
+    ("2024-01-01T10:20:33.1234", dt.datetime(2024, 1, 1, 10, 20, 33, 123400)),
+    ("2024-01-01T10:20:34.12345", dt.datetime(2024, 1, 1, 10, 20, 34, 123450)),
+    ("2024-01-01T10:20:35.123456Z", dt.datetime(2024, 1, 1, 10, 20, 35, 123456)),
+    ("2024-01-01T10:20:36.000001-23:59", dt.datetime(2024, 1, 2, 10, 19, 36, 1)),
+    ("2024-02-29", dt.datetime(2024, 2, 29)),
+    ("2000-02-29 12:00", dt.datetime(2000, 2, 29, 12)),
+    ("0001-01-01", dt.datetime(1, 1, 1)),
+    ("9999-12-31T23:59:59.999999", dt.datetime(9999, 12, 31, 23, 59, 59, 999999)),
+    (" 2024-01-05 ", dt.datetime(2024, 1, 5)),
+    ("\t2024-01-06T01:02\n", dt.datetime(2024, 1, 6, 1, 2)),  # (strict CSV: no \r in a field)
+    ("\x0c2024-01-07\x0b", dt.datetime(2024, 1, 7)),
+    # NULL: not this form, not a calendar date, not a time, or beyond years 1-9999 in UTC
+    ("2024-3-5", None),
+    ("20240105", None),
+    ("2024-01-01T00", None),
+    ("2024-01-01T10:20:30.1234567", None),
+    ("2024-01-01T10:20:30.", None),
+    ("2024-01-01T10:20.5", None),
+    ("2024-01-01T10:20:30,5", None),
+    ("2023-02-29", None),
+    ("1900-02-29", None),
+    ("2024-04-31", None),
+    ("2024-13-01", None),
+    ("2024-00-10", None),
+    ("0000-01-01", None),
+    ("0001-01-01T00:30+01:00", None),
+    ("9999-12-31T23:00-02:00", None),
+    ("2024-12-31 23:59:60", None),
+    ("2024-01-01T24:00", None),
+    ("2024-01-01T10:00+24:00", None),
+    ("2024-01-01T10:00+0200", None),
+    ("2024-01-01Z", None),
+    ("2024-01-01t10:00", None),
+    ("2024-01-01T10:00z", None),
+    ("2024-01-01  10:00", None),
+    ("\u00a02024-01-01", None),  # a no-break space is not ASCII whitespace
+    ("２０２４-01-01", None),  # fullwidth digits
+    ("2024-01-0\u0661", None),  # an Arabic-Indic digit
+    ("2024-W01-1", None),
+    ("2024-001", None),
+    ("NaT", None),
+    ("", None),
+    ("  ", None),
+    (None, None),
+]
+
+
+def test_temporal_texts_convert_by_one_rule(
+    engine_name: str, make: Make, tmp_path: Path, request: Any
+) -> None:
+    """A text column declared temporal gives the same naive UTC values on every engine and
+    from every source (CSV file, pandas, Arrow), equal to the documented rule: before, DuckDB
+    read '2024-3-5' and year 0000 and kept the local time of '+02:00', and rejected ISO forms
+    pandas read (issue 21). Spark runs all its cases here (one function, one session)."""
+    import pyarrow as pa
+
+    texts = [text for text, _ in TEMPORAL_TEXTS]
+    expected = {u: when for u, (_, when) in enumerate(TEMPORAL_TEXTS)}
+    df = pd.DataFrame({"u": range(len(texts)), "when": pd.Series(texts, dtype=object)})
+    path = tmp_path / "when.csv"
+    df.to_csv(path, index=False)
+    sources: list[tuple[str, Any]] = [
+        ("csv", str(path)),
+        ("object", df),
+        ("str", df.astype({"when": "str"})),
+        ("arrow", pa.Table.from_pandas(df, preserve_index=False)),
+    ]
+    if engine_name == "spark":  # a Spark DataFrame converts in Spark SQL
+        spark = request.getfixturevalue("spark")
+        sources.append(("spark", spark.createDataFrame(df)))
+    plan = plan_for(("u", "when"), steps=(), values=(), outputs=(Output("rows"),), max_rows=1)
+    for name, source in sources:
+        declared = {"u": "numeric", "when": "temporal"} if name == "csv" else {"when": "temporal"}
+        engine = make(source, declared)
+        assert engine.schema()["when"] == "temporal"
+        got = {int(u): canonical(when) for (u, when) in result_dict(engine.run(plan), plan)}
+        wrong = {u: (texts[u], got.get(u), w) for u, w in expected.items() if got.get(u) != w}
+        assert not wrong, (name, wrong)
+        assert len(got) == len(expected)

@@ -12,8 +12,8 @@ declaration (``Session(..., schema={"salary": "numeric"})``):
 
 Converting a column to its declared kind never fails: a value that does not parse becomes NULL
 (the same rules in every engine — numbers are plain decimals such as ``-1.5e3``; booleans are
-``true/t/yes/y/1`` and ``false/f/no/n/0`` in any case; timestamps are ISO 8601). A data-dependent
-error could otherwise quote the value it choked on.
+``true/t/yes/y/1`` and ``false/f/no/n/0`` in any case; timestamps follow :data:`TEMPORAL_PATTERN`,
+see :func:`text_timestamps`). A data-dependent error could otherwise quote the value it choked on.
 
 :func:`canonical` is the one identity of a group key value, used by the reference engine for
 both contribution bounding and aggregation, and by the planner to match engine results to
@@ -43,6 +43,10 @@ __all__ = [
     "BOOL_TRUE",
     "NUMBER_PATTERN",
     "RESERVED_PREFIX",
+    "TEMPORAL_GROUPS",
+    "TEMPORAL_MAX_US",
+    "TEMPORAL_MIN_US",
+    "TEMPORAL_PATTERN",
     "canonical",
     "check_declared_schema",
     "convert_series",
@@ -57,6 +61,7 @@ __all__ = [
     "prepare_pandas",
     "resolve_kinds",
     "text_of",
+    "text_timestamps",
 ]
 
 RESERVED_PREFIX = "__dpkit_"
@@ -71,6 +76,68 @@ BOOL_TRUE = ("true", "t", "yes", "y", "1")
 BOOL_FALSE = ("false", "f", "no", "n", "0")
 
 _NUMBER_RE = re.compile(_NUMBER)  # used with fullmatch
+
+# One rule for text read as a date/time, in every engine (issue 21: DuckDB's cast, Python's
+# fromisoformat and Spark's parser each accepted a different set, e.g. "2024-3-5", "20240105",
+# "2024-01-01T00", and DuckDB dropped offsets). Surrounding ASCII whitespace is ignored; then
+# YYYY-MM-DD (ASCII digits, year 0001-9999), optionally "T" or one space and HH:MM, optionally
+# :SS, optionally .f (1 to 6 digits), then optionally "Z" or +HH:MM / -HH:MM (only after a time).
+# Hours 00-23, minutes and seconds 00-59 (no leap second, no 24:00), a real calendar date, and
+# the value in UTC (the offset subtracted) within years 1-9999; anything else is NULL. Values are
+# naive UTC timestamps. RE2 (DuckDB), Java (Spark) and Python read this text alike.
+_WS = "[ \\t\\n\\x0b\\f\\r]*"
+TEMPORAL_GROUPS = ("y", "mo", "d", "h", "mi", "s", "f", "sign", "oh", "om")
+"""Names of :data:`TEMPORAL_PATTERN`'s groups, in order (year ... offset minutes)."""
+
+
+def _temporal_pattern(named: bool) -> str:
+    """The rule's pattern; ``named``: its groups named by ``TEMPORAL_GROUPS`` (RE2's
+    ``(?P<name>...)``, which Arrow needs; Java spells names otherwise, so SQL gets numbers)."""
+    names = iter(TEMPORAL_GROUPS)
+
+    def group(body: str) -> str:
+        return f"(?P<{next(names)}>{body})" if named else f"({body})"
+
+    hour, minute = "[01][0-9]|2[0-3]", "[0-5][0-9]"
+    return (
+        "^"
+        + _WS
+        + group("[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3}")  # not 0000
+        + "-"
+        + group("[0-9]{2}")
+        + "-"
+        + group("[0-9]{2}")
+        + "(?:[T ]"
+        + group(hour)
+        + ":"
+        + group(minute)
+        + "(?::"
+        + group(minute)
+        + "(?:[.]"
+        + group("[0-9]{1,6}")
+        + ")?)?"
+        + "(?:Z|"
+        + group("[+-]")
+        + group(hour)
+        + ":"
+        + group(minute)
+        + ")?)?"
+        + _WS
+        + "\\z"
+    )
+
+
+TEMPORAL_PATTERN = _temporal_pattern(named=False)
+"""Text that converts to a timestamp (anything else converts to NULL), in every engine (RE2 and
+Java syntax; ``\\z`` is the very end). Its groups, in order: year, month, day, hour, minute,
+second, fraction, offset sign, offset hours, offset minutes (a group that did not take part is
+empty); the month and day are checked against the calendar after the match."""
+_TEMPORAL_NAMED = _temporal_pattern(named=True)  # the same, for Arrow (RE2, like DuckDB)
+
+TEMPORAL_MIN_US = -62_135_596_800_000_000
+"""0001-01-01 00:00:00 as microseconds since 1970-01-01 (UTC): the first value a text gives."""
+TEMPORAL_MAX_US = 253_402_300_799_999_999
+"""9999-12-31 23:59:59.999999 as microseconds since 1970-01-01 (UTC): the last value."""
 
 _KIND_NAMES: dict[str, ColumnKind] = {
     "numeric": "numeric",
@@ -268,11 +335,10 @@ def _bool_of(value: Any) -> bool | None:
 
 
 def _timestamp_of(value: Any) -> Any:
-    if _is_null(value):
+    """A value that is not text (texts follow :func:`text_timestamps`) as a timestamp."""
+    if _is_null(value) or isinstance(value, str):
         return pd.NaT
     try:
-        if isinstance(value, str):
-            value = _dt.datetime.fromisoformat(value.strip())
         if isinstance(value, pd.Timestamp | _dt.datetime | np.datetime64):
             stamp = pd.Timestamp(value)
             if stamp.tzinfo is not None:
@@ -283,6 +349,81 @@ def _timestamp_of(value: Any) -> Any:
     except (ValueError, TypeError, OverflowError, ArithmeticError):
         return pd.NaT
     return pd.NaT
+
+
+_DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
+
+
+def _arrow_texts(series: pd.Series) -> Any:
+    """``series`` as an Arrow string array: values that are not text are null, and text UTF-8
+    cannot encode (a lone surrogate) has "?" for each such character."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(series, type=pa.string(), from_pandas=True)
+    except (pa.ArrowException, TypeError, ValueError, UnicodeError, OverflowError):
+        pass
+    values = [_replace_unencodable(v) if isinstance(v, str) else None for v in series.tolist()]
+    return pa.array(values, type=pa.string())
+
+
+def text_timestamps(series: pd.Series) -> np.ndarray:
+    """The timestamps (``datetime64[us]``, NaT for NULL) that the texts of ``series`` denote by
+    :data:`TEMPORAL_PATTERN`; a value that is not text is NaT. Vectorised: the pattern over the
+    column in Arrow (RE2, the regular expressions DuckDB runs), then integer arithmetic (the
+    calendar check included)."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped]  # no stubs in the env
+
+    out = np.full(len(series), np.datetime64("NaT", "us"))
+    if len(series) == 0:
+        return out
+    found = pc.extract_regex(_arrow_texts(series), _TEMPORAL_NAMED)
+    matched = found.is_valid().to_numpy(zero_copy_only=False)
+    if not matched.any():
+        return out
+    found = found.filter(found.is_valid())
+
+    def text(name: str) -> Any:
+        return found.field(TEMPORAL_GROUPS.index(name))
+
+    def number(name: str) -> np.ndarray:  # a group of digits, 0 when it did not take part
+        digits = pc.binary_join_element_wise("0", text(name), "")
+        return np.asarray(pc.cast(digits, "int64").to_numpy(), dtype=np.int64)
+
+    year, month, day = number("y"), number("mo"), number("d")
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    month_index = np.clip(month - 1, 0, 11)
+    days_in_month = _DAYS_IN_MONTH[month_index] + ((month == 2) & leap)
+    valid = (month >= 1) & (month <= 12) & (day >= 1) & (day <= days_in_month)
+    months = (year - 1970) * 12 + month_index
+    days = months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) + day - 1
+    fraction = np.asarray(
+        pc.cast(pc.utf8_rpad(text("f"), 6, "0"), "int64").to_numpy(), dtype=np.int64
+    )
+    seconds = (number("h") * 60 + number("mi")) * 60 + number("s")
+    west = pc.equal(text("sign"), "-").to_numpy(zero_copy_only=False)
+    offset = np.where(west, -1, 1) * (number("oh") * 60 + number("om")) * 60
+    micros = (days * 86_400 + seconds - offset) * 1_000_000 + fraction
+    valid &= (micros >= TEMPORAL_MIN_US) & (micros <= TEMPORAL_MAX_US)
+    out[matched] = np.where(valid, micros, np.iinfo(np.int64).min).astype("datetime64[us]")
+    return out
+
+
+def _timestamps_of(series: pd.Series) -> np.ndarray:
+    """Texts by :func:`text_timestamps`; dates, datetimes and timestamps in an ``object``
+    column as naive UTC (value by value: such columns are rare); anything else NaT."""
+    out = text_timestamps(series)
+    if pd.api.types.is_string_dtype(series.dtype) and series.dtype != np.dtype(object):
+        return out
+    if pd.api.types.infer_dtype(series, skipna=True) in ("string", "empty"):
+        return out
+    values = series.tolist()
+    for i, value in enumerate(values):
+        if not isinstance(value, str) and not _is_null(value):
+            stamp = _timestamp_of(value)
+            if stamp is not pd.NaT:
+                out[i] = np.datetime64(stamp.to_datetime64(), "us")
+    return out
 
 
 def convert_series(series: pd.Series, kind: ColumnKind) -> pd.Series:
@@ -297,8 +438,7 @@ def convert_series(series: pd.Series, kind: ColumnKind) -> pd.Series:
     elif kind == "bool":
         out = pd.Series(pd.array([_bool_of(v) for v in values], dtype="boolean"))
     elif kind == "temporal":
-        stamps = [_timestamp_of(v) for v in values]
-        out = pd.Series(pd.array(stamps, dtype="datetime64[us]"))
+        out = pd.Series(_timestamps_of(series))
     else:
         out = pd.Series(pd.array([text_of(v) for v in values], dtype=pd.StringDtype()))
     out.index = series.index
@@ -389,7 +529,7 @@ def floor_arrow_temporal(table: Any) -> Any:
     that is grouped is exactly the key that is released. Flooring depends on no other row.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc  # type: ignore[import-untyped]  # no stubs in the env
+    import pyarrow.compute as pc
 
     columns = []
     changed = False

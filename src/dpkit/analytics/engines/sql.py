@@ -32,7 +32,16 @@ from typing import Any, Literal
 import numpy as np
 from sqlglot import exp
 
-from dpkit.analytics.engines._columns import BOOL_FALSE, BOOL_TRUE, NUMBER_PATTERN, canonical
+from dpkit.analytics.engines._columns import (
+    BOOL_FALSE,
+    BOOL_TRUE,
+    NUMBER_PATTERN,
+    TEMPORAL_GROUPS,
+    TEMPORAL_MAX_US,
+    TEMPORAL_MIN_US,
+    TEMPORAL_PATTERN,
+    canonical,
+)
 from dpkit.analytics.engines.base import (
     ESCAPE,
     SEPARATOR,
@@ -171,10 +180,97 @@ def converted(name: str, kind: ColumnKind, dialect: Dialect) -> exp.Expr:
             .else_(exp.Null(), copy=False)
         )
     if kind == "temporal":
-        if dialect == "spark":
-            return exp.Anonymous(this="try_to_timestamp", expressions=[text])
-        return exp.TryCast(this=text, to=exp.DataType.build("TIMESTAMP"))
+        return _timestamp_of_text(text, dialect)
     raise UnsupportedQueryError(f"cannot convert column {name!r} to {kind}")
+
+
+def _bound(value: exp.Expr, name: str, body: Any, dialect: Dialect) -> exp.Expr:
+    """``body(name)`` with ``name`` bound to ``value``, which is evaluated once per row:
+    ``list_transform([value], lambda name: body)[1]`` (Spark: ``transform(array(...))[0]``)."""
+    element = exp.to_identifier(name)
+    function = exp.Lambda(this=body(element.copy()), expressions=[element])
+    call = "transform" if dialect == "spark" else "list_transform"
+    mapped = exp.Anonymous(this=call, expressions=[exp.Array(expressions=[value]), function])
+    return exp.Bracket(this=mapped, expressions=[exp.Literal.number(0)])  # sqlglot: 0-based
+
+
+def _timestamp_of_text(text: exp.Expr, dialect: Dialect) -> exp.Expr:
+    """``text`` as a naive UTC timestamp by
+    :data:`~dpkit.analytics.engines._columns.TEMPORAL_PATTERN` (NULL otherwise), as
+    :func:`~dpkit.analytics.engines._columns.text_timestamps` does in Python: the pattern's
+    groups (one match), the date checked against the calendar by the engine (the only step that
+    is not integer arithmetic), then microseconds since 1970 with the offset subtracted, kept
+    within years 1-9999. Nothing depends on the session's time zone."""
+    pattern = exp.Literal.string(TEMPORAL_PATTERN)
+
+    def call(name: str, *args: exp.Expr) -> exp.Expr:
+        return exp.Anonymous(this=name, expressions=list(args))
+
+    def lit(value: int) -> exp.Expr:
+        return exp.Literal.number(value)
+
+    if dialect == "spark":
+        # one match: the groups joined by "," (the text is then only digits, signs and commas)
+        joined = ",".join(f"${i}" for i in range(1, len(TEMPORAL_GROUPS) + 1))
+        replaced = call("regexp_replace", text.copy(), pattern.copy(), exp.Literal.string(joined))
+        parts = call("split", replaced, exp.Literal.string(","))
+    else:
+        names = exp.Array(expressions=[exp.Literal.string(n) for n in TEMPORAL_GROUPS])
+        parts = call("regexp_extract", text.copy(), pattern.copy(), names)
+
+    def timestamp(p: exp.Identifier) -> exp.Expr:
+        def group(name: str) -> exp.Expr:
+            if dialect == "spark":
+                return call("element_at", p.copy(), lit(TEMPORAL_GROUPS.index(name) + 1))
+            return call("struct_extract", p.copy(), exp.Literal.string(name))
+
+        def number(name: str) -> exp.Expr:  # a group of digits, 0 when it did not take part
+            return exp.cast(call("concat", exp.Literal.string("0"), group(name)), "BIGINT")
+
+        def plus(a: exp.Expr, b: exp.Expr) -> exp.Expr:
+            return exp.Paren(this=exp.Add(this=a, expression=b))
+
+        def times(a: exp.Expr, b: int) -> exp.Expr:
+            return exp.Paren(this=exp.Mul(this=a, expression=lit(b)))
+
+        dash = exp.Literal.string("-")
+        day_text = [group("y"), dash, group("mo"), dash.copy(), group("d")]
+        if dialect == "spark":
+            # an explicit +00:00 makes the instant independent of spark.sql.session.timeZone
+            day_text.append(exp.Literal.string(" +00:00"))
+            parsed = call(
+                "try_to_timestamp", call("concat", *day_text), exp.Literal.string("yyyy-MM-dd XXX")
+            )
+            midnight = call("unix_micros", parsed)
+        else:
+            parsed = exp.TryCast(this=call("concat", *day_text), to=exp.DataType.build("TIMESTAMP"))
+            midnight = call("epoch_us", parsed)
+        seconds = plus(times(plus(times(number("h"), 60), number("mi")), 60), number("s"))
+        offset = times(plus(times(number("oh"), 60), number("om")), 60)
+        west = exp.EQ(this=group("sign"), expression=exp.Literal.string("-"))
+        sign = exp.Case().when(west, lit(-1), copy=False).else_(lit(1), copy=False)
+        # the local time minus its offset ("-02:00": two hours later in UTC)
+        utc = exp.Paren(
+            this=exp.Sub(this=seconds, expression=exp.Mul(this=sign, expression=offset))
+        )
+        fraction = exp.cast(call("rpad", group("f"), lit(6), exp.Literal.string("0")), "BIGINT")
+        micros = plus(plus(midnight, times(utc, 1_000_000)), fraction)
+
+        def checked(m: exp.Identifier) -> exp.Expr:
+            stamp = call("timestamp_micros" if dialect == "spark" else "make_timestamp", m)
+            in_range = exp.Between(
+                this=m.copy(), low=lit(TEMPORAL_MIN_US), high=lit(TEMPORAL_MAX_US)
+            )
+            return exp.Case().when(in_range, stamp, copy=False).else_(exp.Null(), copy=False)
+
+        return _bound(micros, "__m", checked, dialect)
+
+    matches = exp.RegexpLike(this=text, expression=pattern)
+    return (
+        exp.Case()
+        .when(matches, _bound(parts, "__p", timestamp, dialect), copy=False)
+        .else_(exp.Null(), copy=False)
+    )
 
 
 def _nan_to_null(value: exp.Expr, dialect: Dialect = "duckdb", nested: bool = False) -> exp.Expr:
