@@ -1,0 +1,141 @@
+"""dpkit._door.release, the one function outside dpkit.ledger that reserves budget: its three
+outcomes, what the ledger holds after each, and that no other module reserves."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dpkit._door import Books, Stage, release
+from dpkit.core.losses import PureDP
+from dpkit.errors import (
+    BudgetExceededError,
+    DPError,
+    InternalError,
+    InvalidParameterError,
+    UnreadableDataError,
+)
+from dpkit.ledger import Ledger
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "dpkit"
+
+
+def _books() -> Books:
+    ledger = Ledger.open(":memory:")
+    ledger.create_budget("d", PureDP(1), privacy_unit="person")
+    return Books(ledger, "d", privacy_unit="person")
+
+
+def _kinds(books: Books) -> list[str]:
+    return [e.kind for e in books.ledger.history("d") if e.kind not in ("create", "alert")]
+
+
+def test_a_release_is_committed_before_it_is_returned() -> None:
+    books = _books()
+    seen: list[list[str]] = []
+
+    def body(stage: Stage) -> int:
+        seen.append(_kinds(books))  # the charge is on the books before the data is read
+        return 42
+
+    value, receipt = release(books, PureDP(0.5), body, query="q", mechanism="m")
+    assert value == 42 and receipt is not None
+    assert seen == [["reserve"]]
+    assert _kinds(books) == ["reserve", "commit"]
+    assert books.ledger.remaining("d") == PureDP(0.5)
+
+
+def test_a_refusal_in_the_rehearsal_reserves_nothing() -> None:
+    books = _books()
+    read: list[int] = []
+
+    def refuse() -> None:
+        raise InvalidParameterError("x", 3, "at most 2")
+
+    with pytest.raises(InvalidParameterError):
+        release(
+            books, PureDP(0.5), lambda s: read.append(1), query="q", mechanism="m", rehearse=refuse
+        )
+    assert read == [] and _kinds(books) == []
+
+
+def test_a_bug_in_the_rehearsal_is_internal_and_uncharged() -> None:
+    books = _books()
+    with pytest.raises(InternalError) as info:
+        release(books, PureDP(0.5), lambda s: 1, query="q", mechanism="m", rehearse=lambda: 1 / 0)
+    assert info.value.charged is False and _kinds(books) == []
+
+
+def test_over_budget_is_refused_before_the_body_runs() -> None:
+    books = _books()
+    read: list[int] = []
+    with pytest.raises(BudgetExceededError):
+        release(books, PureDP(2), lambda s: read.append(1), query="q", mechanism="m")
+    assert read == [] and _kinds(books) == []
+
+
+@pytest.mark.parametrize(
+    ("reading", "error", "expected"),
+    [
+        (True, OSError("row 7 = 3.25"), UnreadableDataError),
+        (True, KeyError("secret 3.25"), InternalError),
+        (False, OSError("row 7 = 3.25"), InternalError),
+        (None, ValueError("secret 3.25"), InternalError),
+    ],
+)
+def test_a_failure_after_the_reservation_is_charged_and_says_what_it_is(
+    reading: bool | None, error: Exception, expected: type[DPError]
+) -> None:
+    books = _books()
+
+    def body(stage: Stage) -> Any:
+        stage(reading)
+        raise error
+
+    with pytest.raises(expected) as info:
+        release(books, PureDP(0.5), body, query="q", mechanism="m")
+    assert "3.25" not in str(info.value)  # an engine's text can quote the data
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert _kinds(books) == ["reserve", "fail"]
+    assert books.ledger.remaining("d") == PureDP(0.5)  # no refunds
+
+
+def test_keyboard_interrupt_passes_through_and_stays_charged() -> None:
+    books = _books()
+
+    def body(stage: Stage) -> Any:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        release(books, PureDP(0.5), body, query="q", mechanism="m")
+    assert _kinds(books) == ["reserve", "fail"]
+
+
+def _reserve_calls(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "reserve"
+    ]
+
+
+def test_only_the_door_reserves_outside_the_ledger() -> None:
+    """Issue 22: one function outside dpkit.ledger reserves budget. The service's ledger
+    subclass (which audits each reservation) calls its parent's reserve; it is a ledger."""
+    callers = {
+        str(path.relative_to(SRC)): lines
+        for path in SRC.rglob("*.py")
+        if "ledger" not in path.relative_to(SRC).parts[:1]
+        for lines in [_reserve_calls(path)]
+        if lines
+    }
+    assert set(callers) == {"_door.py", "service/_core.py"}, callers
+    assert len(callers["_door.py"]) == 1
+    core = (SRC / "service" / "_core.py").read_text(encoding="utf-8")
+    assert "super().reserve(" in core and core.count(".reserve(") == 1
