@@ -1,7 +1,8 @@
 """Property test: the one rule for text read as a date/time (docs/analytics.md, "Declared
 kinds"), checked against an independent reference parser written from the documented rule, in
-Python (``text_timestamps``, every pandas conversion, run by Arrow's RE2) and in DuckDB's SQL (``converted``, CSV
-files and Arrow text columns). Spark runs the same SQL tree in tests/engines/test_kinds.py."""
+Python (``text_timestamps``, every pandas conversion, run by Arrow's RE2) and in DuckDB's SQL
+(``converted``, CSV files and Arrow text columns). Spark runs the same SQL tree in
+tests/engines/test_kinds.py."""
 
 from __future__ import annotations
 
