@@ -5,16 +5,22 @@ integer of 309 digits: interpolated as it is, one refusal printed all of them. E
 message and every loss's ``str`` goes through :func:`number` (numbers) or :func:`shown` (any
 value a parameter received), so no message prints a 300-digit integer, a ``Fraction(1, 3)``
 or a four-megabyte string.
+
+What dpkit prints for people to read (the CLI's answers and errors, the demos) writes numbers
+with :func:`human_number`, losses with :func:`format_loss` and messages through
+:func:`friendly`. They live here, below :mod:`dpkit.cli`, so that no library module needs the
+CLI to print.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["number", "shown"]
+__all__ = ["format_loss", "friendly", "human_number", "number", "shown"]
 
 _EXACT_DIGITS = 15
 """Integers of up to this many digits are printed in full (every such one is a float exactly)."""
@@ -101,3 +107,56 @@ def shown(value: Any) -> str:
     if len(text) > _LONG_TEXT:
         return f"{text[: _LONG_TEXT - 20]}… ({len(text):,} characters)"
     return text
+
+
+# ------------------------------------------------------------------ for people reading output
+def human_number(value: Any) -> str:
+    """A number as people write it: ``0.25``, ``1/3 ≈ 0.3333``, ``1e+308``, ``-1``."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, Fraction):
+        if value.denominator == 1:
+            return human_number(value.numerator)
+        as_float = float(value)
+        text = f"{as_float:.6g}"
+        if Fraction(text) == value:
+            return text
+        if value.denominator < 1000 and abs(value.numerator) < 10**6:
+            return f"{value.numerator}/{value.denominator} ≈ {as_float:.4g}"
+        return f"≈ {as_float:.6g}"
+    if isinstance(value, int):
+        return str(value) if abs(value) < 10**15 else f"{float(value):.6g}"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        return f"{value:.6g}"
+    return str(value)
+
+
+_FRACTION_RE = re.compile(r"Fraction\((-?\d+), (\d+)\)")
+_LONG_INT_RE = re.compile(r"(?<![\w.])-?\d{16,}(?:/\d+)?(?![\w.])")
+
+
+def friendly(text: str) -> str:
+    """Rewrite Python-isms in a message: ``Fraction(-1, 1)`` → ``-1``, 300 digits → ``1e+308``."""
+
+    def fraction(match: re.Match[str]) -> str:
+        return human_number(Fraction(int(match.group(1)), int(match.group(2))))
+
+    def long_number(match: re.Match[str]) -> str:
+        return human_number(Fraction(match.group(0)))
+
+    return _LONG_INT_RE.sub(long_number, _FRACTION_RE.sub(fraction, text))
+
+
+def format_loss(loss: Any) -> str:
+    """A privacy loss as people write it: ``ε=0.25``, ``ε=1, δ=1e-06``, ``ρ=0.5``."""
+    if loss is None:
+        return ""
+    symbols = {"epsilon": "ε", "delta": "δ", "rho": "ρ"}
+    parts = [
+        f"{symbols[name]}={human_number(getattr(loss, name))}"
+        for name in getattr(loss, "__slots__", ())
+        if name in symbols
+    ]
+    return ", ".join(parts) if parts else friendly(str(loss))

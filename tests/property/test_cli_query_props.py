@@ -132,7 +132,7 @@ def invocations(draw: Any) -> list[str]:
 
 
 def _app() -> typer.Typer:
-    from dpkit.analytics.cli import query_command
+    from dpkit.cli.query import query_command
 
     app = typer.Typer()
     app.command("query")(query_command)

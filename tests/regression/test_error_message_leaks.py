@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 import dpkit as dp
 from dpkit.analytics import Session, col, count
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.cli import query_command
+from dpkit.cli.query import query_command
 from dpkit.errors import InvalidParameterError
 from dpkit.ledger import Ledger
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import dpkit as dp
 from dpkit.analytics import Session, count
-from dpkit.analytics.cli import query_command
+from dpkit.cli.query import query_command
 from dpkit.ledger import Ledger
 
 

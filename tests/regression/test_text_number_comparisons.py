@@ -86,7 +86,7 @@ def test_the_sql_text_is_refused_alike_and_the_declared_column_answers_the_truth
 
 
 def test_dpkit_query_refuses_it_with_the_schema_to_declare(wages: Path, tmp_path: Path) -> None:
-    from dpkit.analytics.cli import query_command
+    from dpkit.cli.query import query_command
     from dpkit.ledger import BudgetMonitor, Ledger
 
     app = typer.Typer()

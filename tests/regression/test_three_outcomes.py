@@ -174,7 +174,7 @@ def test_sample_and_aggregate_classifies_its_failures(monkeypatch: pytest.Monkey
 
 # ------------------------------------------------------------------ the command line
 def _cli(tmp_path: Path) -> tuple[typer.Typer, Path, Path]:
-    from dpkit.analytics.cli import query_command
+    from dpkit.cli.query import query_command
     from dpkit.ledger import BudgetMonitor, Ledger
 
     app = typer.Typer()
@@ -353,7 +353,7 @@ def test_the_cli_rehearses_printing_the_answer_before_the_charge(
     """dpkit query prints the answer after the commit: a printing bug used to lose an answer
     that was charged. The printing is rehearsed on the empty table first, so a bug there is a
     refusal (exit 2, nothing charged)."""
-    import dpkit.cli.render as render_module
+    import dpkit.analytics._render as render_module
 
     app, data, ledger = _cli(tmp_path)
 

@@ -1,4 +1,4 @@
-"""`dpkit query` in-process (through the shim dpkit.analytics.cli) and the payroll demo section.
+"""`dpkit query` in-process (dpkit.cli.query) and the payroll demo section.
 
 The real entry point is exercised in subprocesses by tests/unit/test_cli_commands.py."""
 
@@ -12,9 +12,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from dpkit.analytics import Session, count_distinct_units
-from dpkit.analytics.cli import query_command
 from dpkit.analytics.demo import payroll_demo, payroll_table
 from dpkit.analytics.querytext import parse_query
+from dpkit.cli.query import query_command
 from dpkit.core.losses import PureDP
 from dpkit.errors import UnsupportedQueryError
 

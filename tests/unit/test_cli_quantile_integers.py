@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from dpkit.analytics.cli import query_command
+from dpkit.cli.query import query_command
 
 app = typer.Typer()
 app.command("query")(query_command)

@@ -10,11 +10,11 @@ import pandas as pd  # type: ignore[import-untyped]
 import pytest
 from rich.console import Console
 
+from dpkit._format import format_loss, friendly, human_number
 from dpkit.analytics import Session, count
+from dpkit.analytics._render import column_decimals, format_column, render_release
 from dpkit.analytics.querytext import parse_query
 from dpkit.analytics.results import Accuracy, Release, post_process
-from dpkit.cli._common import format_loss, friendly, human_number
-from dpkit.cli.render import column_decimals, format_column, render_release
 from dpkit.core.losses import ApproxDP, PureDP
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -198,7 +198,7 @@ def test_scope_page_maps_every_seed_topic_to_real_modules() -> None:
 def test_integer_group_keys_print_without_thousands_separators() -> None:
     """Issue 21: year keys printed as "1,976". A key is a label (a year, a code, an ID), never a
     quantity: integers as they are, integer-valued floats without ".0", others in full."""
-    from dpkit.cli.render import key_text
+    from dpkit.analytics._render import key_text
 
     frame = pd.DataFrame(
         {

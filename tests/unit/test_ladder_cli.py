@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from dpkit.cli.ladder import ladder_app
 from dpkit.mechanisms._ladder._reproduce import PAPER_SETS, heatmap, paper_cases
-from dpkit.mechanisms.ladder_cli import ladder_app
 
 
 def test_reproduce_writes_figures_and_tables(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from dpkit.cli.budget import budget_app
 from dpkit.core.losses import ApproxDP, PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
-from dpkit.ledger.cli import budget_app
 
 runner = CliRunner()
 

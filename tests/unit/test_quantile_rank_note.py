@@ -12,7 +12,7 @@ from rich.console import Console
 
 import dpkit as dp
 from dpkit.analytics import Session, median
-from dpkit.cli.render import render_release
+from dpkit.analytics._render import render_release
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
-"""Validation of the declared-domain aggregations ``marginals(...)`` and ``ranges(...)``.
+"""The declared-domain aggregations ``marginals(...)`` and ``ranges(...)``: specs and builders.
 
-Everything here reads public inputs only (the builders' arguments, then the table's schema):
-a bad clique, an empty or repeated domain, a domain too large for the strategy's memory, or a
-column of the wrong kind is refused with an :class:`~dpkit.errors.InvalidParameterError` that
-names the parameter, the value and what is allowed, before any data is read.
+Everything here reads public inputs only (the builders' arguments): a bad clique, an empty or
+repeated domain, or a domain too large for the strategy's memory is refused with an
+:class:`~dpkit.errors.InvalidParameterError` that names the parameter, the value and what is
+allowed, before any data is read. The check of declared values against the table's schema
+(:func:`dpkit.analytics.planner.validate.check_against_schema`) is the planner's.
 """
 
 from __future__ import annotations
@@ -11,22 +12,22 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from dpkit._exact import fraction_of
+from dpkit.analytics._keys import check_key_value, check_name
 from dpkit.analytics.engines._columns import canonical
-from dpkit.analytics.expr import ColumnKind
-from dpkit.analytics.query import MarginalCounts, RangeCounts, _check_key_value, _check_name
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
     "MAX_MARGINAL_CELLS",
     "MAX_RANGE_CELLS",
+    "MarginalCounts",
+    "RangeCounts",
     "build_marginals",
     "build_ranges",
-    "check_against_schema",
     "render",
 ]
 
@@ -43,6 +44,33 @@ matrices (three of them: 24·n² bytes, 100 MB at n = 2048) and an O(n³) factor
 _WAYS = {"all_1way": 1, "all_2way": 2, "all_3way": 3}
 
 
+@dataclass(frozen=True, slots=True)
+class MarginalCounts:
+    """Counts of every cell of each marginal (``cliques``, tuples of indices into ``columns``)
+    over declared, public domains; built by :func:`~dpkit.analytics.query.marginals`.
+    Released as its own table."""
+
+    columns: tuple[str, ...]
+    domains: tuple[tuple[Any, ...], ...]
+    cliques: tuple[tuple[int, ...], ...]
+    name: str
+    weight: Fraction = Fraction(1)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCounts:
+    """Range counts over an ordered column with a declared domain (``kind``: ``"prefix"``,
+    ``"all_range"`` or ``"width"``); built by :func:`~dpkit.analytics.query.ranges`.
+    Released as its own table."""
+
+    column: str
+    domain: tuple[float | int, ...]
+    kind: str
+    width: int
+    name: str
+    weight: Fraction = Fraction(1)
+
+
 def _domain_values(column: str, values: object) -> tuple[Any, ...]:
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | set | frozenset):
         raise InvalidParameterError(
@@ -51,7 +79,7 @@ def _domain_values(column: str, values: object) -> tuple[Any, ...]:
     out = tuple(values)
     for v in out:
         try:
-            _check_key_value(v)
+            check_key_value(v)
         except InvalidParameterError as error:
             raise InvalidParameterError("domains", v, f"{error.allowed} for {column!r}") from None
     if len(out) < 2:
@@ -79,7 +107,7 @@ def build_marginals(
         raise InvalidParameterError(
             "domains", domains, "a mapping {column: [public values, ...]}, one per column"
         )
-    declared = {_check_name(c, "domains"): _domain_values(c, v) for c, v in domains.items()}
+    declared = {check_name(c, "domains"): _domain_values(c, v) for c, v in domains.items()}
     names = list(declared)
     if isinstance(cliques, str):
         if cliques not in _WAYS:
@@ -198,46 +226,6 @@ def build_ranges(
     elif width is not None:
         raise InvalidParameterError("width", width, "None unless kind='width'")
     return RangeCounts(column, tuple(values), str(kind), w, name, weight)
-
-
-def check_against_schema(
-    agg: MarginalCounts | RangeCounts, schema: Mapping[str, ColumnKind]
-) -> MarginalCounts | RangeCounts:
-    """``agg`` with its domain values checked against (and normalised to) the columns' kinds.
-
-    Called by the planner's validation, before any data is read. Ranges need a numeric column
-    (the planner's usual value-column check); marginal columns may be text, numbers, booleans or
-    dates, and each declared value must be of its column's kind.
-    """
-    if isinstance(agg, RangeCounts):
-        return agg
-    from dpkit.analytics.planner.validate import _key_value, _public_kind, _unknown_column
-
-    domains = []
-    for column, values in zip(agg.columns, agg.domains, strict=True):
-        if column not in schema:
-            raise _unknown_column(column, schema, "domains")
-        kind = schema[column]
-        if kind == "other":
-            raise InvalidParameterError(
-                "domains",
-                column,
-                "a column of text, numbers, booleans or dates (this one has an unsupported type)",
-            )
-        normal = []
-        for v in values:
-            try:
-                normal.append(_key_value(column, kind, v))
-            except InvalidParameterError:
-                raise InvalidParameterError(
-                    "domains",
-                    v,
-                    f"values of {column!r}'s kind ({_public_kind(kind)})",
-                ) from None
-        if len({canonical(v) for v in normal}) != len(normal):
-            raise InvalidParameterError("domains", list(values), f"distinct values of {column!r}")
-        domains.append(tuple(normal))
-    return replace(agg, domains=tuple(domains))
 
 
 def render(agg: MarginalCounts | RangeCounts) -> str:

@@ -101,8 +101,8 @@ def payroll_table(employees: int = 1200) -> pd.DataFrame:
 
 def payroll_demo(console: Console | None = None) -> None:
     """Analyse the synthetic payroll through a Session with a SQLite ledger, and print it."""
-    from dpkit.cli._common import format_loss
-    from dpkit.cli.render import print_alerts, render_release
+    from dpkit._format import format_loss
+    from dpkit.analytics._render import print_alerts, render_release
 
     console = console or Console()
     table = payroll_table()

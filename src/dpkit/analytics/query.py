@@ -15,8 +15,7 @@ the output column, and their ``weight`` is their share of the query's budget (eq
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, TypeAlias
@@ -24,7 +23,10 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from dpkit._exact import Number, fraction_of, sensitivity_of
-from dpkit.analytics.expr import Col, Expr, Structural, check_unicode, col, lit
+from dpkit.analytics._declared import MarginalCounts, RangeCounts, build_marginals, build_ranges
+from dpkit.analytics._declared import render as render_declared
+from dpkit.analytics._keys import KeySet, check_name
+from dpkit.analytics.expr import Col, Expr, Structural, col, lit
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 __all__ = [
@@ -66,8 +68,6 @@ __all__ = [
     "workload",
 ]
 
-KeyValue: TypeAlias = Any
-
 
 # ---------------------------------------------------------------------------------- bounds
 def check_bounds(bounds: object, name: str = "bounds") -> tuple[Fraction, Fraction]:
@@ -102,12 +102,6 @@ def check_bounds(bounds: object, name: str = "bounds") -> tuple[Fraction, Fracti
     return low, high
 
 
-def _check_name(name: object, what: str = "name") -> str:
-    if not isinstance(name, str) or not name:
-        raise InvalidParameterError(what, name, "a non-empty string")
-    return check_unicode(what, name)
-
-
 def _check_weight(weight: object) -> Fraction:
     value = fraction_of("weight", weight)  # type: ignore[arg-type]
     if value <= 0:
@@ -122,7 +116,7 @@ def _check_weight(weight: object) -> Fraction:
 def _check_column(column: object) -> str:
     if isinstance(column, Col):
         return column.name
-    return _check_name(column, "column")
+    return check_name(column, "column")
 
 
 # ---------------------------------------------------------------------------------- aggregations
@@ -232,31 +226,6 @@ class Workload:
     weight: Fraction = Fraction(1)
 
 
-@dataclass(frozen=True, slots=True)
-class MarginalCounts:
-    """Counts of every cell of each marginal (``cliques``, tuples of indices into ``columns``)
-    over declared, public domains; built by :func:`marginals`. Released as its own table."""
-
-    columns: tuple[str, ...]
-    domains: tuple[tuple[Any, ...], ...]
-    cliques: tuple[tuple[int, ...], ...]
-    name: str
-    weight: Fraction = Fraction(1)
-
-
-@dataclass(frozen=True, slots=True)
-class RangeCounts:
-    """Range counts over an ordered column with a declared domain (``kind``: ``"prefix"``,
-    ``"all_range"`` or ``"width"``); built by :func:`ranges`. Released as its own table."""
-
-    column: str
-    domain: tuple[float | int, ...]
-    kind: str
-    width: int
-    name: str
-    weight: Fraction = Fraction(1)
-
-
 Aggregation: TypeAlias = (
     Count
     | CountUnits
@@ -273,12 +242,12 @@ Aggregation: TypeAlias = (
 
 def count(name: str = "count", *, weight: Number = 1) -> Count:
     """The number of rows per group."""
-    return Count(_check_name(name), _check_weight(weight))
+    return Count(check_name(name), _check_weight(weight))
 
 
 def count_distinct_units(name: str = "units", *, weight: Number = 1) -> CountUnits:
     """The number of distinct privacy units per group (e.g. people, not rows)."""
-    return CountUnits(_check_name(name), _check_weight(weight))
+    return CountUnits(check_name(name), _check_weight(weight))
 
 
 _MAX_VALUE_INTERVALS = 64
@@ -349,7 +318,7 @@ def sum(
         (Fraction(0, 1), Fraction(15000, 1))
     """
     column_name = _check_column(column)
-    label = _check_name(name or f"sum_{column_name}")
+    label = check_name(name or f"sum_{column_name}")
     if values is not None:
         if bounds is not None:
             raise InvalidParameterError(
@@ -381,7 +350,7 @@ def mean(
     if low == high:
         raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
     return Mean(
-        column_name, (low, high), _check_name(name or f"mean_{column_name}"), _check_weight(weight)
+        column_name, (low, high), check_name(name or f"mean_{column_name}"), _check_weight(weight)
     )
 
 
@@ -400,7 +369,7 @@ def _spread(
     return Variance(
         column_name,
         (low, high),
-        _check_name(name or f"{prefix}_{column_name}"),
+        check_name(name or f"{prefix}_{column_name}"),
         std,
         _check_weight(weight),
     )
@@ -602,7 +571,7 @@ def quantile(
         column_name,
         (low, high),
         q_f,
-        _check_name(label),
+        check_name(label),
         grid,
         _check_weight(weight),
         chosen,
@@ -663,7 +632,7 @@ def histogram(
     return Histogram(
         column_name,
         tuple(values),
-        _check_name(name or f"hist_{column_name}"),
+        check_name(name or f"hist_{column_name}"),
         _check_weight(weight),
     )
 
@@ -696,14 +665,14 @@ def workload(
         raise InvalidParameterError("bounds", bounds, "given exactly when column is given")
     names = None
     if query_names is not None:
-        names = tuple(_check_name(n, "query_names") for n in query_names)
+        names = tuple(check_name(n, "query_names") for n in query_names)
         if len(names) != array.shape[0] or len(set(names)) != len(names):
             raise InvalidParameterError(
                 "query_names", query_names, f"{array.shape[0]} distinct names, one per matrix row"
             )
     return Workload(
         tuple(tuple(float(v) for v in row) for row in array),
-        _check_name(name),
+        check_name(name),
         column_name,
         None if bounds is None else check_bounds(bounds),
         names,
@@ -726,9 +695,7 @@ def marginals(
     value outside the domain, or NULL, count in no cell. Answered by the matrix mechanism
     (OPT_M / ResidualPlanner, :mod:`dpkit.workloads`); see docs/workloads.md "On tables".
     """
-    from dpkit.analytics._declared import build_marginals
-
-    return build_marginals(cliques, domains, _check_name(name), _check_weight(weight))
+    return build_marginals(cliques, domains, check_name(name), _check_weight(weight))
 
 
 def ranges(
@@ -747,84 +714,15 @@ def ranges(
     cell), ``"all_range"`` (every interval of cells), ``"width"`` (every window of ``width``
     consecutive cells). Rows whose value is not a declared cell, or NULL, count nowhere.
     """
-    from dpkit.analytics._declared import build_ranges
-
     column_name = _check_column(column)
     return build_ranges(
         column_name,
         domain,
         kind,
         width,
-        _check_name(name or f"ranges_{column_name}"),
+        check_name(name or f"ranges_{column_name}"),
         _check_weight(weight),
     )
-
-
-# ---------------------------------------------------------------------------------- key sets
-@dataclass(frozen=True, slots=True)
-class KeySet:
-    """Public group keys: the groups the result will have, declared without looking at data.
-
-    Every key appears in the result (empty groups get a noisy zero); rows whose key is not in
-    the set are dropped.
-    """
-
-    columns: tuple[str, ...]
-    rows: tuple[tuple[KeyValue, ...], ...]
-
-    @staticmethod
-    def from_values(column: str, values: Iterable[KeyValue]) -> KeySet:
-        """Keys for one column."""
-        return KeySet.from_tuples((column,), [(v,) for v in values])
-
-    @staticmethod
-    def from_dict(values: Mapping[str, Iterable[KeyValue]]) -> KeySet:
-        """The cartesian product of per-column value lists."""
-        columns = tuple(values)
-        lists = [list(v) for v in values.values()]
-        return KeySet.from_tuples(columns, itertools.product(*lists))
-
-    @staticmethod
-    def from_tuples(columns: Sequence[str], rows: Iterable[Sequence[KeyValue]]) -> KeySet:
-        """Keys given row by row."""
-        names = tuple(_check_name(c, "columns") for c in columns)
-        if not names or len(set(names)) != len(names):
-            raise InvalidParameterError("columns", columns, "distinct column names")
-        out: list[tuple[KeyValue, ...]] = []
-        seen: set[tuple[KeyValue, ...]] = set()
-        for row in rows:
-            key = tuple(row)
-            if len(key) != len(names):
-                raise InvalidParameterError("keys", row, f"tuples of {len(names)} values")
-            for value in key:
-                _check_key_value(value)
-            if key in seen:
-                raise InvalidParameterError("keys", row, "distinct keys (this one repeats)")
-            seen.add(key)
-            out.append(key)
-        if not out:
-            raise InvalidParameterError("keys", [], "at least one key")
-        return KeySet(names, tuple(out))
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-
-def _check_key_value(value: object) -> None:
-    if value is None:
-        raise InvalidParameterError(
-            "keys", value, "non-NULL values", "Rows with a NULL key are never in a public group."
-        )
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidParameterError("keys", value, "finite values")
-    if isinstance(value, str):
-        check_unicode("keys", value)
-    if not isinstance(value, bool | int | float | str | np.integer | np.floating):
-        # dates and the like are fine: they are compared, never pasted into SQL
-        try:
-            hash(value)
-        except TypeError:
-            raise InvalidParameterError("keys", value, "hashable values") from None
 
 
 # ---------------------------------------------------------------------------------- bounding
@@ -972,9 +870,7 @@ def _render_agg(agg: Aggregation) -> str:
     if isinstance(agg, Histogram):
         return f"histogram({agg.column}, {len(agg.edges) - 1} bins) as {agg.name}"
     if isinstance(agg, MarginalCounts | RangeCounts):
-        from dpkit.analytics._declared import render  # the builders' module
-
-        return render(agg)
+        return render_declared(agg)
     if isinstance(agg, Sum) and agg.values is not None:
         return f"sum({agg.column}, values {render_values(agg.values)}) as {agg.name}"
     low, high = agg.bounds
@@ -1044,11 +940,11 @@ class Query(Structural):
     def with_column(self, name: str, expr: Expr | Any) -> Query:
         """Add a derived column computed from other columns (see :mod:`.expr`)."""
         value = expr if isinstance(expr, Expr) else lit(expr)
-        return replace(self, plan=WithColumn(self._open(), _check_name(name), value))
+        return replace(self, plan=WithColumn(self._open(), check_name(name), value))
 
     def select(self, *columns: str) -> Query:
         """Keep only these columns (the privacy unit is kept implicitly)."""
-        names = tuple(_check_name(c, "columns") for c in columns)
+        names = tuple(check_name(c, "columns") for c in columns)
         if not names:
             raise InvalidParameterError("columns", columns, "at least one column name")
         return replace(self, plan=Select(self._open(), names))
@@ -1083,7 +979,7 @@ class Query(Structural):
                 the query's ε and needs a δ (so an (ε, δ) query budget).
             max_groups, max_rows_per_group: contribution bounds (see :class:`Bounding`).
         """
-        names = tuple(_check_name(c, "columns") for c in columns)
+        names = tuple(check_name(c, "columns") for c in columns)
         if not names or len(set(names)) != len(names):
             raise InvalidParameterError("columns", columns, "one or more distinct column names")
         share = fraction_of("selection_share", selection_share)

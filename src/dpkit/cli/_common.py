@@ -16,14 +16,14 @@ from __future__ import annotations
 import functools
 import math
 import os
-import re
 import sys
-from collections.abc import Callable
-from fractions import Fraction
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
+
+from dpkit._format import friendly, human_number
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -32,13 +32,13 @@ __all__ = [
     "EPSILON_CEILING",
     "EPSILON_FLOOR",
     "CLIError",
+    "check_key_columns",
     "check_ledger_file",
     "default_ledger_path",
     "err_console",
-    "friendly",
     "handles_errors",
-    "human_number",
     "out_console",
+    "parse_keys",
     "resolve_ledger",
 ]
 
@@ -148,45 +148,6 @@ def check_ledger_file(ledger: str, *, must_exist: bool = True) -> None:
             )
 
 
-def human_number(value: Any) -> str:
-    """A number as people write it: ``0.25``, ``1/3 ≈ 0.3333``, ``1e+308``, ``-1``."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, Fraction):
-        if value.denominator == 1:
-            return human_number(value.numerator)
-        as_float = float(value)
-        text = f"{as_float:.6g}"
-        if Fraction(text) == value:
-            return text
-        if value.denominator < 1000 and abs(value.numerator) < 10**6:
-            return f"{value.numerator}/{value.denominator} ≈ {as_float:.4g}"
-        return f"≈ {as_float:.6g}"
-    if isinstance(value, int):
-        return str(value) if abs(value) < 10**15 else f"{float(value):.6g}"
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return str(value)
-        return f"{value:.6g}"
-    return str(value)
-
-
-_FRACTION_RE = re.compile(r"Fraction\((-?\d+), (\d+)\)")
-_LONG_INT_RE = re.compile(r"(?<![\w.])-?\d{16,}(?:/\d+)?(?![\w.])")
-
-
-def friendly(text: str) -> str:
-    """Rewrite Python-isms in a message: ``Fraction(-1, 1)`` → ``-1``, 300 digits → ``1e+308``."""
-
-    def fraction(match: re.Match[str]) -> str:
-        return human_number(Fraction(int(match.group(1)), int(match.group(2))))
-
-    def long_number(match: re.Match[str]) -> str:
-        return human_number(Fraction(match.group(0)))
-
-    return _LONG_INT_RE.sub(long_number, _FRACTION_RE.sub(fraction, text))
-
-
 def _color_allowed(stderr: bool) -> bool:
     stream = sys.stderr if stderr else sys.stdout
     return not os.environ.get("NO_COLOR") and stream.isatty()
@@ -265,19 +226,6 @@ def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def format_loss(loss: Any) -> str:
-    """A privacy loss as people write it: ``ε=0.25``, ``ε=1, δ=1e-06``, ``ρ=0.5``."""
-    if loss is None:
-        return ""
-    symbols = {"epsilon": "ε", "delta": "δ", "rho": "ρ"}
-    parts = [
-        f"{symbols[name]}={human_number(getattr(loss, name))}"
-        for name in getattr(loss, "__slots__", ())
-        if name in symbols
-    ]
-    return ", ".join(parts) if parts else friendly(str(loss))
-
-
 def check_positive_flag(
     flag: str, value: float | None, *, floor: float | None = None, ceiling: float | None = None
 ) -> None:
@@ -316,3 +264,38 @@ def spinner(description: str) -> Any:
     )
     progress.add_task(description, total=None)
     return progress
+
+
+# ------------------------------------------------------------------ --keys (query, remote)
+def parse_keys(specs: list[str], schema: Mapping[str, str]) -> dict[str, list[Any]]:
+    """``--keys column=v1,v2,...`` as lists of values, numbers and booleans read per ``schema``."""
+    keys: dict[str, list[Any]] = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise CLIError(f"--keys {spec!r}: expected column=value1,value2,...")
+        column, values = spec.split("=", 1)
+        items = [v for v in values.split(",") if v != ""]
+        if schema.get(column) == "numeric":
+            try:
+                parsed: list[Any] = [int(v) if v.lstrip("-").isdigit() else float(v) for v in items]
+            except ValueError:
+                raise CLIError(f"--keys {column}: {values!r} are not all numbers") from None
+        elif schema.get(column) == "bool":
+            parsed = [v.lower() in ("true", "1", "yes") for v in items]
+        else:
+            parsed = items
+        keys[column] = parsed
+    return keys
+
+
+def check_key_columns(group_by: Sequence[str], specs: Sequence[str]) -> None:
+    """--keys only for GROUP BY columns: keys of an ungrouped query, or of a column it does not
+    group by, would be ignored and the query charged as if they had not been given."""
+    named = [spec.split("=", 1)[0] for spec in specs]
+    extra = [column for column in named if column not in group_by]
+    if extra:
+        raise CLIError(
+            f"--keys {', '.join(extra)}: "
+            + ("the query has no GROUP BY" if not group_by else "not a GROUP BY column"),
+            "Give --keys only for the GROUP BY columns (or add the column to GROUP BY).",
+        )

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from dpkit._format import format_loss, human_number
 from dpkit.cli._common import (
     DELTA_REFUSE,
     EPSILON_FLOOR,
@@ -28,9 +29,7 @@ from dpkit.cli._common import (
     CLIError,
     check_ledger_file,
     check_positive_flag,
-    format_loss,
     handles_errors,
-    human_number,
     out_console,
     resolve_ledger,
     spinner,

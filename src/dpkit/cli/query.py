@@ -8,12 +8,13 @@ every answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from dpkit._format import human_number
 from dpkit.cli._common import (
     DELTA_REFUSE,
     DELTA_WARN,
@@ -21,12 +22,13 @@ from dpkit.cli._common import (
     EPSILON_FLOOR,
     LEDGER_HELP,
     CLIError,
+    check_key_columns,
     check_ledger_file,
     check_positive_flag,
     err_console,
     handles_errors,
-    human_number,
     out_console,
+    parse_keys,
     resolve_ledger,
     spinner,
 )
@@ -146,39 +148,6 @@ def _on_integers(parsed: ParsedQuery, specs: list[str]) -> tuple[ParsedQuery, li
                 )
         aggregations.append(agg)
     return dataclasses.replace(parsed, aggregations=tuple(aggregations)), notes
-
-
-def _parse_keys(specs: list[str], schema: Mapping[str, str]) -> dict[str, list[Any]]:
-    keys: dict[str, list[Any]] = {}
-    for spec in specs:
-        if "=" not in spec:
-            raise CLIError(f"--keys {spec!r}: expected column=value1,value2,...")
-        column, values = spec.split("=", 1)
-        items = [v for v in values.split(",") if v != ""]
-        if schema.get(column) == "numeric":
-            try:
-                parsed: list[Any] = [int(v) if v.lstrip("-").isdigit() else float(v) for v in items]
-            except ValueError:
-                raise CLIError(f"--keys {column}: {values!r} are not all numbers") from None
-        elif schema.get(column) == "bool":
-            parsed = [v.lower() in ("true", "1", "yes") for v in items]
-        else:
-            parsed = items
-        keys[column] = parsed
-    return keys
-
-
-def _check_key_columns(group_by: Sequence[str], specs: Sequence[str]) -> None:
-    """--keys only for GROUP BY columns: keys of an ungrouped query, or of a column it does not
-    group by, would be ignored and the query charged as if they had not been given."""
-    named = [spec.split("=", 1)[0] for spec in specs]
-    extra = [column for column in named if column not in group_by]
-    if extra:
-        raise CLIError(
-            f"--keys {', '.join(extra)}: "
-            + ("the query has no GROUP BY" if not group_by else "not a GROUP BY column"),
-            "Give --keys only for the GROUP BY columns (or add the column to GROUP BY).",
-        )
 
 
 def _query_loss(
@@ -305,8 +274,8 @@ def _rehearse(
     import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
     from rich.console import Console
 
+    from dpkit.analytics._render import render_release
     from dpkit.analytics.results import Release
-    from dpkit.cli.render import render_release
     from dpkit.errors import DPError, InternalError
 
     compiled = session.compile(final, loss=query_loss)
@@ -525,7 +494,7 @@ def query_command(
             "GROUP BY without --keys finds the groups privately, which needs δ > 0",
             "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
         )
-    _check_key_columns(parsed.group_by, keys or [])
+    check_key_columns(parsed.group_by, keys or [])
     where = resolve_ledger(ledger)
     check_ledger_file(where, must_exist=True)
 
@@ -580,7 +549,7 @@ def query_command(
                     built = built.filter(parsed.where)
                 private_keys = False
                 if parsed.group_by:
-                    key_values = _parse_keys(keys or [], table_schema)
+                    key_values = parse_keys(keys or [], table_schema)
                     key_set = None
                     if key_values:
                         missing = [k for k in parsed.group_by if k not in key_values]
@@ -628,7 +597,7 @@ def query_command(
             "totals undercount when people have more rows than the bound."
         )
     console.print(f"query: {query}", markup=False)
-    from dpkit.cli.render import print_alerts, render_release
+    from dpkit.analytics._render import print_alerts, render_release
 
     render_release(
         release,

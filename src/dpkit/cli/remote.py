@@ -2,7 +2,7 @@
 
 The command checks what it can locally (the loss, α, δ, the SQL syntax, the keys) exactly as the
 local command does, sends the query through :class:`dpkit.client.Client`, and prints the answer
-with the local renderer (:func:`dpkit.cli.render.render_release`): the same estimates, error
+with the local renderer (:func:`dpkit.analytics._render.render_release`): the same estimates, error
 bars, post-processing notes, loss and receipt. The per-person bounds are the ones the privacy
 officer registered with the dataset (printed with the answer); the analyst cannot change them,
 so ``--max-rows`` and friends are refused rather than silently ignored.
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from dpkit.cli._common import CLIError, out_console
+from dpkit.cli._common import CLIError, check_key_columns, out_console, parse_keys
 
 if TYPE_CHECKING:
     from dpkit.client import Answer, Client
@@ -174,9 +174,8 @@ def query_remote(
     ``query_loss`` was checked by the caller (floors, δ); ``http`` is an optional ``httpx``
     client to send through (tests).
     """
+    from dpkit.analytics._render import render_release
     from dpkit.analytics.querytext import parse_query
-    from dpkit.cli.query import _check_key_columns, _parse_keys
-    from dpkit.cli.render import render_release
     from dpkit.client import Client, ServiceError
     from dpkit.core.losses import ZCDP, ApproxDP
 
@@ -205,8 +204,8 @@ def query_remote(
                 "GROUP BY without --keys finds the groups privately, which needs δ > 0",
                 "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
             )
-        _check_key_columns(parsed.group_by, list(keys))
-        key_values = _parse_keys(list(keys), dict(info.get("schema") or {}))
+        check_key_columns(parsed.group_by, list(keys))
+        key_values = parse_keys(list(keys), dict(info.get("schema") or {}))
         if key_values:
             missing = [k for k in parsed.group_by if k not in key_values]
             if missing:

@@ -26,13 +26,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import dpkit.service.schemas as w
 from dpkit.analytics.querytext import plain
 from dpkit.analytics.results import Release
 from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.ledger import BudgetStatus, LedgerEntry, LedgerError, UnknownBudgetError
 from dpkit.ledger._postgres import LedgerUnavailableError
-from dpkit.service import schemas as w
 from dpkit.service._core import (
     TEXTS_ALLOWED,
     ConflictError,
@@ -729,7 +729,7 @@ def create_app(
     :func:`_freeze_heap`; ``dpkit serve`` does, as the process is the server's own)."""
     from contextlib import asynccontextmanager
 
-    from dpkit.service import _dashboard
+    from dpkit.service._dashboard import router as dashboard_router
 
     owned = service is None
     svc = service if service is not None else Service(config or ServiceConfig())
@@ -758,7 +758,7 @@ def create_app(
     app.state.service = svc
     app.state.executor = None  # set while the app runs (lifespan); None: the loop's default
     app.include_router(router)
-    app.include_router(_dashboard.router)
+    app.include_router(dashboard_router)
     _install_handlers(app)
     app.add_middleware(_Guard)
     return app

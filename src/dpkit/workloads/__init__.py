@@ -23,7 +23,6 @@ from dpkit.workloads._measure import (
     make_strategy_measurement,
     nonnegative,
     quantise,
-    query_variances,
     reconstruct,
 )
 from dpkit.workloads._ops import (
@@ -37,6 +36,7 @@ from dpkit.workloads._ops import (
     VStack,
     WidthRange,
     Workload,
+    query_variances,
 )
 from dpkit.workloads._residual import MarginalRelease, ResidualPlan, plan_residuals
 from dpkit.workloads._select import Choice, choose_strategy

@@ -67,6 +67,7 @@ from dpkit.workloads._ops import (
     Prefix,
     Workload,
     check_dense_memory,
+    query_variances,
 )
 
 __all__ = [
@@ -320,8 +321,6 @@ class EigenDesign:
         inv_root = 1.0 / np.sqrt(self.eigenvalues)
         if isinstance(workload, Prefix) and self.spectrum is not None:
             return _prefix_variances(self.column_scale, self.spectrum, inv_root)
-        from dpkit.workloads._measure import query_variances
-
         check_dense_memory(f"the covariance of {self.name}", 2 * self.n, self.n, max_bytes)
         vecs = self.vectors if self.vectors is not None else self._closed_vectors()
         e = self.column_scale

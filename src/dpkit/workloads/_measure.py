@@ -40,7 +40,12 @@ from dpkit.core.spaces import AtomDomain, L1Distance, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import integer_input
 from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace, LatticeNoise
-from dpkit.workloads._ops import DEFAULT_MAX_BYTES, AllRange, Workload, check_dense_memory
+from dpkit.workloads._ops import (
+    DEFAULT_MAX_BYTES,
+    Workload,
+    check_dense_memory,
+    query_variances,
+)
 from dpkit.workloads._strategies import (
     AnyStrategy,
     KronStrategy,
@@ -273,24 +278,6 @@ def _explicit_inverse_gram(a: sp.csr_matrix, max_bytes: int) -> np.ndarray:
     else:
         ata = (a.T @ a).toarray()
     return np.asarray(sla.cho_solve(sla.cho_factor(ata, lower=True), np.eye(n)))
-
-
-def query_variances(workload: Workload, cov: np.ndarray, block: int = 4096) -> np.ndarray:
-    """diag(W·C·Wᵀ) for a dense n×n C, in blocks of queries (closed form for AllRange)."""
-    if isinstance(workload, AllRange):
-        s = np.zeros((cov.shape[0] + 1, cov.shape[1] + 1))
-        s[1:, 1:] = np.cumsum(np.cumsum(cov, axis=0), axis=1)
-        i, j = np.triu_indices(workload.n)
-        return np.asarray(s[j + 1, j + 1] - s[i, j + 1] - s[j + 1, i] + s[i, i])
-    m = workload.shape[0]
-    out = np.empty(m)
-    for start in range(0, m, block):
-        stop = min(m, start + block)
-        e = np.zeros((m, stop - start))
-        e[np.arange(start, stop), np.arange(stop - start)] = 1.0
-        wt = workload.rmatmat(e)  # n × block: the queries as columns
-        out[start:stop] = np.sum(wt * (cov @ wt), axis=0)
-    return out
 
 
 def reconstruct(

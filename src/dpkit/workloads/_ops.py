@@ -42,6 +42,7 @@ __all__ = [
     "WidthRange",
     "Workload",
     "check_dense_memory",
+    "query_variances",
 ]
 
 DEFAULT_MAX_BYTES = 2 * 2**30  # 2 GiB for any single dense array built here
@@ -445,3 +446,21 @@ class Marginals(VStack):
     def all_kway(cls, domain: Sequence[int], k: int) -> Marginals:
         """Every k-way marginal of the domain."""
         return cls(domain, list(combinations(range(len(domain)), k)))
+
+
+def query_variances(workload: Workload, cov: np.ndarray, block: int = 4096) -> np.ndarray:
+    """diag(W·C·Wᵀ) for a dense n×n C, in blocks of queries (closed form for AllRange)."""
+    if isinstance(workload, AllRange):
+        s = np.zeros((cov.shape[0] + 1, cov.shape[1] + 1))
+        s[1:, 1:] = np.cumsum(np.cumsum(cov, axis=0), axis=1)
+        i, j = np.triu_indices(workload.n)
+        return np.asarray(s[j + 1, j + 1] - s[i, j + 1] - s[j + 1, i] + s[i, i])
+    m = workload.shape[0]
+    out = np.empty(m)
+    for start in range(0, m, block):
+        stop = min(m, start + block)
+        e = np.zeros((m, stop - start))
+        e[np.arange(start, stop), np.arange(stop - start)] = 1.0
+        wt = workload.rmatmat(e)  # n × block: the queries as columns
+        out[start:stop] = np.sum(wt * (cov @ wt), axis=0)
+    return out

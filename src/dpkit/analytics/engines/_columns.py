@@ -54,6 +54,7 @@ __all__ = [
     "floor_arrow_temporal",
     "floor_sql_temporal",
     "is_parquet_path",
+    "kind_of_arrow",
     "kind_of_pandas",
     "needs_conversion",
     "pandas_float_columns",
@@ -213,6 +214,27 @@ def _public(kind: ColumnKind) -> str:
     return "text" if kind == "string" else kind
 
 
+def kind_of_arrow(dtype: Any) -> ColumnKind:
+    """Map an Arrow type to a column kind."""
+    import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
+
+    if pa.types.is_boolean(dtype):
+        return "bool"
+    if pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
+        return "numeric"
+    if (
+        pa.types.is_string(dtype)
+        or pa.types.is_large_string(dtype)
+        or pa.types.is_string_view(dtype)
+    ):
+        return "string"
+    if pa.types.is_temporal(dtype):
+        return "temporal"
+    if pa.types.is_dictionary(dtype):
+        return kind_of_arrow(dtype.value_type)
+    return "other"
+
+
 def kind_of_pandas(dtype: Any) -> ColumnKind:
     """The kind of a pandas column from its dtype alone (``object`` is text)."""
     if isinstance(dtype, pd.CategoricalDtype):
@@ -228,8 +250,6 @@ def kind_of_pandas(dtype: Any) -> ColumnKind:
     if dtype == np.dtype(object) or pd.api.types.is_string_dtype(dtype):
         return "string"
     if isinstance(dtype, pd.ArrowDtype):
-        from dpkit.analytics.engines.base import kind_of_arrow
-
         return kind_of_arrow(dtype.pyarrow_dtype)
     return "other"
 

@@ -38,9 +38,9 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
+from dpkit.analytics._keys import KeySet
 from dpkit.analytics.engines._columns import RESERVED_PREFIX
 from dpkit.analytics.expr import ColumnKind, Expr, Structural
-from dpkit.analytics.query import KeySet
 
 __all__ = [
     "BinSpec",
@@ -202,22 +202,3 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release engine resources (views, connections) created by this engine."""
         ...
-
-
-def kind_of_arrow(dtype: Any) -> ColumnKind:
-    """Map an Arrow type to a column kind."""
-    if pa.types.is_boolean(dtype):
-        return "bool"
-    if pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
-        return "numeric"
-    if (
-        pa.types.is_string(dtype)
-        or pa.types.is_large_string(dtype)
-        or pa.types.is_string_view(dtype)
-    ):
-        return "string"
-    if pa.types.is_temporal(dtype):
-        return "temporal"
-    if pa.types.is_dictionary(dtype):
-        return kind_of_arrow(dtype.value_type)
-    return "other"

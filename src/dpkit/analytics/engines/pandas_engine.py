@@ -23,6 +23,7 @@ from dpkit.analytics.engines._columns import (
     csv_header,
     floor_arrow_temporal,
     is_parquet_path,
+    kind_of_arrow,
     kind_of_pandas,
     parquet_schema,
     prepare_pandas,
@@ -36,7 +37,6 @@ from dpkit.analytics.engines.base import (
     Output,
     Step,
     escape_part,
-    kind_of_arrow,
     project_to_ranges,
 )
 from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Lit, Unary

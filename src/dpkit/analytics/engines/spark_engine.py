@@ -30,6 +30,7 @@ from dpkit.analytics.engines._columns import (
     csv_header,
     floor_arrow_temporal,
     is_parquet_path,
+    kind_of_arrow,
     kind_of_pandas,
     pandas_float_columns,
     prepare_pandas,
@@ -43,7 +44,7 @@ from dpkit.analytics.engines._heavy import (
     heavy_candidates,
     unit_is_raw,
 )
-from dpkit.analytics.engines.base import BoundedPlan, kind_of_arrow
+from dpkit.analytics.engines.base import BoundedPlan
 from dpkit.analytics.engines.sql import build_query, ident, sql_text
 from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Unary
 from dpkit.errors import InvalidDataError

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
+from dpkit.analytics._declared import MarginalCounts, RangeCounts
+from dpkit.analytics._keys import KeySet
 from dpkit.analytics.engines._columns import RESERVED_PREFIX, canonical
 from dpkit.analytics.engines.base import Step
 from dpkit.analytics.expr import (
@@ -25,14 +27,13 @@ from dpkit.analytics.expr import (
     columns_of,
     infer_kind,
 )
+from dpkit.analytics.planner.rewrite import merge_filters, push_filters
 from dpkit.analytics.query import (
     Aggregate,
     Aggregation,
     Count,
     CountUnits,
     Filter,
-    KeySet,
-    MarginalCounts,
     PlanNode,
     Query,
     Select,
@@ -85,8 +86,6 @@ def plan_levels(steps: Sequence[Step]) -> int:
 def check_plan_shape(steps: Sequence[Step]) -> None:
     """Refuse steps nested deeper than :data:`MAX_PLAN_LEVELS` (from public inputs, before
     anything is reserved)."""
-    from dpkit.analytics.planner.rewrite import merge_filters, push_filters
-
     levels = plan_levels(push_filters(merge_filters(tuple(steps))))
     if levels > MAX_PLAN_LEVELS:
         raise _too_large(
@@ -345,8 +344,6 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
         key_set = normalise_key_set(key_set, [current[k] for k in aggregate.keys])
     if any(isinstance(a, MarginalCounts) for a in aggregate.aggregations):
         # marginals: declared domain values checked against (normalised to) the column kinds
-        from dpkit.analytics._declared import check_against_schema
-
         aggregate = replace(
             aggregate,
             aggregations=tuple(
@@ -389,3 +386,41 @@ def value_columns(agg: Aggregation) -> tuple[str, ...]:
     if isinstance(agg, MarginalCounts):
         return agg.columns
     return (agg.column,)
+
+
+def check_against_schema(
+    agg: MarginalCounts | RangeCounts, schema: Mapping[str, ColumnKind]
+) -> MarginalCounts | RangeCounts:
+    """``agg`` with its domain values checked against (and normalised to) the columns' kinds.
+
+    Called by :func:`validate`, before any data is read. Ranges need a numeric column
+    (the planner's usual value-column check); marginal columns may be text, numbers, booleans or
+    dates, and each declared value must be of its column's kind.
+    """
+    if isinstance(agg, RangeCounts):
+        return agg
+    domains = []
+    for column, values in zip(agg.columns, agg.domains, strict=True):
+        if column not in schema:
+            raise _unknown_column(column, schema, "domains")
+        kind = schema[column]
+        if kind == "other":
+            raise InvalidParameterError(
+                "domains",
+                column,
+                "a column of text, numbers, booleans or dates (this one has an unsupported type)",
+            )
+        normal = []
+        for v in values:
+            try:
+                normal.append(_key_value(column, kind, v))
+            except InvalidParameterError:
+                raise InvalidParameterError(
+                    "domains",
+                    v,
+                    f"values of {column!r}'s kind ({_public_kind(kind)})",
+                ) from None
+        if len({canonical(v) for v in normal}) != len(normal):
+            raise InvalidParameterError("domains", list(values), f"distinct values of {column!r}")
+        domains.append(tuple(normal))
+    return replace(agg, domains=tuple(domains))

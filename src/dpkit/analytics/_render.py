@@ -19,9 +19,9 @@ import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 from rich.console import Console
 from rich.table import Table
 
+from dpkit._format import format_loss
 from dpkit.analytics.query import Count, CountUnits, Histogram, Quantile
 from dpkit.analytics.results import Release, _aggregations_of, post_process
-from dpkit.cli._common import format_loss
 
 __all__ = ["column_decimals", "format_column", "key_text", "print_alerts", "render_release"]
 

@@ -1,0 +1,176 @@
+"""The shape of ``src/dpkit``: no import circle, and no library module importing the CLI.
+
+Read from the source with :mod:`ast` (nothing is imported). Every import counts, at module level
+and inside functions alike: an import hidden in a function is still a dependency, and a circle
+through one is still a circle. Only imports under ``if TYPE_CHECKING:`` are left out (they never
+run). ``from package import name`` depends on ``package.name`` when that is a module, else on
+``package``. See docs/design.md, "Layers and extras".
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+CLI_IMPORTERS = ("dpkit.cli", "dpkit.__main__")
+"""The modules that may import :mod:`dpkit.cli`: the CLI itself and ``python -m dpkit``."""
+
+
+def modules(src: Path) -> dict[str, Path]:
+    """Every module under ``src/dpkit`` by its dotted name (a package by its own name)."""
+    out: dict[str, Path] = {}
+    for path in sorted((src / "dpkit").rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def import_graph(src: Path = SRC) -> dict[str, dict[str, int]]:
+    """``{module: {imported dpkit module: line of the first such import}}``."""
+    mods = modules(src)
+
+    def owner(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, dict[str, int]] = {m: {} for m in mods}
+    for module, path in mods.items():
+        is_package = path.name == "__init__.py"
+        targets: list[tuple[str, int]] = []
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets += [(alias.name, node.lineno) for alias in node.names]
+                continue
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join(package + ([node.module] if node.module else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                targets.append((full if full in mods else base, node.lineno))
+        for name, line in targets:
+            target = owner(name)
+            if target is not None and target != module:
+                graph[module].setdefault(target, line)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _describe(component: list[str], graph: dict[str, dict[str, int]]) -> str:
+    members = set(component)
+    edges = [
+        f"    {a} -> {b} (line {line})"
+        for a in component
+        for b, line in sorted(graph[a].items())
+        if b in members
+    ]
+    return f"  {len(component)} modules: {', '.join(component)}\n" + "\n".join(edges)
+
+
+def test_no_import_cycle_in_src() -> None:
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, "import circles in src/dpkit (move code to the right layer):\n" + "\n".join(
+        _describe(c, graph) for c in found
+    )
+
+
+def test_the_library_never_imports_the_cli() -> None:
+    graph = import_graph()
+    upward = [
+        f"{module} -> {target} (line {line})"
+        for module, targets in graph.items()
+        if not any(module == c or module.startswith(c + ".") for c in CLI_IMPORTERS)
+        for target, line in targets.items()
+        if target == "dpkit.cli" or target.startswith("dpkit.cli.")
+    ]
+    assert not upward, "library modules importing the CLI:\n" + "\n".join(upward)
+
+
+def test_the_graph_sees_function_level_imports_and_skips_type_checking(tmp_path: Path) -> None:
+    """The checker itself: a circle closed inside a function is found, one closed only under
+    ``TYPE_CHECKING`` is not, and ``from package import module`` points at the module."""
+    package = tmp_path / "dpkit"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from dpkit import b\n")
+    (package / "b.py").write_text("def f():\n    from dpkit.a import x\n")
+    (package / "c.py").write_text("import dpkit.a\n")
+    (package / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dpkit.c import y\n"
+        "from dpkit import c\n"
+    )
+    graph = import_graph(tmp_path)
+    assert graph["dpkit.a"] == {"dpkit.b": 1}
+    assert cycles(graph) == [["dpkit.a", "dpkit.b"]]
+    (package / "b.py").write_text(
+        "import typing\nif typing.TYPE_CHECKING:\n    from dpkit.a import x\n"
+    )
+    assert cycles(import_graph(tmp_path)) == []
