@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from dpkit._extras import require
+
+require("cli", by="dpkit.client")
+
 import httpx
 
 from dpkit.errors import DPError, InvalidParameterError

@@ -178,7 +178,7 @@ def start_server(
             "-m",
             "uvicorn",
             "--factory",
-            "dpkit.service.cli:build_app",
+            "dpkit.service.app:build_app",
             "--host",
             "127.0.0.1",
             "--port",

@@ -15,6 +15,10 @@
 See docs/analytics.md for the tutorial.
 """
 
+from dpkit._extras import require
+
+require("analytics", by="dpkit.analytics")
+
 from dpkit.analytics.engines import DuckDBEngine, Engine, PandasEngine
 from dpkit.analytics.engines._csv import check_csv
 from dpkit.analytics.expr import Expr, col, lit

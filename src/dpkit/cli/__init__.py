@@ -19,6 +19,10 @@ from __future__ import annotations
 import importlib
 from typing import Annotated
 
+from dpkit._extras import require
+
+require("cli", by="dpkit.cli")
+
 import typer
 
 from dpkit.cli._common import default_ledger_path
@@ -32,7 +36,7 @@ COMMANDS: dict[str, str] = {
     "ladder": "dpkit.cli.ladder:ladder_app",
     "demo": "dpkit.cli.demo:demo_command",
     "version": "dpkit.cli.demo:version_command",
-    "serve": "dpkit.service.cli:serve_command",
+    "serve": "dpkit.cli.serve:serve_command",
 }
 
 _VERSION = "0.1.0"  # kept equal to dpkit.__version__ by tests/unit/test_cli_startup.py

@@ -14,6 +14,10 @@ Every estimator is private under adding or removing one row, reports ``privacy_l
 given a ledger, reserves that loss before reading data. docs/ml.md has the proofs and accuracy.
 """
 
+from dpkit._extras import require
+
+require("ml", by="dpkit.ml")
+
 from dpkit.ml._kmeans import KMeans
 from dpkit.ml._linear import LinearRegression, UnboundedIntervalWarning
 from dpkit.ml._session import fit_kmeans, fit_linear_regression

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from dpkit._exact import Number, check_epsilon
+from dpkit._extras import require
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PureDP
 from dpkit.core.spaces import AtomDomain, SymmetricDistance, VectorDomain
@@ -110,6 +111,7 @@ def assign_blocks(units: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
 
     Each distinct unit gets a block uniformly at random in [0, m) (exact, independent).
     """
+    require("analytics", by="dpkit.sensitivity.assign_blocks")
     import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
     # factorize, not sort: ids of mixed types (None among ints, text among numbers) cannot be

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from dpkit.service._core import Service, ServiceConfig
     from dpkit.service.app import create_app
 
+from dpkit._extras import require
+
+require("service", by="dpkit.service")
+
 __all__ = ["Service", "ServiceConfig", "create_app"]
 
 

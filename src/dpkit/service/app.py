@@ -13,6 +13,7 @@ import gc
 import json
 import logging
 import math
+import os
 import sys
 import time
 import traceback
@@ -46,7 +47,7 @@ from dpkit.service._core import (
 )
 from dpkit.service._registry import Principal
 
-__all__ = ["MAX_BODY", "create_app"]
+__all__ = ["MAX_BODY", "announce_token", "build_app", "create_app"]
 
 COOKIE = "dpkit_token"
 
@@ -762,3 +763,32 @@ def create_app(
     _install_handlers(app)
     app.add_middleware(_Guard)
     return app
+
+
+def build_app() -> FastAPI:
+    """The app from environment variables (for ``uvicorn --factory`` and worker processes)."""
+    config = ServiceConfig(
+        database=os.environ.get("DPKIT_DATABASE", "sqlite:///dpkit-service.db"),
+        data_root=os.environ.get("DPKIT_DATA_ROOT", "."),
+        webhook_url=os.environ.get("DPKIT_WEBHOOK_URL") or None,
+        bootstrap_token=os.environ.get("DPKIT_BOOTSTRAP_TOKEN") or None,
+        engine=os.environ.get("DPKIT_ENGINE", "duckdb"),
+        token_days=float(os.environ.get("DPKIT_TOKEN_DAYS") or 90),
+    )
+    app = create_app(config, freeze_heap=True)
+    announce_token(app.state.service, config.bootstrap_token)
+    return app
+
+
+def announce_token(service: object, chosen: str | None) -> None:
+    """Print a token the service issued at start (the first officer's, or a new one when no
+    officer token was active any more), unless it is the one the operator chose."""
+    token = getattr(service, "bootstrap_token", None)
+    if token and token != chosen:
+        name = getattr(service, "bootstrap_officer", None) or "officer"
+        print(
+            f"dpkit serve: issued a token for the officer {name!r} (no officer token was "
+            f"active); shown once: {token}",
+            file=sys.stderr,
+            flush=True,
+        )

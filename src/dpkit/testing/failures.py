@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpkit._extras import require
 from dpkit.errors import PrivacyCheckError
 
 __all__ = [
@@ -171,6 +172,7 @@ def add_one_unit(
     ``table`` is a pandas DataFrame; the new unit's id is ``unit`` (default: a value not in the
     table). Columns keep their dtypes where the new values fit them.
     """
+    require("analytics", by="dpkit.testing.add_one_unit")
     import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
     frame = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)

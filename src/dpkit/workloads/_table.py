@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from dpkit._extras import require
 from dpkit.errors import InvalidParameterError
 from dpkit.workloads._ops import check_dense_memory
 
@@ -128,6 +129,7 @@ _VIEW = "__dpkit_workload_src"
 
 
 def _source(con: Any, source: Any) -> tuple[Any, str]:
+    require("analytics", by="dpkit.workloads' table functions")
     import duckdb
 
     if isinstance(source, duckdb.DuckDBPyRelation):
@@ -140,6 +142,7 @@ def _source(con: Any, source: Any) -> tuple[Any, str]:
 
 
 def _run(runner: Any, sql: str) -> dict[str, np.ndarray]:
+    require("analytics", by="dpkit.workloads' table functions")
     import duckdb
 
     if isinstance(runner, duckdb.DuckDBPyRelation):

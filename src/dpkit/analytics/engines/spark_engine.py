@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 from sqlglot import exp
 
+from dpkit._extras import require
 from dpkit.analytics.engines._columns import (
     check_declared_schema,
     csv_header,
@@ -48,6 +49,8 @@ from dpkit.analytics.engines.base import BoundedPlan
 from dpkit.analytics.engines.sql import build_query, ident, sql_text
 from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Unary
 from dpkit.errors import InvalidDataError
+
+require("spark", by="dpkit.analytics.engines.spark_engine")
 
 __all__ = ["SparkEngine", "default_spark_session", "inlined_size"]
 

@@ -1,6 +1,7 @@
 """``dpkit serve``: run the privacy-budget service (FastAPI + uvicorn).
 
-Register it on the main app with ``app.command("serve")(serve_command)``.
+The command imports the service (and so needs the ``service`` extra) only when it runs; uvicorn
+builds each worker's app with :func:`dpkit.service.app.build_app`.
 """
 
 from __future__ import annotations
@@ -12,39 +13,7 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["build_app", "serve_command"]
-
-
-def build_app() -> object:
-    """The app from environment variables (for ``uvicorn --factory`` and worker processes)."""
-    from dpkit.service._core import ServiceConfig
-    from dpkit.service.app import create_app
-
-    config = ServiceConfig(
-        database=os.environ.get("DPKIT_DATABASE", "sqlite:///dpkit-service.db"),
-        data_root=os.environ.get("DPKIT_DATA_ROOT", "."),
-        webhook_url=os.environ.get("DPKIT_WEBHOOK_URL") or None,
-        bootstrap_token=os.environ.get("DPKIT_BOOTSTRAP_TOKEN") or None,
-        engine=os.environ.get("DPKIT_ENGINE", "duckdb"),
-        token_days=float(os.environ.get("DPKIT_TOKEN_DAYS") or 90),
-    )
-    app = create_app(config, freeze_heap=True)
-    _announce_token(app.state.service, config.bootstrap_token)
-    return app
-
-
-def _announce_token(service: object, chosen: str | None) -> None:
-    """Print a token the service issued at start (the first officer's, or a new one when no
-    officer token was active any more), unless it is the one the operator chose."""
-    token = getattr(service, "bootstrap_token", None)
-    if token and token != chosen:
-        name = getattr(service, "bootstrap_officer", None) or "officer"
-        print(
-            f"dpkit serve: issued a token for the officer {name!r} (no officer token was "
-            f"active); shown once: {token}",
-            file=sys.stderr,
-            flush=True,
-        )
+__all__ = ["serve_command"]
 
 
 def _url(host: str, port: int) -> str:
@@ -81,6 +50,9 @@ def serve_command(
     ] = 90,
 ) -> None:
     """Run the privacy-budget service: API at /api/v1 (OpenAPI at /docs), dashboard at /."""
+    from dpkit._extras import require
+
+    require("service", by="dpkit serve")
     import uvicorn
 
     os.environ["DPKIT_DATABASE"] = database
@@ -93,6 +65,7 @@ def serve_command(
     if workers > 1:
         # create the schema and the first officer once, before the workers start
         from dpkit.service._core import Service, ServiceConfig
+        from dpkit.service.app import announce_token
 
         first = Service(
             ServiceConfig(
@@ -102,7 +75,7 @@ def serve_command(
                 token_days=token_days,
             )
         )
-        _announce_token(first, chosen)
+        announce_token(first, chosen)
         first.close()
     url = _url(host, port)
     print(
@@ -112,7 +85,7 @@ def serve_command(
         flush=True,
     )
     uvicorn.run(
-        "dpkit.service.cli:build_app",
+        "dpkit.service.app:build_app",
         factory=True,
         host=host,
         port=port,
