@@ -56,6 +56,10 @@ CI_SLOW_EXCLUDED: dict[str, str] = {
         "20,000 ORed conditions (about a minute of SQL each); the default suite answers 2,000, "
         "which already overflows the recursion unbalanced."
     ),
+    r"tests/service/test_hostile_property\.py::\w+_at_length\[": (
+        "300 hostile requests per ledger store (~2 min per store); the default suite sends 40 "
+        "per store."
+    ),
     r"tests/property/test_(cli_query|session_outcomes|ml_outcomes)_props\.py::\w+_many": (
         "the same hypothesis property at many more examples (minutes each); the default suite "
         "runs each property at CI size."
