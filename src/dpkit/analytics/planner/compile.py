@@ -4,7 +4,6 @@ and the exact check that the calibrated loss fits the query budget."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -170,10 +169,10 @@ def compile_query(
             mechanism,
             spare_delta * agg.weight / total_weight,
         )
-        finisher, losses, text = compiler_for(agg)(agg, family)
+        finisher, uses, text = compiler_for(agg)(agg, family)
         finishers.append(finisher)
-        mechanisms.update(_mechanism_names(text))
-        split[agg.name] = compose(*losses)
+        mechanisms.update(use.mechanism for use in uses)
+        split[agg.name] = compose(*(use.loss for use in uses))
         lines.append(f"{agg.name}: {text}; loss {split[agg.name]}")
 
     selection: Noisy | None = None
@@ -214,18 +213,6 @@ def compile_query(
         threshold,
         tuple(sorted(mechanisms)),
     )
-
-
-_MECHANISM_RE = re.compile(
-    r"\b(geometric|discrete_gaussian|staircase|ladder) noise\b|"
-    r"\b(exponential|inverse sensitivity|smooth sensitivity|propose-test-release) mechanism\b"
-)
-
-
-def _mechanism_names(text: str) -> set[str]:
-    """The mechanisms an explanation line says it uses ('<name> noise', 'exponential mechanism');
-    alternatives it only mentions (e.g. 'vs staircase 3,522') do not count."""
-    return {(a or b).replace(" ", "_").replace("-", "_") for a, b in _MECHANISM_RE.findall(text)}
 
 
 def _total_loss(split: Mapping[str, PrivacyLoss], share: Share, selection: bool) -> PrivacyLoss:

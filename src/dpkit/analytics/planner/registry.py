@@ -1,8 +1,10 @@
 """The registry of aggregate families: one compiler per aggregation type.
 
 A compiler turns one aggregation of a query, with its share of the budget, into the outputs the
-engine must compute, the measurements that will add noise to them, and a finisher that builds the
-released columns or tables. Families live in :mod:`dpkit.analytics.planner.families`, one module
+engine must compute, the measurements that will add noise to them (returned as :class:`Use`
+records: the mechanism's name and its loss, from which the compiler composes the query's loss
+and the ledger records the mechanisms), and a finisher that builds the released columns or
+tables. Families live in :mod:`dpkit.analytics.planner.families`, one module
 each, and register themselves with :func:`register`::
 
     @register(Count)
@@ -28,10 +30,34 @@ from dpkit.analytics.query import Aggregation
 from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import UnsupportedQueryError
 
-__all__ = ["Compiled", "Compiler", "FamilyContext", "compiler_for", "register", "registered"]
+__all__ = [
+    "Compiled",
+    "Compiler",
+    "FamilyContext",
+    "Use",
+    "compiler_for",
+    "register",
+    "registered",
+    "used",
+]
 
-Compiled: TypeAlias = tuple[Finisher, list[PrivacyLoss], str]
-"""(finisher, the losses of its measurements, one line for ``explain()``)."""
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """One mechanism an aggregation runs and the loss it spends: the structure the compiler
+    composes the losses from and the ledger records the mechanisms from (never the prose)."""
+
+    mechanism: str
+    loss: PrivacyLoss
+
+
+def used(noisy: Any) -> Use:
+    """The :class:`Use` of a :class:`~dpkit.analytics.planner.compiled.Noisy` output."""
+    return Use(noisy.measurement.name, noisy.loss)
+
+
+Compiled: TypeAlias = tuple[Finisher, list[Use], str]
+"""(finisher, the mechanisms it runs with their losses, one line for ``explain()``)."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import numpy as np
 
 from dpkit.analytics.planner.compiled import Context, Finisher, Noisy
 from dpkit.analytics.planner.noise import integer_noise
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, register, used
 from dpkit.analytics.query import (
     Count,
     CountUnits,
@@ -34,7 +34,7 @@ def compile_count(agg: Count, ctx: FamilyContext) -> Compiled:
     noisy = Noisy(ctx.main.output("rows"), integer_noise(ctx.share, l1, l2sq))
     return (
         _count_finisher(agg.name, noisy),
-        [noisy.loss],
+        [used(noisy)],
         f"{noisy.measurement.name} noise, sensitivity L1={l1}, L2²={l2sq}",
     )
 
@@ -45,6 +45,6 @@ def compile_count_units(agg: CountUnits, ctx: FamilyContext) -> Compiled:
     noisy = Noisy(ctx.main.output("units"), integer_noise(ctx.share, m, m))
     return (
         _count_finisher(agg.name, noisy),
-        [noisy.loss],
+        [used(noisy)],
         f"{noisy.measurement.name} noise, sensitivity L1={m}, L2²={m}",
     )

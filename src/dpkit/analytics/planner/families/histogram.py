@@ -8,7 +8,7 @@ import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 from dpkit.analytics.engines.base import BinSpec
 from dpkit.analytics.planner.compiled import Context, Finisher, GroupKey, Noisy, OutputRegistry
 from dpkit.analytics.planner.noise import integer_noise
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, register, used
 from dpkit.analytics.query import (
     Histogram,
 )
@@ -54,7 +54,7 @@ def compile_histogram(agg: Histogram, ctx: FamilyContext) -> Compiled:
     noisy = Noisy(out, integer_noise(ctx.share, ctx.contrib.rows_l1, ctx.contrib.rows_l2_squared))
     return (
         _histogram_finisher(agg, noisy, plan_index),
-        [noisy.loss],
+        [used(noisy)],
         (
             f"{len(agg.edges) - 1} bins; {noisy.measurement.name} noise, sensitivity "
             f"L1={ctx.contrib.rows_l1}"

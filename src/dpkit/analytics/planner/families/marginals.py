@@ -62,7 +62,7 @@ from dpkit.analytics.engines.base import Step
 from dpkit.analytics.expr import Expr, col
 from dpkit.analytics.planner.compiled import Context, GroupKey, OutputRegistry
 from dpkit.analytics.planner.noise import Share
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, Use, register
 from dpkit.analytics.query import MarginalCounts, RangeCounts
 from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import PrivacyLoss
@@ -515,7 +515,7 @@ def _compile(plan: MarginalsPlan | RangesPlan, ctx: FamilyContext) -> Compiled:
             ),
         )
 
-    return finish, [plan.loss], plan.describe()
+    return finish, [Use(mechanism, plan.loss)], plan.describe()
 
 
 @register(MarginalCounts)

@@ -18,7 +18,7 @@ from dpkit.analytics.planner.noise import (
     integer_noise,
     value_exponent_for_sum,
 )
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, register, used
 from dpkit.analytics.query import (
     Mean,
     Variance,
@@ -49,12 +49,12 @@ def _compile_moments(
     count = Noisy(main.output("nonnull", value), integer_noise(part, l1, l2sq))
     total = Noisy(main.output("sum", value), integer_noise(part, l1 * per_row, l2sq * per_row**2))
     squares = None
-    losses = [count.loss, total.loss]
+    uses = [used(count), used(total)]
     if isinstance(agg, Variance):
         squares = Noisy(
             main.output("sumsq", value), integer_noise(part, l1 * per_row**2, l2sq * per_row**4)
         )
-        losses.append(squares.loss)
+        uses.append(used(squares))
     g = 2.0**exponent
 
     def finish(ctx: Context) -> None:
@@ -78,7 +78,7 @@ def _compile_moments(
                 float(z * sd[0]) if sd.size else math.nan,
                 ctx.alpha,
                 count.measurement.name,
-                compose(*losses),
+                compose(*(u.loss for u in uses)),
                 None,
                 "first-order interval for noisy sum / noisy count, per group in the table",
             )
@@ -118,7 +118,7 @@ def _compile_moments(
             float(z * sd[0]) if sd.size else math.nan,
             ctx.alpha,
             count.measurement.name,
-            compose(*losses),
+            compose(*(u.loss for u in uses)),
             None,
             "first-order interval from three noisy sums, per group in the table",
         )
@@ -126,7 +126,7 @@ def _compile_moments(
     kind = "mean" if isinstance(agg, Mean) else ("std" if agg.std else "variance")
     return (
         finish,
-        losses,
+        uses,
         (
             f"{kind} from {parts} noisy sums on grid 2^{exponent} centred at {center * g:g}; "
             f"{count.measurement.name} noise, {parts} equal parts"

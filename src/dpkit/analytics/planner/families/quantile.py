@@ -49,7 +49,7 @@ from dpkit.analytics.bounding import Contribution
 from dpkit.analytics.engines.base import BinSpec, BoundedPlan, ValueSpec
 from dpkit.analytics.planner.compiled import Context, OutputRegistry
 from dpkit.analytics.planner.noise import Share, ceil_log2, floor_log2, grid_range
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, Use, register
 from dpkit.analytics.query import (
     Quantile,
     dyadic_step,
@@ -268,6 +268,13 @@ ZCDP_BETA_SHARE = Fraction(1, 8)
 """Under a zCDP share the smooth method's unit-level β is ε_g/8, ε_g = √(2ρ_g) (the default of
 :func:`dpkit.sensitivity.smooth.plan_zcdp` for the log-normal families), for every family."""
 
+_METHOD_MECHANISM = {
+    "inverse": "inverse_sensitivity",
+    "smooth": "smooth_sensitivity",
+    "ptr": "propose_test_release",
+}
+"""The mechanism the ledger records for each data-dependent quantile method."""
+
 _FAMILY_TEXT = {
     "laplace_log_normal": "Laplace log-normal",
     "uniform_log_normal": "uniform log-normal",
@@ -374,7 +381,7 @@ def compile_data_dependent(
     groups: int,
     add_plan: Any,
     rho: Fraction | None = None,
-) -> tuple[Any, list[PrivacyLoss], str]:
+) -> tuple[Any, list[Use], str]:
     """(finisher, losses, explanation) of a data-dependent quantile aggregation.
 
     ``add_plan(value_spec)`` registers an extra bounded plan with grid bins on ``value_spec``
@@ -454,7 +461,7 @@ def compile_data_dependent(
             )
 
     text = f"{calibrated.text}; {reason}"
-    return finish, [calibrated.loss], text
+    return finish, [Use(_METHOD_MECHANISM[method], calibrated.loss)], text
 
 
 def _em_note(bound: float, alpha: float, rounding: str) -> str:
@@ -573,7 +580,7 @@ def _compile_grid(
         f"(step 2^{exponent}), ε={float(epsilon):.4g}, utility sensitivity {sensitivity}; "
         "utility −dist(q·n, [rows below, rows at or below]) (ties count on either side)"
     )
-    return finish, [loss], text
+    return finish, [Use("exponential", loss)], text
 
 
 def candidate_edges(values: tuple[Fraction, ...]) -> tuple[float, ...]:
@@ -638,7 +645,7 @@ def _compile_candidate_set(
         f"ε={float(epsilon):.4g}, utility sensitivity {sensitivity}; utility "
         "−dist(q·n, [rows below, rows at or below]) (ties count on either side)"
     )
-    return finish, [loss], text
+    return finish, [Use("exponential", loss)], text
 
 
 @register(Quantile)
@@ -658,10 +665,10 @@ def compile_quantile(agg: Quantile, ctx: FamilyContext) -> Compiled:
         isinstance(agg.candidates, tuple),
     )
     if chosen == "exponential":
-        finish, losses, text = _compile_quantile(
+        finish, uses, text = _compile_quantile(
             agg, ctx.share, ctx.contrib, ctx.extra_plans, ctx.make_plan
         )
-        return finish, losses, f"{text}; {reason}"
+        return finish, uses, f"{text}; {reason}"
 
     def add_plan(spec: ValueSpec) -> tuple[int, int]:
         registry = OutputRegistry()

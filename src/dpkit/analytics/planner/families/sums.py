@@ -21,7 +21,7 @@ from dpkit.analytics.planner.noise import (
     sum_grid,
     value_exponent_for_sum,
 )
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, register, used
 from dpkit.analytics.query import (
     Sum,
     render_values,
@@ -99,7 +99,7 @@ def _compile_values_sum(
             f"{head}{noisy.measurement.name} noise, sensitivity L2²={l2sq} grid steps² (the "
             "ladder and staircase need a pure-DP share)"
         )
-        return _sum_finisher(agg.name, noisy, grid), [noisy.loss], text
+        return _sum_finisher(agg.name, noisy, grid), [used(noisy)], text
     choice = choose_noise(
         units,
         share.amount,
@@ -123,7 +123,7 @@ def _compile_values_sum(
     groups = f", in <= {m} groups at ε/{m} each" if m > 1 and choice.chosen != "geometric" else ""
     described = describe_choice(choice, g)
     text = f"{head}{reach}{groups}; {described}"
-    return _sum_finisher(agg.name, noisy, grid, described), [noisy.loss], text
+    return _sum_finisher(agg.name, noisy, grid, described), [used(noisy)], text
 
 
 @register(Sum)
@@ -146,7 +146,7 @@ def compile_sum(agg: Sum, ctx: FamilyContext) -> Compiled:
     )
     return (
         _sum_finisher(agg.name, noisy, grid),
-        [noisy.loss],
+        [used(noisy)],
         (
             f"clamp to [{low_f:g}, {high_f:g}]; exact sum on grid 2^{grid.fine}, rounded to "
             f"grid 2^{grid.coarse}; {noisy.measurement.name} noise, sensitivity "

@@ -25,7 +25,7 @@ from dpkit.analytics.planner.noise import (
     sum_grid,
     value_exponent_for_sum,
 )
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register
+from dpkit.analytics.planner.registry import Compiled, FamilyContext, Use, register
 from dpkit.analytics.query import (
     Workload,
 )
@@ -193,7 +193,7 @@ def _compile_workload(
         if optimised.svd_bound is not None and share.family == "zcdp":
             v = noise_variance(opt_noise) / optimised.quantised.col_l2_sq  # per unit sensitivity
             line += f", SVD lower bound {optimised.svd_bound * v * g * g:.4g}"
-    return (finish, [chosen.loss], line + ")")
+    return (finish, [Use(chosen.name, chosen.loss)], line + ")")
 
 
 @register(Workload)
