@@ -1,8 +1,10 @@
 """The :class:`Session`: one table, one privacy unit, one budget in a ledger.
 
-The flow of :meth:`Session.evaluate` ("spend before you speak"):
+The flow of :meth:`Session.evaluate` ("spend before you speak"), through the one door every
+release uses (:func:`dpkit._door.release`):
 
-1. compile the query against the table's *schema* (public metadata; no rows are read);
+1. compile the query against the table's *schema* (public metadata; no rows are read) and
+   rehearse its release on the empty table: a failure there is a refusal, nothing is charged;
 2. ``ledger.reserve(...)`` the query's loss — over budget,
    :class:`~dpkit.errors.BudgetExceededError` is raised here, before any data is read, and
    nothing is charged;
@@ -11,7 +13,9 @@ The flow of :meth:`Session.evaluate` ("spend before you speak"):
 5. ``ledger.commit(...)`` records the receipt, and only then is the :class:`Release` returned.
 
 If step 3 or 4 fails, the reservation is marked failed and **stays charged**: the data may have
-been read, and a refund would let an attacker probe it with failing queries.
+been read, and a refund would let an attacker probe it with failing queries. The error is an
+:class:`~dpkit.errors.UnreadableDataError` or an :class:`~dpkit.errors.InternalError`, never
+"the data".
 """
 
 from __future__ import annotations
