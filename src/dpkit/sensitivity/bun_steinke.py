@@ -88,7 +88,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dpkit._exact import exp_upper
-from dpkit.errors import InvalidParameterError, UnsupportedQueryError
+from dpkit.errors import InvalidParameterError, PrivacyCheckError, UnsupportedQueryError
 
 __all__ = [
     "OFFERED",
@@ -349,7 +349,11 @@ def calibrate(
     s = room / lipschitz_upper(family, sig, d)
     s = Fraction(math.floor(s * 2**40), 2**40)
     claimed = epsilon_upper(family, sig, d, s, t)
-    assert claimed <= eps
+    if not claimed <= eps:  # a check, not an assert: it must survive python -O
+        raise PrivacyCheckError(
+            f"internal check failed: the calibrated {family} noise claims ε = {float(claimed):.6g}"
+            f" > {float(eps):.6g}; nothing was released. Please report this."
+        )
     return ZCDPNoise(family, sig, d if family == "student_t" else 0, s, t, claimed)
 
 

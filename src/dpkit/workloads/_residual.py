@@ -42,7 +42,7 @@ import numpy as np
 
 from dpkit._exact import Number, check_rho
 from dpkit.core.losses import ZCDP
-from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckError
 from dpkit.mechanisms._additive import integer_input
 from dpkit.noise.distributions import DiscreteGaussian
 
@@ -257,6 +257,10 @@ def plan_residuals(
         exact = {a: Fraction(s) * (1 + Fraction(1, 10**12)) for a, s in sigma2.items()}
         info["sigma2_exact"] = exact
     plan = ResidualPlan(dom, sets, w, r, cost_model, sigma2, v, p, info)
-    if cost_model == "lattice":
-        assert plan.loss().rho <= r, "exact cost exceeds the budget"
+    # a check, not an assert: it must survive python -O
+    if cost_model == "lattice" and not plan.loss().rho <= r:
+        raise PrivacyCheckError(
+            f"internal check failed: the plan's exact cost {plan.loss()} exceeds the budget "
+            f"ρ = {r}; nothing was measured. Please report this."
+        )
     return plan
