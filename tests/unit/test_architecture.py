@@ -174,3 +174,39 @@ def test_the_graph_sees_function_level_imports_and_skips_type_checking(tmp_path:
         "import typing\nif typing.TYPE_CHECKING:\n    from dpkit.a import x\n"
     )
     assert cycles(import_graph(tmp_path)) == []
+
+
+def _engine_private_reads(path: Path) -> list[str]:
+    """``engine._x`` / ``self.engine._x`` / ``session.engine._x`` reads in one file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+            continue
+        owner = node.value
+        name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+        if name == "engine" and not node.attr.startswith("__"):
+            found.append(f"{path.name}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_engines_are_used_through_their_protocol() -> None:
+    """Issue 22: no module outside analytics/engines reads an engine's private attributes, and
+    no analytics module switches on engine names (blocks.py read 11 of them and switched on
+    'duckdb'/'spark'). The service choosing what to build for its configured engine is
+    configuration, not a leak, and is not checked for names."""
+    analytics = SRC / "dpkit" / "analytics"
+    engines = analytics / "engines"
+    reads: list[str] = []
+    switches: list[str] = []
+    for path in (SRC / "dpkit").rglob("*.py"):
+        if engines in path.parents:
+            continue
+        reads += _engine_private_reads(path)
+        if analytics not in path.parents:
+            continue
+        text = path.read_text(encoding="utf-8")
+        names = ('== "duckdb"', '== "spark"', '== "pandas"', "BLOCK_ENGINES")
+        switches += [f"{path.relative_to(SRC)}: {q}" for q in names if q in text]
+    assert reads == [], reads
+    assert switches == [], switches

@@ -314,8 +314,19 @@ def test_blocks_by_row_are_flagged(monkeypatch: pytest.MonkeyPatch, seeded: None
 
 
 def test_an_engine_without_blocks_is_refused_before_the_reservation(no_reads: None) -> None:
+    class WithoutBlocks:  # a third-party engine: runs plans, computes no blocks
+        name = "custom"
+
+        def __init__(self, engine: Any) -> None:
+            self._inner = engine
+
+        def __getattr__(self, attr: str) -> Any:
+            if attr in ("blocks", "check_blocks"):
+                raise AttributeError(attr)
+            return getattr(self._inner, attr)
+
     session = _session(_table())
-    session.engine.name = "custom"  # type: ignore[misc]
+    session.engine = WithoutBlocks(session.engine)  # type: ignore[assignment]
     with pytest.raises(InvalidParameterError) as info:
         session.sample_and_aggregate(
             _mean_x, columns=["x"], output_range=(0, 10), n_range=(60, 60), m=4, epsilon=1

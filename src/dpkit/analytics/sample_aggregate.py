@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit._exact import Number, fraction_of
-from dpkit.analytics.blocks import BLOCK_ENGINES, BlockCall, engine_blocks
+from dpkit.analytics.blocks import BlockCall, engine_blocks
 from dpkit.analytics.expr import check_unicode
 from dpkit.analytics.query import Query, count
 from dpkit.analytics.results import Accuracy, Release
@@ -124,10 +124,10 @@ def run_sample_and_aggregate(
     wanted = [check_unicode("columns", str(c)) for c in columns]
     if len(set(wanted)) != len(wanted):
         raise InvalidParameterError("columns", columns, "distinct column names")
-    engine_name = getattr(session.engine, "name", "")
-    if engine_name not in BLOCK_ENGINES:
+    if not callable(getattr(session.engine, "blocks", None)):  # the engine protocol, not names
+        engine_name = getattr(session.engine, "name", "") or type(session.engine).__name__
         raise InvalidParameterError(
-            "engine", engine_name or type(session.engine).__name__, "'duckdb', 'pandas' or 'spark'"
+            "engine", engine_name, "an engine that computes blocks: 'duckdb', 'pandas' or 'spark'"
         )
     checked = validate((base or Query()).agg(count()), session.schema, session.privacy_unit)
     for name in wanted:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 from sqlglot import exp
 
+from dpkit.analytics.engines._blocks import rows_select, split_sorted
 from dpkit.analytics.engines._columns import (
     check_declared_schema,
     csv_header,
@@ -41,7 +42,7 @@ from dpkit.analytics.engines._heavy import (
     heavy_candidates,
     unit_is_raw,
 )
-from dpkit.analytics.engines.base import BoundedPlan
+from dpkit.analytics.engines.base import BoundedPlan, Step
 from dpkit.analytics.engines.sql import build_query, ident, sql_text
 from dpkit.analytics.expr import ColumnKind
 from dpkit.errors import InvalidDataError
@@ -195,6 +196,30 @@ class DuckDBEngine:
         """Write the plan's SQL (public: no data is read), before anything is reserved: a plan
         the generator cannot write is refused (:func:`~.sql.sql_text`)."""
         self.sql(plan)
+
+    def check_blocks(self, steps: tuple[Step, ...], unit: str, columns: Sequence[str]) -> None:
+        """Write the blocks' SQL before anything is reserved (see :meth:`check`)."""
+        self._prepare_pandas()
+        source = self._source_sql.copy()
+        sql_text(rows_select(self, source, steps, unit, columns, 2, 0, "duckdb"), "duckdb")
+
+    def blocks(
+        self,
+        steps: tuple[Step, ...],
+        unit: str,
+        columns: Sequence[str],
+        m: int,
+        salt: int,
+        call: Any,
+    ) -> np.ndarray:
+        """Sample-and-aggregate: ``hash(unit, salt) % m`` in SQL, rows ordered by block, cut
+        into per-block frames for ``call`` (:mod:`dpkit.analytics.blocks`)."""
+        self._prepare_pandas()
+        select = rows_select(self, self._source_sql.copy(), steps, unit, columns, m, salt, "duckdb")
+        ordered = select.order_by(exp.column("__dpkit_block", quoted=True))
+        frame = self._con.sql(sql_text(ordered, "duckdb")).to_arrow_table().to_pandas()
+        blocks = frame["__dpkit_block"].to_numpy(dtype=np.int64)
+        return split_sorted(frame, blocks, m, call, columns)
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         if self._csv is not None:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
+from dpkit.analytics.engines._blocks import pandas_blocks
 from dpkit.analytics.engines._columns import (
     canonical,
     check_declared_schema,
@@ -323,6 +324,19 @@ class PandasEngine:
             df = source
         self._loaded = prepare_pandas(df, self._kinds)
         return self._loaded
+
+    def blocks(
+        self,
+        steps: tuple[Step, ...],
+        unit: str,
+        columns: Sequence[str],
+        m: int,
+        salt: int,
+        call: Any,
+    ) -> np.ndarray:
+        """Sample-and-aggregate: a keyed SipHash of each unit (:mod:`dpkit.analytics.blocks`)."""
+        df = apply_steps(self._data(), steps)
+        return pandas_blocks(df, unit, columns, m, salt, call)
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         df = apply_steps(self._data(), plan.steps)

@@ -18,7 +18,7 @@ import os
 import secrets
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 from sqlglot import exp
 
 from dpkit._extras import require
+from dpkit.analytics.engines._blocks import rows_select, spark_blocks
 from dpkit.analytics.engines._columns import (
     check_declared_schema,
     csv_header,
@@ -45,7 +46,7 @@ from dpkit.analytics.engines._heavy import (
     heavy_candidates,
     unit_is_raw,
 )
-from dpkit.analytics.engines.base import BoundedPlan
+from dpkit.analytics.engines.base import BoundedPlan, Step
 from dpkit.analytics.engines.sql import build_query, ident, sql_text
 from dpkit.analytics.expr import Binary, Col, ColumnKind, Expr, IsIn, Unary
 from dpkit.errors import InvalidDataError
@@ -315,6 +316,31 @@ class SparkEngine:
     def check(self, plan: BoundedPlan) -> None:
         """Write the plan's SQL before anything is reserved (see DuckDBEngine.check)."""
         self.sql(plan)
+
+    def _blocks_select(
+        self, steps: tuple[Step, ...], unit: str, columns: Sequence[str], m: int, salt: int
+    ) -> Any:
+        self._prepare()
+        source = exp.Table(this=exp.to_identifier(self._view, quoted=True))
+        return rows_select(self, source, steps, unit, columns, m, salt, "spark")
+
+    def check_blocks(self, steps: tuple[Step, ...], unit: str, columns: Sequence[str]) -> None:
+        """Write the blocks' SQL before anything is reserved (see :meth:`check`)."""
+        sql_text(self._blocks_select(steps, unit, columns, 2, 0), "spark")
+
+    def blocks(
+        self,
+        steps: tuple[Step, ...],
+        unit: str,
+        columns: Sequence[str],
+        m: int,
+        salt: int,
+        call: Any,
+    ) -> Any:
+        """Sample-and-aggregate: ``pmod(xxhash64(unit, salt), m)``, then ``call`` per block on
+        the executors (:mod:`dpkit.analytics.blocks`)."""
+        select = self._blocks_select(steps, unit, columns, m, salt)
+        return spark_blocks(self._spark.sql(sql_text(select, "spark")), columns, m, call)
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         if self._csv is not None:
