@@ -15,16 +15,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 _SKIP = re.compile(r"importorskip\(\s*[\"']([A-Za-z0-9_.]+)[\"']")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+")
+_SELF = re.compile(r"^dpkit\[([a-z,\s]+)\]$")
 
 
 def _test_extra() -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    names = set()
-    # the main dependencies are always installed, and so are the test extra's
-    for requirement in [*project["dependencies"], *project["optional-dependencies"]["test"]]:
-        match = _NAME.match(requirement)
-        assert match is not None, requirement
-        names.add(match.group(0).lower().replace("-", "_"))
+    extras: dict[str, list[str]] = project["optional-dependencies"]
+    names: set[str] = set()
+    seen: set[str] = set()
+
+    def add(requirements: list[str]) -> None:
+        for requirement in requirements:
+            own = _SELF.match(requirement)
+            if own is not None:  # dpkit[a,b]: the test extra pulls in other extras
+                for extra in own.group(1).split(","):
+                    if extra.strip() not in seen:
+                        seen.add(extra.strip())
+                        add(extras[extra.strip()])
+                continue
+            match = _NAME.match(requirement)
+            assert match is not None, requirement
+            names.add(match.group(0).lower().replace("-", "_"))
+
+    # the main dependencies are always installed, and so is the test extra (with what it pulls)
+    add([*project["dependencies"], *extras["test"]])
     return names
 
 
