@@ -295,3 +295,45 @@ def test_regression_fit_on_a_session_spends_exactly_its_loss() -> None:
     )
     assert model.privacy_loss_ == dp.PureDP(2)
     assert session.remaining == dp.PureDP(Fraction(98))
+
+
+def _fits() -> list[tuple[str, Callable[[Any, Ledger], Any]]]:
+    return [
+        (
+            "kmeans",
+            lambda x, led: KMeans(n_clusters=2, bounds=[(0, 10), (0, 10)], epsilon=1).fit(
+                x, ledger=led, dataset="t"
+            ),
+        ),
+        (
+            "regression",
+            lambda x, led: LinearRegression(
+                bounds_X=[(0, 10), (0, 10)], bounds_y=(0, 10), epsilon=1
+            ).fit(x, [1.0] * 50, ledger=led, dataset="t"),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("odd", [None, "a private text"])
+@pytest.mark.parametrize(("kind", "fit"), _fits())
+def test_one_odd_value_in_a_list_never_makes_a_fit_fail(kind: str, fit: Any, odd: Any) -> None:
+    """Review of the door: with a Python list (no declared dtype) one person's None or text
+    made the fit fail after the charge, so whether it released depended on that value. Values
+    are now read one by one; a non-number is NaN, which the row map sends to the midpoint."""
+    ledger = Ledger.open(":memory:")
+    ledger.create_budget("t", dp.PureDP(10))
+    rows: list[list[Any]] = X[:50].tolist()
+    rows[7][0] = odd
+    fit(rows, ledger)
+    assert _kinds(ledger) == ["reserve", "commit"]
+
+
+@pytest.mark.parametrize(("kind", "fit"), _fits())
+def test_a_sparse_matrix_is_refused_before_the_reservation(kind: str, fit: Any) -> None:
+    import scipy.sparse as sparse
+
+    ledger = Ledger.open(":memory:")
+    ledger.create_budget("t", dp.PureDP(10))
+    with pytest.raises(InvalidDataError, match="sparse"):
+        fit(sparse.csr_matrix(X[:50]), ledger)
+    assert _kinds(ledger) == []

@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import scipy.sparse as sp
 
+from dpkit._arrays import as_float64
 from dpkit._exact import check_delta, check_epsilon, check_rho, sqrt_upper
 from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
@@ -429,7 +430,12 @@ def input_shape(X: Any, name: str = "X") -> tuple[int, ...]:
     """The public schema of an in-memory input, checked before anything is reserved: its shape
     and, where the input declares them (numpy arrays, pandas frames and series), its dtypes,
     which must be numeric or boolean. Values are not read (a Python list has no declared dtype:
-    its values are checked after the reservation, by :func:`check_shape`)."""
+    its values are read one by one after the reservation, by :func:`check_shape`, and never
+    refused). A scipy sparse matrix is refused: it declares no dense shape numpy can read."""
+    if sp.issparse(X):
+        raise InvalidDataError(
+            name, "is a scipy sparse matrix", "Pass a dense 2-d array, e.g. X.toarray()."
+        )
     try:
         shape = tuple(int(s) for s in np.shape(X))
     except (TypeError, ValueError):
@@ -474,12 +480,16 @@ def check_columns(shape: tuple[int, ...], d: int, name: str = "X") -> None:
 def check_shape(X: Any, d: int, name: str = "X") -> np.ndarray:
     """The schema check (public): a numeric 2-d array with d columns; any number of rows.
     pandas frames and series are read as float64 (nullable columns' missing values become NaN,
-    which the row map sends to the midpoint)."""
+    which the row map sends to the midpoint). A container without a declared dtype (a Python
+    list) is read value by value (:func:`dpkit._arrays.as_float64`): ``None``, text or anything
+    else that is not a number becomes NaN, so one person's value never makes the fit fail."""
     try:
         if hasattr(X, "to_numpy") and not isinstance(X, np.ndarray):
             array = np.asarray(X.to_numpy(dtype=np.float64, na_value=np.nan))
+        elif isinstance(X, np.ndarray):
+            array = X
         else:
-            array = np.asarray(X)
+            array = as_float64(np.asarray(X, dtype=object))
     except (TypeError, ValueError):
         raise InvalidDataError(name, "cannot be read as a 2-d numeric array") from None
     if array.ndim == 1 and d == 1:

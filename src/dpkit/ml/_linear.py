@@ -230,8 +230,8 @@ class LinearRegression(BaseEstimator, RegressorMixin):  # type: ignore[misc]
 
         Everything public is checked first: the parameters, the bounds against X's columns,
         the declared dtypes of X and y (numpy arrays, pandas frames), and that X and y have
-        the same number of rows. A Python list has no declared dtype: a non-numeric value in it
-        is found after the reservation (charged, and reported as a data error)."""
+        the same number of rows. A Python list has no declared dtype: its values are read one
+        by one and a non-number becomes NaN (the midpoint), so no value makes the fit fail."""
         shape = input_shape(X)
         d_x = input_features(shape)
         budget, box_x, box_y = self._validate(d_x, columns_of="X")
