@@ -5,7 +5,7 @@ release uses (:func:`dpkit._door.release`):
 
 1. compile the query against the table's *schema* (public metadata; no rows are read) and
    rehearse its release on the empty table: a failure there is a refusal, nothing is charged;
-2. ``ledger.reserve(...)`` the query's loss — over budget,
+2. the ledger reserves the query's loss — over budget,
    :class:`~dpkit.errors.BudgetExceededError` is raised here, before any data is read, and
    nothing is charged;
 3. the engine runs the exact, bounded plan and returns integer aggregates;
