@@ -24,7 +24,7 @@ import numpy as np
 
 from dpkit._exact import Number, fraction_of, sensitivity_of
 from dpkit.analytics._declared import MarginalCounts, RangeCounts, build_marginals, build_ranges
-from dpkit.analytics._declared import render as render_declared
+from dpkit.analytics._families import family_of, forms, released_columns
 from dpkit.analytics._keys import KeySet, check_name
 from dpkit.analytics.expr import Col, Expr, Structural, col, lit
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
@@ -860,44 +860,32 @@ def render_plan(node: PlanNode) -> str:
 
 
 def _render_agg(agg: Aggregation) -> str:
-    kind = type(agg).__name__.lower()
-    if isinstance(agg, Count | CountUnits):
-        return f"{kind}() as {agg.name}"
-    if isinstance(agg, Workload):
-        shape = f"{len(agg.matrix)}x{len(agg.matrix[0])}"
-        over = f" of sum({agg.column})" if agg.column else ""
-        return f"workload[{shape}]{over} as {agg.name}"
-    if isinstance(agg, Histogram):
-        return f"histogram({agg.column}, {len(agg.edges) - 1} bins) as {agg.name}"
-    if isinstance(agg, MarginalCounts | RangeCounts):
-        return render_declared(agg)
-    if isinstance(agg, Sum) and agg.values is not None:
-        return f"sum({agg.column}, values {render_values(agg.values)}) as {agg.name}"
+    """``agg`` as plan text, as its family declares (:mod:`dpkit.analytics._families`)."""
+    family = family_of(agg)
+    if family is None:
+        return f"{type(agg).__name__.lower()}(...) as {agg.name}"
+    return family.render(agg)
+
+
+def render_bounded(kind: str, agg: Any, extra: str = "") -> str:
+    """``kind(column, [lower, upper]extra) as name``: the plan text of a clamped aggregation."""
     low, high = agg.bounds
-    extra = f", q={agg.q}" if isinstance(agg, Quantile) else ""
-    if isinstance(agg, Quantile) and agg.method != "auto":
-        extra += f", method={agg.method}"
-    if isinstance(agg, Quantile) and agg.noise != "auto":
-        extra += f", noise={agg.noise}"
-    if isinstance(agg, Quantile) and isinstance(agg.candidates, tuple):
-        first, last = float(agg.candidates[0]), float(agg.candidates[-1])
-        extra += f", {len(agg.candidates)} candidates in [{first:g}, {last:g}]"
-    if isinstance(agg, Variance) and agg.std:
-        kind = "std"
     return f"{kind}({agg.column}, [{low}, {high}]{extra}) as {agg.name}"
 
 
 # ---------------------------------------------------------------------------------- builder
-_HISTOGRAM_COLUMNS = ("bin_low", "bin_high", "count", "count_low", "count_high")
-
-
 def _released_columns(agg: Aggregation) -> tuple[str, ...]:
-    """The columns an aggregation adds to the main result table."""
-    if isinstance(agg, Histogram | Workload | MarginalCounts | RangeCounts):
-        return ()  # released as their own tables
-    if isinstance(agg, Quantile):
-        return (agg.name,)
-    return (agg.name, f"{agg.name}_low", f"{agg.name}_high")
+    """The columns an aggregation adds to the main result table (its family's spec)."""
+    return released_columns(agg)
+
+
+def _unknown_aggregation(agg: object) -> InvalidParameterError:
+    builders = ", ".join(f"{form.name}()" for form in forms())
+    return InvalidParameterError(
+        "aggregations",
+        agg,
+        f"aggregations built with one of the registered builders: {builders}",
+    )
 
 
 def _normalise_keys(columns: tuple[str, ...], keys: object) -> KeySet | None:
@@ -1039,17 +1027,12 @@ class GroupedQuery(Structural):
         """The aggregations to release, each with its share (``weight``) of the budget."""
         if not aggregations:
             raise InvalidParameterError("aggregations", aggregations, "at least one aggregation")
-        known = (
-            *(Count, CountUnits, Sum, Mean, Variance, Quantile, Histogram, Workload),
-            *(MarginalCounts, RangeCounts),
-        )
         names: set[str] = set()
         columns = dict.fromkeys(self.keys, "a group_by column")
         for agg in aggregations:
-            if not isinstance(agg, known):
-                raise InvalidParameterError(
-                    "aggregations", agg, "aggregations built with count(), sum(), mean(), ..."
-                )
+            family = family_of(agg)
+            if family is None:
+                raise _unknown_aggregation(agg)
             if agg.name in names or agg.name in self.keys:
                 raise InvalidParameterError(
                     "name", agg.name, "distinct output names (pass name=... to tell them apart)"
@@ -1065,22 +1048,20 @@ class GroupedQuery(Structural):
                         "Pass name=... (or rename the group_by column with with_column).",
                     )
                 columns[column] = f"a column of {agg.name!r}"
-            if isinstance(agg, Histogram | Workload | MarginalCounts | RangeCounts) and (
-                agg.name == "main"
-            ):
+            if family.table and agg.name == "main":
                 raise InvalidParameterError(
                     "name", agg.name, "a table name other than 'main' (the main result table)"
                 )
-            if isinstance(agg, Histogram):
-                clash = set(self.keys) & set(_HISTOGRAM_COLUMNS)
-                if clash:
-                    raise InvalidParameterError(
-                        "group_by",
-                        sorted(clash)[0],
-                        f"a column name other than {', '.join(map(repr, _HISTOGRAM_COLUMNS))} "
-                        "(columns of a histogram's table)",
-                        "Rename it first, e.g. .with_column('new_name', col(...)).",
-                    )
+            clash = set(self.keys) & set(family.table_columns)
+            if clash:
+                table_columns = ", ".join(map(repr, family.table_columns))
+                raise InvalidParameterError(
+                    "group_by",
+                    sorted(clash)[0],
+                    f"a column name other than {table_columns} "
+                    f"(columns of a {family.name}'s table)",
+                    "Rename it first, e.g. .with_column('new_name', col(...)).",
+                )
         node = Aggregate(
             self.plan,
             self.keys,

@@ -50,20 +50,10 @@ from sqlglot import TokenType, exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError, TokenError
 
+from dpkit.analytics._families import Form, forms
 from dpkit.analytics.expr import Binary, Expr, IsIn, Structural, Unary, col, lit
-from dpkit.analytics.query import (
-    Aggregation,
-    count,
-    count_distinct_units,
-    histogram,
-    mean,
-    median,
-    quantile,
-    quantile_name,
-    std,
-    sum,
-    variance,
-)
+from dpkit.analytics.planner import families as _registered  # noqa: F401  (fills the registry)
+from dpkit.analytics.query import Aggregation, quantile_name
 from dpkit.errors import UnsupportedQueryError
 
 __all__ = [
@@ -126,21 +116,9 @@ class ParsedQuery(Structural):
     source: str | None = None
 
 
-_OWN_FUNCTIONS = (
-    "SUM",
-    "AVG",
-    "MEAN",
-    "VARIANCE",
-    "VAR",
-    "VAR_POP",
-    "VARIANCE_POP",
-    "STDDEV",
-    "STD",
-    "STDDEV_POP",
-    "MEDIAN",
-    "QUANTILE",
-    "HISTOGRAM",
-)
+_OWN_FUNCTIONS = tuple(dict.fromkeys(n.upper() for form in forms() for n in form.sql))
+"""The SQL names of the registered aggregate families (except COUNT, which sqlglot parses)."""
+_OWN_FUNCTIONS = tuple(n for n in _OWN_FUNCTIONS if n != "COUNT")
 
 
 class _QueryDialect(DuckDB):
@@ -527,42 +505,49 @@ def _args(node: exp.Expr) -> list[exp.Expr]:
     return args
 
 
+def _sql_forms() -> dict[str, list[Form]]:
+    """The registered SQL functions (lower-case name -> its forms)."""
+    table: dict[str, list[Form]] = {}
+    for form in forms():
+        for sql_name in form.sql:
+            table.setdefault(sql_name.lower(), []).append(form)
+    return table
+
+
+def _aggregates_text() -> str:
+    """``Aggregates: COUNT(*), SUM(col, lower, upper), ...``: the registered SQL forms."""
+    shown = dict.fromkeys(form.sql_signature() for form in forms() if form.sql)
+    return "Aggregates: " + ", ".join(shown) + "."
+
+
 def _aggregation(node: exp.Expr, name: str | None, unit: str | None) -> Aggregation:
+    """The aggregation of one select-list call, by the SQL syntax its family declares
+    (:class:`dpkit.analytics._families.Form`)."""
     func = (node.name if isinstance(node, exp.Anonymous) else node.key).lower()
+    by_name = _sql_forms()
     if isinstance(node, exp.Count):
         inner = node.this
+        wanted = None
         if isinstance(inner, exp.Star):
-            return count(name or "count")
-        if isinstance(inner, exp.Distinct):
+            wanted = "*"
+        elif isinstance(inner, exp.Distinct):
             cols = inner.expressions
             if (
                 len(cols) == 1
                 and isinstance(cols[0], exp.Column)
                 and (unit is None or cols[0].name == unit)
             ):
-                return count_distinct_units(name or "units")
+                wanted = "distinct_unit"
+        for form in by_name.get("count", []):
+            if wanted is not None and form.params[:1] == (wanted,):
+                result: Aggregation = form.build({}, name)
+                return result
         raise _refuse(node, "Use COUNT(*) or COUNT(DISTINCT <privacy unit column>).")
     args = _args(node)
-    aliases = {
-        "avg": "mean",
-        "mean": "mean",
-        "sum": "sum",
-        "variance": "variance",
-        "var": "variance",
-        "var_pop": "variance",
-        "variance_pop": "variance",
-        "stddev": "std",
-        "std": "std",
-        "stddev_pop": "std",
-        "median": "median",
-        "quantile": "quantile",
-        "histogram": "histogram",
-    }
-    kind = aliases.get(func)
-    if kind is None:
-        raise _refuse(
-            node, "Aggregates: COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, QUANTILE, HISTOGRAM."
-        )
+    candidates = [f for f in by_name.get(func, []) if f.params[:1] == ("column",)]
+    if not candidates:
+        raise _refuse(node, _aggregates_text())
+    form = candidates[0]
     if not args:
         raise _refuse(node, "An aggregate needs a column.")
     column = _column_name(args[0])
@@ -571,26 +556,20 @@ def _aggregation(node: exp.Expr, name: str | None, unit: str | None) -> Aggregat
             f"{func.upper()} takes at most {MAX_LIST:,} numbers (edges); it has {len(args) - 1:,}"
         )
     numbers = [_number(a) for a in args[1:]]
-    if kind == "histogram":
-        return histogram(column, numbers, name)
-    if kind == "quantile":
-        if len(numbers) != 3:
-            raise _refuse(node, "QUANTILE(col, q, lower, upper).")
-        return quantile(
-            column, numbers[0], (numbers[1], numbers[2]), name or quantile_name(numbers[0], column)
-        )
-    if len(numbers) != 2:
-        raise _refuse(node, f"{func.upper()}(col, lower, upper): declare the clamping bounds.")
-    bounds = (numbers[0], numbers[1])
-    builders: dict[str, Any] = {
-        "sum": sum,
-        "mean": mean,
-        "variance": variance,
-        "std": std,
-        "median": median,
-    }
-    result: Aggregation = builders[kind](column, bounds, name)
-    return result
+    params = form.params[1:]
+    fixed = [p for p in params if not p.startswith("*")]
+    rest = [p for p in params if p.startswith("*")]
+    if len(numbers) < len(fixed) or (not rest and len(numbers) != len(fixed)):
+        signature = func.upper() + form.sql_signature()[len(form.sql[0]) :]
+        hint = ": declare the clamping bounds." if "lower" in params else "."
+        raise _refuse(node, f"{signature}{hint}")
+    values: dict[str, Any] = {"column": column}
+    for i, param in enumerate(fixed):
+        values[param] = numbers[i]
+    if rest:
+        values[rest[0].lstrip("*")] = numbers[len(fixed) :]
+    built: Aggregation = form.build(values, name)
+    return built
 
 
 _COMPARE = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}

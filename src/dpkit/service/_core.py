@@ -24,22 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from dpkit._exact import fraction_of
+from dpkit.analytics._families import Form, family_of, forms
 from dpkit.analytics.expr import Expr
 from dpkit.analytics.planner.compiled import CompiledQuery
-from dpkit.analytics.query import (
-    Aggregation,
-    KeySet,
-    Query,
-    count,
-    count_distinct_units,
-    histogram,
-    mean,
-    median,
-    quantile,
-    std,
-    sum,
-    variance,
-)
+from dpkit.analytics.query import Aggregation, KeySet, Query
 from dpkit.analytics.querytext import (
     MAX_GROUP_BY,
     MAX_LIST,
@@ -134,7 +122,8 @@ MAX_QUANTILE_RELEASES = 500
 keys (each is a release of its own, about 4 ms of CPU: 100 quantiles over 100 keys took a
 minute of CPU after the reservation)."""
 MAX_CELLS = 100_000
-"""The most cells (public keys times bins) of a query's histograms."""
+"""The most cells (public keys times bins) of a query's histograms and other binned aggregates
+(each family declares its cells per group: :attr:`dpkit.analytics._families.Family.cells`)."""
 MAX_TOKEN_DAYS = 3650
 """The longest lifetime of a token (days)."""
 OFFICER_MARGIN_DAYS = 1
@@ -876,7 +865,7 @@ TEXTS_ALLOWED = (
 
 def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:
     """Bounds on the release work of a grouped query with ``keys`` public keys."""
-    from dpkit.analytics.query import Histogram, Quantile
+    from dpkit.analytics.query import Quantile
 
     if keys > MAX_QUANTILE_KEYS and any(isinstance(a, Quantile) for a in aggregations):
         raise InvalidParameterError(
@@ -894,14 +883,17 @@ def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:
             "aggregates times public keys) in one query; split the aggregates or the keys over "
             "queries",
         )
-    cells = builtins.sum(
-        keys * (len(a.edges) - 1) for a in aggregations if isinstance(a, Histogram)
-    )
+    cells = 0
+    for agg in aggregations:
+        family = family_of(agg)
+        if family is not None and family.cells is not None:
+            cells += keys * family.cells(agg)
     if cells > MAX_CELLS:
         raise InvalidParameterError(
             "keys",
-            f"{cells:,} histogram cells",
-            f"at most {MAX_CELLS:,} cells (public keys times bins) in a query's histograms",
+            f"{cells:,} binned cells",
+            f"at most {MAX_CELLS:,} cells (public keys times bins or candidates) in a query's "
+            "histograms and other binned aggregates",
         )
 
 
@@ -1007,25 +999,20 @@ def _parse_where_cached(text: str) -> Expr:
     return parse_where(text, syntax_help=_SYNTAX_HELP)
 
 
-_MODEL_KINDS = (
-    "count",
-    "count_units",
-    "sum",
-    "mean",
-    "variance",
-    "std",
-    "median",
-    "quantile",
-    "histogram",
-)
+def _json_forms() -> dict[str, Form]:
+    """The service's JSON ops: each registered family's forms that declare one."""
+    return {form.op: form for form in forms() if form.op is not None}
 
 
 def _parse_model(model: Mapping[str, Any], record: DatasetRecord) -> ParsedQuery:
+    """The query of a JSON model: each aggregation by the JSON form its family declares
+    (``op`` and the fields of :attr:`dpkit.analytics._families.Form.params`)."""
     declared = record.bounds.get("columns", {})
     aggs: list[Aggregation] = []
     raw = model.get("aggregations")
     if not isinstance(raw, list) or not raw or len(raw) > 50:
         raise InvalidParameterError("aggregations", raw, "a list of 1 to 50 aggregations")
+    ops = _json_forms()
     for item in raw:
         if not isinstance(item, Mapping):
             raise InvalidParameterError("aggregation", item, "an object with 'op'")
@@ -1033,39 +1020,31 @@ def _parse_model(model: Mapping[str, Any], record: DatasetRecord) -> ParsedQuery
         name = item.get("name")
         if name is not None:
             check_column(name)
-        if op == "count":
-            aggs.append(count(name or "count"))
-            continue
-        if op == "count_units":
-            aggs.append(count_distinct_units(name or "units"))
-            continue
-        if op not in _MODEL_KINDS:
-            raise InvalidParameterError("op", op, " | ".join(_MODEL_KINDS))
-        column = check_column(item.get("column", ""))
-        if op == "histogram":
-            edges = item.get("edges") or []
-            if not isinstance(edges, list) or len(edges) > MAX_LIST:
-                raise InvalidParameterError(
-                    "edges", edges, f"a list of at most {MAX_LIST:,} increasing numbers"
-                )
-            aggs.append(histogram(column, edges, name))
-            continue
-        lower, upper = item.get("lower"), item.get("upper")
-        if lower is None and upper is None and column in declared:
-            lower, upper = declared[column]
-        bounds = (lower, upper)
-        if op == "quantile":
-            aggs.append(quantile(column, item.get("q"), bounds, name))  # type: ignore[arg-type]
-            continue
-        builders: dict[str, Any] = {
-            "sum": sum,
-            "mean": mean,
-            "variance": variance,
-            "std": std,
-            "median": median,
-        }
-        builder = builders[op]
-        aggs.append(builder(column, bounds, name))
+        form = ops.get(op) if isinstance(op, str) else None
+        if form is None:
+            raise InvalidParameterError("op", op, " | ".join(ops))
+        values: dict[str, Any] = {}
+        if "column" in form.params:
+            values["column"] = check_column(item.get("column", ""))
+        for param in form.params:
+            if param in ("*", "distinct_unit", "column", "lower", "upper"):
+                continue
+            if param.startswith("*"):
+                field = param[1:]
+                listed = item.get(field) or []
+                if not isinstance(listed, list) or len(listed) > MAX_LIST:
+                    raise InvalidParameterError(
+                        field, listed, f"a list of at most {MAX_LIST:,} increasing numbers"
+                    )
+                values[field] = listed
+            else:
+                values[param] = item.get(param)
+        if "lower" in form.params:
+            lower, upper = item.get("lower"), item.get("upper")
+            if lower is None and upper is None and values["column"] in declared:
+                lower, upper = declared[values["column"]]
+            values["lower"], values["upper"] = lower, upper
+        aggs.append(form.build(values, name or None))
     where: Expr | None = None
     if model.get("where") is not None:
         text = model["where"]

@@ -10,6 +10,14 @@ each, and register themselves with :func:`register`::
     @register(Count)
     def compile_count(agg: Count, ctx: FamilyContext) -> Compiled: ...
 
+A family also declares, once, how users write it and how it is shown: a
+:class:`~dpkit.analytics._families.Family` spec (its builder, SQL syntax, JSON form, result
+columns, rendering and compiler) registered with :func:`register_family`; the builder, the SQL
+parser, the service and the CLI read those specs (docs/design.md, "The family registry")::
+
+    register_family(Family(Count, (Form(count, ("*",), sql=("COUNT",), op="count"),),
+                           compile_count, render=lambda agg: f"count() as {agg.name}"))
+
 A compiler reads only public information (the aggregation's parameters, the declared bounds and
 the budget share); no data is read while compiling.
 """
@@ -21,6 +29,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, TypeAlias, TypeVar
 
+from dpkit.analytics._families import Family, Form, add_family, families, family_of
 from dpkit.analytics.bounding import Contribution
 from dpkit.analytics.engines.base import BinSpec, BoundedPlan
 from dpkit.analytics.planner._types import Mechanism
@@ -33,10 +42,15 @@ from dpkit.errors import UnsupportedQueryError
 __all__ = [
     "Compiled",
     "Compiler",
+    "Family",
     "FamilyContext",
+    "Form",
     "Use",
     "compiler_for",
+    "families",
+    "family_of",
     "register",
+    "register_family",
     "registered",
     "used",
 ]
@@ -111,6 +125,16 @@ def register(*types: type) -> Callable[[_F], _F]:
         return function
 
     return decorate
+
+
+def register_family(family: Family) -> Family:
+    """Register ``family``'s spec (for the front ends) and its compiler (for the planner), once
+    per aggregation class."""
+    if family.kind in _COMPILERS:
+        raise ValueError(f"a compiler for {family.kind.__name__} is already registered")
+    add_family(family)
+    _COMPILERS[family.kind] = family.compiler
+    return family
 
 
 def registered() -> dict[type, Compiler]:

@@ -6,11 +6,15 @@ import numpy as np
 
 from dpkit.analytics.planner.compiled import Context, Finisher, Noisy
 from dpkit.analytics.planner.noise import integer_noise
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register, used
-from dpkit.analytics.query import (
-    Count,
-    CountUnits,
+from dpkit.analytics.planner.registry import (
+    Compiled,
+    Family,
+    FamilyContext,
+    Form,
+    register_family,
+    used,
 )
+from dpkit.analytics.query import Count, CountUnits, count, count_distinct_units
 from dpkit.analytics.results import Accuracy
 
 
@@ -28,7 +32,6 @@ def _count_finisher(name: str, noisy: Noisy) -> Finisher:
     return finish
 
 
-@register(Count)
 def compile_count(agg: Count, ctx: FamilyContext) -> Compiled:
     l1, l2sq = ctx.contrib.rows_l1, ctx.contrib.rows_l2_squared
     noisy = Noisy(ctx.main.output("rows"), integer_noise(ctx.share, l1, l2sq))
@@ -39,7 +42,6 @@ def compile_count(agg: Count, ctx: FamilyContext) -> Compiled:
     )
 
 
-@register(CountUnits)
 def compile_count_units(agg: CountUnits, ctx: FamilyContext) -> Compiled:
     m = ctx.contrib.groups
     noisy = Noisy(ctx.main.output("units"), integer_noise(ctx.share, m, m))
@@ -48,3 +50,31 @@ def compile_count_units(agg: CountUnits, ctx: FamilyContext) -> Compiled:
         [used(noisy)],
         f"{noisy.measurement.name} noise, sensitivity L1={m}, L2²={m}",
     )
+
+
+register_family(
+    Family(
+        Count,
+        (Form(count, ("*",), sql=("COUNT",), op="count", signature="COUNT(*)"),),
+        compile_count,
+        render=lambda agg: f"count() as {agg.name}",
+        summary="the number of rows per group",
+    )
+)
+register_family(
+    Family(
+        CountUnits,
+        (
+            Form(
+                count_distinct_units,
+                ("distinct_unit",),
+                sql=("COUNT",),
+                op="count_units",
+                signature="COUNT(DISTINCT <privacy unit>)",
+            ),
+        ),
+        compile_count_units,
+        render=lambda agg: f"countunits() as {agg.name}",
+        summary="the number of distinct privacy units per group",
+    )
+)

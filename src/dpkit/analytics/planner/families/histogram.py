@@ -8,10 +8,15 @@ import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 from dpkit.analytics.engines.base import BinSpec
 from dpkit.analytics.planner.compiled import Context, Finisher, GroupKey, Noisy, OutputRegistry
 from dpkit.analytics.planner.noise import integer_noise
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register, used
-from dpkit.analytics.query import (
-    Histogram,
+from dpkit.analytics.planner.registry import (
+    Compiled,
+    Family,
+    FamilyContext,
+    Form,
+    register_family,
+    used,
 )
+from dpkit.analytics.query import Histogram, histogram
 from dpkit.analytics.results import Accuracy
 
 
@@ -43,7 +48,6 @@ def _histogram_finisher(agg: Histogram, noisy: Noisy, plan_index: int) -> Finish
     return finish
 
 
-@register(Histogram)
 def compile_histogram(agg: Histogram, ctx: FamilyContext) -> Compiled:
     registry = OutputRegistry()
     out = registry.output("rows")
@@ -60,3 +64,17 @@ def compile_histogram(agg: Histogram, ctx: FamilyContext) -> Compiled:
             f"L1={ctx.contrib.rows_l1}"
         ),
     )
+
+
+register_family(
+    Family(
+        Histogram,
+        (Form(histogram, ("column", "*edges"), sql=("HISTOGRAM",), op="histogram"),),
+        compile_histogram,
+        render=lambda agg: f"histogram({agg.column}, {len(agg.edges) - 1} bins) as {agg.name}",
+        table=True,
+        table_columns=("bin_low", "bin_high", "count", "count_low", "count_high"),
+        cells=lambda agg: len(agg.edges) - 1,
+        summary="counts in declared bins, released as a table",
+    )
+)

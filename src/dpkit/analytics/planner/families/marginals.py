@@ -57,13 +57,21 @@ from typing import Any
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
+from dpkit.analytics._declared import render as render_declared
 from dpkit.analytics.engines._columns import canonical
 from dpkit.analytics.engines.base import Step
 from dpkit.analytics.expr import Expr, col
 from dpkit.analytics.planner.compiled import Context, GroupKey, OutputRegistry
 from dpkit.analytics.planner.noise import Share
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, Use, register
-from dpkit.analytics.query import MarginalCounts, RangeCounts
+from dpkit.analytics.planner.registry import (
+    Compiled,
+    Family,
+    FamilyContext,
+    Form,
+    Use,
+    register_family,
+)
+from dpkit.analytics.query import MarginalCounts, RangeCounts, marginals, ranges
 from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import UnsupportedQueryError
@@ -518,13 +526,33 @@ def _compile(plan: MarginalsPlan | RangesPlan, ctx: FamilyContext) -> Compiled:
     return finish, [Use(mechanism, plan.loss)], plan.describe()
 
 
-@register(MarginalCounts)
 def compile_marginals(agg: MarginalCounts, ctx: FamilyContext) -> Compiled:
     _require_ungrouped(agg, ctx)
     return _compile(plan_marginals(agg, ctx.share, ctx.contrib.rows_l1), ctx)
 
 
-@register(RangeCounts)
 def compile_ranges(agg: RangeCounts, ctx: FamilyContext) -> Compiled:
     _require_ungrouped(agg, ctx)
     return _compile(plan_ranges(agg, ctx.share, ctx.contrib.rows_l1), ctx)
+
+
+register_family(
+    Family(
+        MarginalCounts,
+        (Form(marginals),),
+        compile_marginals,
+        render=render_declared,
+        table=True,
+        summary="marginal counts over declared domains, released as a table",
+    )
+)
+register_family(
+    Family(
+        RangeCounts,
+        (Form(ranges),),
+        compile_ranges,
+        render=render_declared,
+        table=True,
+        summary="range counts over a declared ordered domain, released as a table",
+    )
+)

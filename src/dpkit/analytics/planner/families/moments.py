@@ -18,11 +18,15 @@ from dpkit.analytics.planner.noise import (
     integer_noise,
     value_exponent_for_sum,
 )
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register, used
-from dpkit.analytics.query import (
-    Mean,
-    Variance,
+from dpkit.analytics.planner.registry import (
+    Compiled,
+    Family,
+    FamilyContext,
+    Form,
+    register_family,
+    used,
 )
+from dpkit.analytics.query import Mean, Variance, mean, render_bounded, std, variance
 from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import compose
 
@@ -134,6 +138,34 @@ def _compile_moments(
     )
 
 
-@register(Mean, Variance)
 def compile_moments(agg: Mean | Variance, ctx: FamilyContext) -> Compiled:
     return _compile_moments(agg, ctx.share, ctx.contrib, ctx.main)
+
+
+_BOUNDED = ("column", "lower", "upper")
+register_family(
+    Family(
+        Mean,
+        (Form(mean, _BOUNDED, sql=("AVG", "MEAN"), op="mean"),),
+        compile_moments,
+        render=lambda agg: render_bounded("mean", agg),
+        summary="the mean of a column clamped to declared bounds",
+    )
+)
+register_family(
+    Family(
+        Variance,
+        (
+            Form(
+                variance,
+                _BOUNDED,
+                sql=("VARIANCE", "VAR", "VAR_POP", "VARIANCE_POP"),
+                op="variance",
+            ),
+            Form(std, _BOUNDED, sql=("STDDEV", "STD", "STDDEV_POP"), op="std"),
+        ),
+        compile_moments,
+        render=lambda agg: render_bounded("std" if agg.std else "variance", agg),
+        summary="the population variance (or standard deviation) of a clamped column",
+    )
+)

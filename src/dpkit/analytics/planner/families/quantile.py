@@ -49,11 +49,15 @@ from dpkit.analytics.bounding import Contribution
 from dpkit.analytics.engines.base import BinSpec, BoundedPlan, ValueSpec
 from dpkit.analytics.planner.compiled import Context, OutputRegistry
 from dpkit.analytics.planner.noise import Share, ceil_log2, floor_log2, grid_range
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, Use, register
-from dpkit.analytics.query import (
-    Quantile,
-    dyadic_step,
+from dpkit.analytics.planner.registry import (
+    Compiled,
+    Family,
+    FamilyContext,
+    Form,
+    Use,
+    register_family,
 )
+from dpkit.analytics.query import Quantile, dyadic_step, median, quantile, render_bounded
 from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import UnsupportedQueryError
@@ -648,7 +652,6 @@ def _compile_candidate_set(
     return finish, [Use("exponential", loss)], text
 
 
-@register(Quantile)
 def compile_quantile(agg: Quantile, ctx: FamilyContext) -> Compiled:
     """The exponential mechanism, or a data-dependent method (``agg.method``, or the public
     ``"auto"`` rule of :func:`choose_method`); ``explain()`` gets the rule that chose it."""
@@ -688,3 +691,30 @@ def compile_quantile(agg: Quantile, ctx: FamilyContext) -> Compiled:
         add_plan,
         ctx.share.amount if ctx.share.family == "zcdp" else None,
     )
+
+
+def _render_quantile(agg: Quantile) -> str:
+    extra = f", q={agg.q}"
+    if agg.method != "auto":
+        extra += f", method={agg.method}"
+    if agg.noise != "auto":
+        extra += f", noise={agg.noise}"
+    if isinstance(agg.candidates, tuple):
+        first, last = float(agg.candidates[0]), float(agg.candidates[-1])
+        extra += f", {len(agg.candidates)} candidates in [{first:g}, {last:g}]"
+    return render_bounded("quantile", agg, extra)
+
+
+register_family(
+    Family(
+        Quantile,
+        (
+            Form(quantile, ("column", "q", "lower", "upper"), sql=("QUANTILE",), op="quantile"),
+            Form(median, ("column", "lower", "upper"), sql=("MEDIAN",), op="median"),
+        ),
+        compile_quantile,
+        render=_render_quantile,
+        columns=lambda agg: (agg.name,),
+        summary="a quantile (or the median) of a clamped column",
+    )
+)

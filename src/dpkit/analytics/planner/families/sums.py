@@ -21,11 +21,15 @@ from dpkit.analytics.planner.noise import (
     sum_grid,
     value_exponent_for_sum,
 )
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, register, used
-from dpkit.analytics.query import (
-    Sum,
-    render_values,
+from dpkit.analytics.planner.registry import (
+    Compiled,
+    Family,
+    FamilyContext,
+    Form,
+    register_family,
+    used,
 )
+from dpkit.analytics.query import Sum, render_bounded, render_values, sum
 from dpkit.analytics.results import Accuracy
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.grid import choose_exponent
@@ -126,7 +130,6 @@ def _compile_values_sum(
     return _sum_finisher(agg.name, noisy, grid, described), [used(noisy)], text
 
 
-@register(Sum)
 def compile_sum(agg: Sum, ctx: FamilyContext) -> Compiled:
     if agg.values is not None:
         return _compile_values_sum(agg, ctx.share, ctx.contrib, ctx.main, ctx.mechanism)
@@ -153,3 +156,20 @@ def compile_sum(agg: Sum, ctx: FamilyContext) -> Compiled:
             f"L1={l1}·{per_row} grid steps"
         ),
     )
+
+
+def _render_sum(agg: Sum) -> str:
+    if agg.values is not None:
+        return f"sum({agg.column}, values {render_values(agg.values)}) as {agg.name}"
+    return render_bounded("sum", agg)
+
+
+register_family(
+    Family(
+        Sum,
+        (Form(sum, ("column", "lower", "upper"), sql=("SUM",), op="sum"),),
+        compile_sum,
+        render=_render_sum,
+        summary="the sum of a column clamped to declared bounds (or a declared value set)",
+    )
+)

@@ -25,10 +25,15 @@ from dpkit.analytics.planner.noise import (
     sum_grid,
     value_exponent_for_sum,
 )
-from dpkit.analytics.planner.registry import Compiled, FamilyContext, Use, register
-from dpkit.analytics.query import (
-    Workload,
+from dpkit.analytics.planner.registry import (
+    Compiled,
+    Family,
+    FamilyContext,
+    Form,
+    Use,
+    register_family,
 )
+from dpkit.analytics.query import Workload, workload
 from dpkit.analytics.results import Accuracy
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.mechanisms import make_geometric
@@ -196,6 +201,23 @@ def _compile_workload(
     return (finish, [Use(chosen.name, chosen.loss)], line + ")")
 
 
-@register(Workload)
 def compile_workload(agg: Workload, ctx: FamilyContext) -> Compiled:
     return _compile_workload(agg, ctx.share, ctx.contrib, ctx.main, ctx.n_keys, ctx.private_keys)
+
+
+def _render_workload(agg: Workload) -> str:
+    shape = f"{len(agg.matrix)}x{len(agg.matrix[0])}"
+    over = f" of sum({agg.column})" if agg.column else ""
+    return f"workload[{shape}]{over} as {agg.name}"
+
+
+register_family(
+    Family(
+        Workload,
+        (Form(workload),),
+        compile_workload,
+        render=_render_workload,
+        table=True,
+        summary="linear queries over per-group counts or sums, released as a table",
+    )
+)
