@@ -72,3 +72,15 @@ __all__ = [
     "variance",
     "workload",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The builder of a registered aggregate family that is not listed above (e.g. ``mode``):
+    a family written as one module (docs/design.md, "The family registry") is reachable as
+    ``dpkit.analytics.<builder>`` without editing this file."""
+    from dpkit.analytics._families import forms
+
+    for form in forms():
+        if form.name == name:
+            return form.builder
+    raise AttributeError(f"module 'dpkit.analytics' has no attribute {name!r}")

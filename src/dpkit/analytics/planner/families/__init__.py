@@ -4,6 +4,7 @@ from dpkit.analytics.planner.families import (  # noqa: F401  (each module regis
     count,
     histogram,
     marginals,
+    mode,
     moments,
     quantile,
     sums,
