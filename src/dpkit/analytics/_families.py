@@ -125,6 +125,11 @@ class Family:
         table: released as a table of its own, named by the aggregation's ``name``.
         table_columns: that table's fixed columns (they may not be group_by columns).
         cells: the counts the engine computes per group (for work limits), or None.
+        display: post-processing for display, free under DP (``Release.display``, the CLI):
+            ``display(frame, agg)`` edits a copy of a released table in place (rounds counts,
+            clips into the declared bounds); None leaves the values as released.
+        counts: the columns holding counts (the CLI prints them as integers): of the main table,
+            or with ``table``, of its own table.
         summary: one line for the docs and messages.
     """
 
@@ -136,6 +141,8 @@ class Family:
     table: bool = False
     table_columns: tuple[str, ...] = ()
     cells: Callable[[Any], int] | None = None
+    display: Callable[[Any, Any], None] | None = None
+    counts: Callable[[Any], tuple[str, ...]] | None = None
     summary: str = ""
 
     @property

@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from dpkit._format import format_loss
-from dpkit.analytics.query import Count, CountUnits, Histogram, Quantile
+from dpkit.analytics._families import family_of
+from dpkit.analytics.query import Quantile
 from dpkit.analytics.results import Release, _aggregations_of, post_process
 
 __all__ = ["column_decimals", "format_column", "key_text", "print_alerts", "render_release"]
@@ -79,10 +80,14 @@ def _value_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def _is_count(column: str, aggregations: Sequence[Any], frame: pd.DataFrame) -> bool:
+    """Whether ``column`` of ``frame`` holds counts, as the aggregations' families declare
+    (:attr:`dpkit.analytics._families.Family.counts`): of the main table, or of a family's own
+    table (whose fixed columns ``frame`` then has)."""
     for agg in aggregations:
-        if isinstance(agg, Count | CountUnits) and agg.name == column:
-            return True
-        if isinstance(agg, Histogram) and column == "count" and "bin_low" in frame.columns:
+        family = family_of(agg)
+        if family is None or family.counts is None or column not in family.counts(agg):
+            continue
+        if not family.table or set(family.table_columns) <= set(frame.columns):
             return True
     return False
 

@@ -14,8 +14,11 @@
   ``VARIANCE(col, lower, upper)`` (or ``VAR``), ``STDDEV(col, lower, upper)`` (or ``STD``),
   ``MEDIAN(col, lower, upper)``, ``QUANTILE(col, q, lower, upper)`` (named ``q90_col`` for
   q = 0.9, ``median_col`` for q = 0.5) and
-  ``HISTOGRAM(col, e0, e1, ..., eB)``; each may be named with ``AS``. Every numeric aggregate
-  declares the bounds its values are clamped to: dpkit never reads them from the data.
+  ``HISTOGRAM(col, e0, e1, ..., eB)``, ``MODE(col, v1, v2, ...)`` (the most frequent of declared
+  values); each may be named with ``AS``. Every numeric aggregate declares the bounds its values
+  are clamped to: dpkit never reads them from the data. The functions and their arguments are
+  those the aggregate families register (:mod:`dpkit.analytics._families`), so a new family
+  brings its own syntax.
 * ``WHERE``: comparisons, ``AND`` / ``OR`` / ``NOT``, ``IN (...)``, ``BETWEEN``, ``IS [NOT]
   NULL``, ``+ - * /``, column names and literals. Dates and times are written ``DATE
   '2024-03-01'`` or ``TIMESTAMP '2024-03-01 12:00:00'`` (ISO 8601; they compare as ISO text, so

@@ -120,14 +120,16 @@ def _aggregations_of(query: Any) -> tuple[Any, ...]:
     return tuple(aggregations)
 
 
-def _clip(frame: pd.DataFrame, column: str, low: float | None, high: float | None) -> None:
+def clip_columns(frame: pd.DataFrame, column: str, low: float | None, high: float | None) -> None:
+    """Clip ``column`` and its interval columns into [low, high] (None: unbounded), in place."""
     for name in (column, f"{column}_low", f"{column}_high"):
         if name in frame.columns:
             values = frame[name].astype("float64")
             frame[name] = values.clip(lower=low, upper=high)
 
 
-def _round_counts(frame: pd.DataFrame, column: str) -> None:
+def round_counts(frame: pd.DataFrame, column: str) -> None:
+    """Clip ``column`` and its interval columns at 0 and round them to integers, in place."""
     for name in (column, f"{column}_low", f"{column}_high"):
         if name in frame.columns:
             values = frame[name].astype("float64").clip(lower=0)
@@ -143,40 +145,15 @@ def post_process(frame: pd.DataFrame, aggregations: Iterable[Any]) -> pd.DataFra
     * means, medians and quantiles: clipped into the declared bounds;
     * variances and standard deviations: clipped into [0, the largest the bounds allow].
 
+    Each aggregate family declares its own step (:attr:`dpkit.analytics._families.Family.display`).
     The raw values are unbiased; these are not (clipping moves them towards the feasible range).
     Use the raw :attr:`Release.table` for further statistics.
     """
-    from dpkit.analytics.query import (
-        Count,
-        CountUnits,
-        Histogram,
-        MarginalCounts,
-        Mean,
-        Quantile,
-        RangeCounts,
-        Sum,
-        Variance,
-    )
+    from dpkit.analytics._families import family_of
 
     out = frame.copy()
     for agg in aggregations:
-        if isinstance(agg, Count | CountUnits):
-            _round_counts(out, agg.name)
-        elif isinstance(agg, Histogram):
-            if "bin_low" in out.columns and "count" in out.columns:
-                _round_counts(out, "count")
-        elif isinstance(agg, Sum):
-            low, high = float(agg.bounds[0]), float(agg.bounds[1])
-            _clip(out, agg.name, 0.0 if low >= 0 else None, 0.0 if high <= 0 else None)
-        elif isinstance(agg, Mean | Quantile):
-            _clip(out, agg.name, float(agg.bounds[0]), float(agg.bounds[1]))
-        elif isinstance(agg, Variance):
-            half = float(agg.bounds[1] - agg.bounds[0]) / 2
-            _clip(out, agg.name, 0.0, half if agg.std else half * half)
-        elif isinstance(agg, MarginalCounts | RangeCounts) and (
-            # their tables: `marginal` or `start`, then value / std_error / low / high
-            "std_error" in out.columns and {"marginal", "start"} & set(out.columns)
-        ):
-            for name in ("value", "low", "high"):
-                out[name] = np.round(out[name].astype("float64").clip(lower=0))
+        family = family_of(agg)
+        if family is not None and family.display is not None:
+            family.display(out, agg)
     return out

@@ -23,8 +23,9 @@ engine returned.
 The package has one module per stage — :mod:`.validate`, :mod:`.rewrite`, :mod:`.noise`
 (calibration helpers), :mod:`.compiled` (the release step), :mod:`.compile` — and one module per
 aggregate family under :mod:`.families`, each registering its compiler in :mod:`.registry`. To
-add a family: write ``families/<name>.py`` with a function decorated ``@register(MyAggregation)``
-and import it in ``families/__init__.py``.
+add a family: write ``families/<name>.py`` with its aggregation, builder, compiler and a
+``register_family(Family(...))`` spec (builder, SQL syntax, JSON form, result columns,
+rendering), and import it in ``families/__init__.py`` (docs/design.md, "The family registry").
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from dpkit.analytics.planner.registry import (
     used,
 )
 from dpkit.analytics.query import Count, CountUnits, count, count_distinct_units
-from dpkit.analytics.results import Accuracy
+from dpkit.analytics.results import Accuracy, round_counts
 
 
 def _count_finisher(name: str, noisy: Noisy) -> Finisher:
@@ -58,6 +58,8 @@ register_family(
         (Form(count, ("*",), sql=("COUNT",), op="count", signature="COUNT(*)"),),
         compile_count,
         render=lambda agg: f"count() as {agg.name}",
+        display=lambda frame, agg: round_counts(frame, agg.name),
+        counts=lambda agg: (agg.name,),
         summary="the number of rows per group",
     )
 )
@@ -75,6 +77,8 @@ register_family(
         ),
         compile_count_units,
         render=lambda agg: f"countunits() as {agg.name}",
+        display=lambda frame, agg: round_counts(frame, agg.name),
+        counts=lambda agg: (agg.name,),
         summary="the number of distinct privacy units per group",
     )
 )

@@ -17,7 +17,7 @@ from dpkit.analytics.planner.registry import (
     used,
 )
 from dpkit.analytics.query import Histogram, histogram
-from dpkit.analytics.results import Accuracy
+from dpkit.analytics.results import Accuracy, round_counts
 
 
 def _histogram_finisher(agg: Histogram, noisy: Noisy, plan_index: int) -> Finisher:
@@ -66,6 +66,11 @@ def compile_histogram(agg: Histogram, ctx: FamilyContext) -> Compiled:
     )
 
 
+def _display_histogram(frame: pd.DataFrame, agg: Histogram) -> None:
+    if "bin_low" in frame.columns and "count" in frame.columns:  # the histogram's own table
+        round_counts(frame, "count")
+
+
 register_family(
     Family(
         Histogram,
@@ -75,6 +80,8 @@ register_family(
         table=True,
         table_columns=("bin_low", "bin_high", "count", "count_low", "count_high"),
         cells=lambda agg: len(agg.edges) - 1,
+        display=_display_histogram,
+        counts=lambda agg: ("count",),
         summary="counts in declared bins, released as a table",
     )
 )

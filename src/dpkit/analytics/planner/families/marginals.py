@@ -536,12 +536,21 @@ def compile_ranges(agg: RangeCounts, ctx: FamilyContext) -> Compiled:
     return _compile(plan_ranges(agg, ctx.share, ctx.contrib.rows_l1), ctx)
 
 
+def _display_declared(frame: pd.DataFrame, agg: MarginalCounts | RangeCounts) -> None:
+    """Their tables (``marginal`` or ``start``, then value / std_error / low / high): counts
+    clipped at 0 and rounded."""
+    if "std_error" in frame.columns and {"marginal", "start"} & set(frame.columns):
+        for name in ("value", "low", "high"):
+            frame[name] = np.round(frame[name].astype("float64").clip(lower=0))
+
+
 register_family(
     Family(
         MarginalCounts,
         (Form(marginals),),
         compile_marginals,
         render=render_declared,
+        display=_display_declared,
         table=True,
         summary="marginal counts over declared domains, released as a table",
     )
@@ -552,6 +561,7 @@ register_family(
         (Form(ranges),),
         compile_ranges,
         render=render_declared,
+        display=_display_declared,
         table=True,
         summary="range counts over a declared ordered domain, released as a table",
     )

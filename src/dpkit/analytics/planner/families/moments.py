@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from dpkit.analytics.planner.registry import (
     used,
 )
 from dpkit.analytics.query import Mean, Variance, mean, render_bounded, std, variance
-from dpkit.analytics.results import Accuracy
+from dpkit.analytics.results import Accuracy, clip_columns
 from dpkit.core.losses import compose
 
 _NORMAL = NormalDist()  # quantiles via the stdlib (Wichura AS241): scipy.stats costs ~2 s to import
@@ -143,12 +144,25 @@ def compile_moments(agg: Mean | Variance, ctx: FamilyContext) -> Compiled:
 
 
 _BOUNDED = ("column", "lower", "upper")
+
+
+def _display_mean(frame: Any, agg: Mean) -> None:
+    clip_columns(frame, agg.name, float(agg.bounds[0]), float(agg.bounds[1]))
+
+
+def _display_variance(frame: Any, agg: Variance) -> None:
+    """Into [0, the largest variance (or standard deviation) the bounds allow]."""
+    half = float(agg.bounds[1] - agg.bounds[0]) / 2
+    clip_columns(frame, agg.name, 0.0, half if agg.std else half * half)
+
+
 register_family(
     Family(
         Mean,
         (Form(mean, _BOUNDED, sql=("AVG", "MEAN"), op="mean"),),
         compile_moments,
         render=lambda agg: render_bounded("mean", agg),
+        display=_display_mean,
         summary="the mean of a column clamped to declared bounds",
     )
 )
@@ -166,6 +180,7 @@ register_family(
         ),
         compile_moments,
         render=lambda agg: render_bounded("std" if agg.std else "variance", agg),
+        display=_display_variance,
         summary="the population variance (or standard deviation) of a clamped column",
     )
 )

@@ -58,7 +58,7 @@ from dpkit.analytics.planner.registry import (
     register_family,
 )
 from dpkit.analytics.query import Quantile, dyadic_step, median, quantile, render_bounded
-from dpkit.analytics.results import Accuracy
+from dpkit.analytics.results import Accuracy, clip_columns
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import UnsupportedQueryError
 
@@ -714,6 +714,9 @@ register_family(
         ),
         compile_quantile,
         render=_render_quantile,
+        display=lambda frame, agg: clip_columns(
+            frame, agg.name, float(agg.bounds[0]), float(agg.bounds[1])
+        ),
         columns=lambda agg: (agg.name,),
         summary="a quantile (or the median) of a clamped column",
     )

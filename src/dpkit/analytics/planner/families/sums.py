@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from dpkit.analytics.planner.registry import (
     used,
 )
 from dpkit.analytics.query import Sum, render_bounded, render_values, sum
-from dpkit.analytics.results import Accuracy
+from dpkit.analytics.results import Accuracy, clip_columns
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.grid import choose_exponent
 
@@ -164,12 +165,19 @@ def _render_sum(agg: Sum) -> str:
     return render_bounded("sum", agg)
 
 
+def _display_sum(frame: Any, agg: Sum) -> None:
+    """A sum of values >= 0 is >= 0 (and of values <= 0 is <= 0)."""
+    low, high = float(agg.bounds[0]), float(agg.bounds[1])
+    clip_columns(frame, agg.name, 0.0 if low >= 0 else None, 0.0 if high <= 0 else None)
+
+
 register_family(
     Family(
         Sum,
         (Form(sum, ("column", "lower", "upper"), sql=("SUM",), op="sum"),),
         compile_sum,
         render=_render_sum,
+        display=_display_sum,
         summary="the sum of a column clamped to declared bounds (or a declared value set)",
     )
 )
