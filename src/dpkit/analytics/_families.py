@@ -130,6 +130,8 @@ class Family:
             clips into the declared bounds); None leaves the values as released.
         counts: the columns holding counts (the CLI prints them as integers): of the main table,
             or with ``table``, of its own table.
+        value_columns: the input columns it reads (checked numeric by the planner; default:
+            the aggregation's ``column``).
         summary: one line for the docs and messages.
     """
 
@@ -143,6 +145,7 @@ class Family:
     cells: Callable[[Any], int] | None = None
     display: Callable[[Any, Any], None] | None = None
     counts: Callable[[Any], tuple[str, ...]] | None = None
+    value_columns: Callable[[Any], tuple[str, ...]] = lambda agg: (agg.column,)
     summary: str = ""
 
     @property

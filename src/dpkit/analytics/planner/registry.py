@@ -147,4 +147,7 @@ def compiler_for(agg: Aggregation) -> Compiler:
     for kind in type(agg).__mro__:
         if kind in _COMPILERS:
             return _COMPILERS[kind]
-    raise UnsupportedQueryError(f"no planner family answers {type(agg).__name__} aggregations")
+    known = ", ".join(kind.__name__ for kind in _COMPILERS)
+    raise UnsupportedQueryError(
+        f"no planner family answers {type(agg).__name__} aggregations (registered: {known})"
+    )

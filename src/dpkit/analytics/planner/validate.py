@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit.analytics._declared import MarginalCounts, RangeCounts
+from dpkit.analytics._families import family_of
 from dpkit.analytics._keys import KeySet
 from dpkit.analytics.engines._columns import RESERVED_PREFIX, canonical
 from dpkit.analytics.engines.base import Step
@@ -31,15 +32,12 @@ from dpkit.analytics.planner.rewrite import merge_filters, push_filters
 from dpkit.analytics.query import (
     Aggregate,
     Aggregation,
-    Count,
-    CountUnits,
     Filter,
     PlanNode,
     Query,
     Select,
     Source,
     WithColumn,
-    Workload,
 )
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
@@ -379,13 +377,10 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
 
 
 def value_columns(agg: Aggregation) -> tuple[str, ...]:
-    if isinstance(agg, Count | CountUnits):
-        return ()
-    if isinstance(agg, Workload):
-        return (agg.column,) if agg.column else ()
-    if isinstance(agg, MarginalCounts):
-        return agg.columns
-    return (agg.column,)
+    """The input columns ``agg`` reads, as its family declares
+    (:attr:`dpkit.analytics._families.Family.value_columns`)."""
+    family = family_of(agg)
+    return family.value_columns(agg) if family is not None else ()
 
 
 def check_against_schema(

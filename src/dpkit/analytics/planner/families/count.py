@@ -60,6 +60,7 @@ register_family(
         render=lambda agg: f"count() as {agg.name}",
         display=lambda frame, agg: round_counts(frame, agg.name),
         counts=lambda agg: (agg.name,),
+        value_columns=lambda agg: (),
         summary="the number of rows per group",
     )
 )
@@ -79,6 +80,7 @@ register_family(
         render=lambda agg: f"countunits() as {agg.name}",
         display=lambda frame, agg: round_counts(frame, agg.name),
         counts=lambda agg: (agg.name,),
+        value_columns=lambda agg: (),
         summary="the number of distinct privacy units per group",
     )
 )

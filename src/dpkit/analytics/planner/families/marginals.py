@@ -550,6 +550,7 @@ register_family(
         (Form(marginals),),
         compile_marginals,
         render=render_declared,
+        value_columns=lambda agg: agg.columns,
         display=_display_declared,
         table=True,
         summary="marginal counts over declared domains, released as a table",

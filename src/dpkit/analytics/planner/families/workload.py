@@ -217,6 +217,7 @@ register_family(
         (Form(workload),),
         compile_workload,
         render=_render_workload,
+        value_columns=lambda agg: (agg.column,) if agg.column else (),
         table=True,
         summary="linear queries over per-group counts or sums, released as a table",
     )
