@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -153,3 +154,43 @@ def test_neighbouring_tables_change_no_output_probability_by_more_than_e_to_the_
                 worst = max(worst, abs(math.log(q / p)))
     assert worst <= float(epsilon) + 1e-9
     assert worst > 0.5 * float(epsilon)  # the bound is nearly reached: not vacuous
+
+
+def test_the_cli_answers_it(tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from dpkit.cli.query import query_command
+    from dpkit.ledger import BudgetMonitor, Ledger
+
+    app = typer.Typer()
+    app.command("query")(query_command)
+    app.command("other")(lambda: None)  # keeps "query" a sub-command, as in the main app
+    data = tmp_path / "ratings.csv"
+    _table().to_csv(data, index=False)
+    ledger = tmp_path / "ledger.sqlite"
+    with Ledger.open(ledger, monitor=BudgetMonitor(log=False)) as opened:
+        opened.create_budget("ratings", dp.PureDP(10), privacy_unit="u")
+    result = CliRunner().invoke(
+        app,
+        [
+            "query",
+            str(data),
+            "SELECT dept, MODE(rating, 1, 2, 3, 4) AS top GROUP BY dept",
+            "--keys",
+            "dept=a,b",
+            "--epsilon",
+            "4",
+            "--max-rows",
+            "1",
+            "--dataset",
+            "ratings",
+            "--schema",
+            "rating=float",
+        ],
+        env={"COLUMNS": "160", "DPKIT_LEDGER": str(ledger)},
+    )
+    assert result.exit_code == 0, result.output
+    assert "top" in result.output and "exponential mechanism over 4 declared values" in (
+        " ".join(result.output.split())
+    )
