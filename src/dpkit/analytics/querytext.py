@@ -119,9 +119,11 @@ class ParsedQuery(Structural):
     source: str | None = None
 
 
-_OWN_FUNCTIONS = tuple(dict.fromkeys(n.upper() for form in forms() for n in form.sql))
-"""The SQL names of the registered aggregate families (except COUNT, which sqlglot parses)."""
-_OWN_FUNCTIONS = tuple(n for n in _OWN_FUNCTIONS if n != "COUNT")
+_OWN_FUNCTIONS = tuple(
+    dict.fromkeys(n.upper() for form in forms() for n in form.sql if n.upper() != "COUNT")
+)
+"""The SQL names of the registered aggregate families, parsed as plain calls (all but COUNT,
+whose ``*`` and ``DISTINCT`` forms sqlglot parses)."""
 
 
 class _QueryDialect(DuckDB):
