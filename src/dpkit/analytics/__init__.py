@@ -15,6 +15,8 @@
 See docs/analytics.md for the tutorial.
 """
 
+from typing import Any
+
 from dpkit._extras import require
 
 require("analytics", by="dpkit.analytics")
@@ -74,7 +76,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     """The builder of a registered aggregate family that is not listed above (e.g. ``mode``):
     a family written as one module (docs/design.md, "The family registry") is reachable as
     ``dpkit.analytics.<builder>`` without editing this file."""

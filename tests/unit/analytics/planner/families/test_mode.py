@@ -67,7 +67,7 @@ def test_every_front_end_accepts_it() -> None:
     from dpkit.service._registry import DatasetRecord
 
     expected = mode("rating", [1, 2, 3], "m")
-    assert dpkit.analytics.mode is mode  # type: ignore[attr-defined]
+    assert dpkit.analytics.mode is mode
     parsed = parse_query("SELECT dept, MODE(rating, 1, 2, 3) AS m GROUP BY dept", "u")
     assert parsed.aggregations == (expected,)
     record = DatasetRecord("p", "p.csv", "u", {}, {}, "", 0.0, "")
