@@ -28,7 +28,9 @@ classified correctly.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,7 +40,15 @@ if TYPE_CHECKING:
     from dpkit.core.losses import PrivacyLoss
     from dpkit.ledger import Ledger
 
-__all__ = ["Books", "Stage", "failed_after_reservation", "internal_error", "release"]
+__all__ = [
+    "Books",
+    "Stage",
+    "Watch",
+    "failed_after_reservation",
+    "internal_error",
+    "release",
+    "watching",
+]
 
 T = TypeVar("T")
 
@@ -74,6 +84,37 @@ class Stage:
     def __call__(self, reading: bool | None, doing: str | None = None) -> None:
         self.reading = reading
         self.doing = doing
+
+
+class Watch:
+    """The reservations the door made inside a :func:`watching` block (in this thread or task),
+    oldest first: a caller that reports failures itself (the service) tells a refusal (none)
+    from a failure after the reservation (the charge stays) without reading the ledger."""
+
+    __slots__ = ("reservations",)
+
+    def __init__(self) -> None:
+        self.reservations: list[Any] = []
+
+    @property
+    def reservation(self) -> Any:
+        """The last reservation made, or None."""
+        return self.reservations[-1] if self.reservations else None
+
+
+_WATCH: ContextVar[Watch | None] = ContextVar("dpkit_door_watch", default=None)
+
+
+@contextmanager
+def watching() -> Iterator[Watch]:
+    """Record every reservation :func:`release` makes inside the block (a context variable:
+    each thread and each asyncio task sees only its own)."""
+    watch = Watch()
+    token = _WATCH.set(watch)
+    try:
+        yield watch
+    finally:
+        _WATCH.reset(token)
 
 
 def _reading_error(error: BaseException) -> bool:
@@ -188,6 +229,9 @@ def release(
         query=query,
         mechanism=mechanism,
     )
+    watch = _WATCH.get()
+    if watch is not None:
+        watch.reservations.append(reservation)
     stage = Stage()
     try:
         value = body(stage)

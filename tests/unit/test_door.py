@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dpkit._door import Books, Stage, release
+from dpkit._door import Books, Stage, release, watching
 from dpkit.core.losses import PureDP
 from dpkit.errors import (
     BudgetExceededError,
@@ -115,19 +115,25 @@ def test_keyboard_interrupt_passes_through_and_stays_charged() -> None:
 
 
 def _reserve_calls(path: Path) -> list[int]:
+    """Lines that call ``.reserve(...)`` or define a ``reserve`` method (a ledger subclass
+    outside dpkit.ledger would be a second door)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     return [
         node.lineno
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "reserve"
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "reserve"
+        )
+        or (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "reserve")
     ]
 
 
 def test_only_the_door_reserves_outside_the_ledger() -> None:
-    """Issue 22: one function outside dpkit.ledger reserves budget. The service's ledger
-    subclass (which audits each reservation) calls its parent's reserve; it is a ledger."""
+    """Issue 22: one function outside dpkit.ledger reserves budget (once), and nothing outside
+    the ledger overrides ``reserve`` (the service's per-thread ledger subclass is gone: it
+    watches the door instead, :func:`dpkit._door.watching`)."""
     callers = {
         str(path.relative_to(SRC)): lines
         for path in SRC.rglob("*.py")
@@ -135,7 +141,40 @@ def test_only_the_door_reserves_outside_the_ledger() -> None:
         for lines in [_reserve_calls(path)]
         if lines
     }
-    assert set(callers) == {"_door.py", "service/_core.py"}, callers
+    assert set(callers) == {"_door.py"}, callers
     assert len(callers["_door.py"]) == 1
-    core = (SRC / "service" / "_core.py").read_text(encoding="utf-8")
-    assert "super().reserve(" in core and core.count(".reserve(") == 1
+
+
+def test_a_watch_sees_the_reservations_made_in_its_block_only() -> None:
+    books = _books()
+    release(books, PureDP(0.1), lambda stage: 1, query="q", mechanism="m")  # not watched
+    with watching() as watch:
+        assert watch.reservation is None
+        with pytest.raises(BudgetExceededError):  # refused: nothing reserved
+            release(books, PureDP(5), lambda stage: 1, query="q", mechanism="m")
+        assert watch.reservation is None
+
+        def body(stage: Stage) -> Any:
+            raise RuntimeError("boom")
+
+        with pytest.raises(InternalError):
+            release(books, PureDP(0.2), body, query="q", mechanism="m")
+        first = watch.reservation
+        assert first is not None and first.loss == PureDP(0.2)
+        with watching() as inner:  # a nested block has its own watch
+            release(books, PureDP(0.3), lambda stage: 1, query="q", mechanism="m")
+        assert inner.reservation.loss == PureDP(0.3)
+        assert watch.reservations == [first]
+
+
+def test_a_watch_is_per_thread() -> None:
+    import threading
+
+    books = _books()
+    with watching() as watch:
+        thread = threading.Thread(
+            target=lambda: release(books, PureDP(0.1), lambda s: 1, query="q", mechanism="m")
+        )
+        thread.start()
+        thread.join()
+        assert watch.reservation is None
