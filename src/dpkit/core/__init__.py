@@ -8,7 +8,15 @@ from dpkit.core.framework import (
     make_postprocess,
     make_sequential_composition,
 )
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, compose, parallel
+from dpkit.core.losses import (
+    ZCDP,
+    ApproxDP,
+    PrivacyLoss,
+    PureDP,
+    compose,
+    group_privacy,
+    parallel,
+)
 from dpkit.core.spaces import (
     AbsoluteDistance,
     AtomDomain,
@@ -16,6 +24,8 @@ from dpkit.core.spaces import (
     L1Distance,
     L2Distance,
     SymmetricDistance,
+    TableDomain,
+    UnitDistance,
     VectorDomain,
 )
 
@@ -31,9 +41,12 @@ __all__ = [
     "PrivacyLoss",
     "PureDP",
     "SymmetricDistance",
+    "TableDomain",
     "Transformation",
+    "UnitDistance",
     "VectorDomain",
     "compose",
+    "group_privacy",
     "make_chain",
     "make_parallel_composition",
     "make_postprocess",

@@ -26,7 +26,7 @@ from typing import Any
 from dpkit._door import watching
 from dpkit._exact import fraction_of
 from dpkit.analytics.expr import Expr
-from dpkit.analytics.planner.compiled import CompiledQuery
+from dpkit.analytics.planner.measurement import QueryMeasurement
 from dpkit.analytics.query import (
     Aggregation,
     KeySet,
@@ -213,7 +213,7 @@ class _ServiceSession(Session):
     text in them) is decided before the reservation. The SQL is built again from the same
     plans when they run (the warm engine caches it per plan shape)."""
 
-    def compile(self, query: Query, **kwargs: Any) -> CompiledQuery:
+    def compile(self, query: Query, **kwargs: Any) -> QueryMeasurement:
         compiled = super().compile(query, **kwargs)
         engine = self.engine
         if isinstance(engine, WarmDuckDBEngine):
