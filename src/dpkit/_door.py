@@ -126,6 +126,21 @@ def _reading_error(error: BaseException) -> bool:
     )
 
 
+_PACKAGE = __file__.rsplit("/", 1)[0] if "/" in __file__ else ""
+
+
+def _dpkits_own(error: BaseException) -> bool:
+    """Whether ``error`` is a dpkit error raised by dpkit's own code: only then is its message
+    kept after the reservation (dpkit's messages never quote data; a third-party engine's
+    :class:`~dpkit.errors.DPError` could)."""
+    if not isinstance(error, DPError):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:  # built but never raised (a wrapper dpkit made): dpkit's own
+        return True
+    return bool(_PACKAGE) and frames[-1].filename.startswith(_PACKAGE + "/")
+
+
 def _trace(error: BaseException) -> tuple[str, ...]:
     """Where ``error`` happened (file, line, function), never its message (it can quote data)."""
     frames = traceback.extract_tb(error.__traceback__)
@@ -135,7 +150,7 @@ def _trace(error: BaseException) -> tuple[str, ...]:
 def internal_error(error: BaseException, doing: str, *, charged: bool) -> InternalError:
     """An :class:`InternalError` for ``error``: its class (and dpkit's own message, which never
     quotes data), what dpkit was doing, and what happened to the budget."""
-    own = f": {error}" if isinstance(error, DPError) else ""
+    own = f": {error}" if _dpkits_own(error) else ""
     spent = (
         "the query's budget stays spent (the data may have been read)"
         if charged
@@ -176,9 +191,16 @@ def failed_after_reservation(
     if not isinstance(error, Exception) or isinstance(error, InternalError):
         return error
     if isinstance(error, UnreadableDataError):  # an engine's own: a malformed file, say
-        return UnreadableDataError(f"{error}. The query's budget stays spent.", charged=True)
+        if _dpkits_own(error):
+            return UnreadableDataError(f"{error}. The query's budget stays spent.", charged=True)
+        return UnreadableDataError(
+            "the data could not be read (the engine's message is withheld because it can quote "
+            "the data). The query's budget stays spent.",
+            charged=True,
+        )
     if reading is not False and isinstance(error, InvalidDataError):
-        return UnreadableDataError(f"the data could not be read: {error}; its budget stays spent")
+        shown = f": {error}" if _dpkits_own(error) else " (the engine's message is withheld)"
+        return UnreadableDataError(f"the data could not be read{shown}; its budget stays spent")
     if reading is not False and not isinstance(error, DPError) and _reading_error(error):
         return UnreadableDataError(
             f"the data could not be read ({type(error).__name__}); the query's budget stays "
@@ -239,5 +261,17 @@ def release(
         raise failed_after_reservation(
             ledger, reservation, error, reading=stage.reading, doing=stage.doing
         ) from None
-    receipt = ledger.commit(reservation)
+    try:
+        receipt = ledger.commit(reservation)
+    except Exception as error:
+        # the value is withheld ("spend before you speak"); the reservation is durable and
+        # counts in full whether or not the commit reached the store
+        raise InternalError(
+            f"the release was computed but the ledger could not record its commit "
+            f"({type(error).__name__}); the answer is withheld and the query's budget stays "
+            "spent (its reservation counts in full). Check the ledger's storage; the error's "
+            "own message is withheld because it can quote the data.",
+            charged=True,
+            trace=_trace(error),
+        ) from None
     return value, receipt

@@ -15,6 +15,7 @@ from dpkit.errors import (
     BudgetExceededError,
     DPError,
     InternalError,
+    InvalidDataError,
     InvalidParameterError,
     UnreadableDataError,
 )
@@ -178,3 +179,58 @@ def test_a_watch_is_per_thread() -> None:
         thread.start()
         thread.join()
         assert watch.reservation is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        UnreadableDataError("row 7 holds 3.25"),
+        InvalidDataError("column x", "value 3.25 is not a number"),
+        InvalidParameterError("x", 3.25, "secret"),
+    ],
+)
+def test_a_dpkit_error_raised_by_third_party_code_keeps_its_message_withheld(
+    error: DPError,
+) -> None:
+    """A third-party engine (here: this test module) can raise dpkit's error classes with data
+    in the text; after the reservation only dpkit's own code's messages are kept."""
+    books = _books()
+
+    def body(stage: Stage) -> Any:
+        stage(True)
+        raise error
+
+    with pytest.raises(DPError) as info:
+        release(books, PureDP(0.5), body, query="q", mechanism="m")
+    assert "3.25" not in str(info.value)
+    assert getattr(info.value, "charged", False)
+
+
+def test_a_dpkit_error_raised_by_dpkit_keeps_its_message() -> None:
+    from dpkit._exact import check_epsilon
+
+    books = _books()
+
+    def body(stage: Stage) -> Any:
+        stage(False)
+        check_epsilon(-7)  # dpkit's own message: names the parameter, never data
+
+    with pytest.raises(InternalError) as info:
+        release(books, PureDP(0.5), body, query="q", mechanism="m")
+    assert "epsilon" in str(info.value) and info.value.charged
+
+
+class _CommitFails(Ledger):
+    def commit(self, reservation: Any, receipt: str | None = None) -> Any:
+        raise OSError("disk full at row 3.25")
+
+
+def test_a_commit_that_fails_withholds_the_value_and_stays_charged() -> None:
+    ledger = _CommitFails.open(":memory:")
+    ledger.create_budget("d", PureDP(1), privacy_unit="person")
+    books = Books(ledger, "d", privacy_unit="person")
+    with pytest.raises(InternalError) as info:
+        release(books, PureDP(0.5), lambda stage: "secret 41", query="q", mechanism="m")
+    assert info.value.charged and "3.25" not in str(info.value) and "41" not in str(info.value)
+    assert "could not record its commit" in str(info.value)
+    assert ledger.remaining("d") == PureDP(0.5)  # the pending reservation counts in full
