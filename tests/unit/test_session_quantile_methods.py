@@ -55,11 +55,21 @@ def test_data_dependent_medians_beat_the_coarse_grid(
     got = release.table["median_x"].to_numpy()
     # the coarse exponential grid has a step of ~1000 over these bounds
     assert np.all(np.abs(got - truth) < 3), (got, truth)
-    names = {"inverse": "inverse_sensitivity", "smooth": "smooth_sensitivity"}
+    # the ledger records the smooth method's noise family (its guarantee depends on it)
+    names = {"inverse": "inverse_sensitivity", "smooth": "smooth_sensitivity(cauchy)"}
     assert (
         names.get(method, "propose_test_release")
         in session.compile(query, epsilon=1, delta=1e-6).mechanisms
     )
+
+
+def test_the_ledger_records_the_smooth_zcdp_noise_family() -> None:
+    session = Session(_table(), privacy_unit="user", budget=dp.ZCDP(10), max_rows=1)
+    query = session.query().agg(median("x", WIDE, method="smooth", noise="student_t"))
+    assert session.compile(query, rho=0.5).mechanisms == ("smooth_sensitivity(student_t)",)
+    session.evaluate(query, rho=0.5)
+    reserve = [e for e in session.ledger.history() if e.kind == "reserve"][-1]
+    assert reserve.mechanism == "smooth_sensitivity(student_t)"
 
 
 def test_auto_rule_uses_public_inputs_only() -> None:
