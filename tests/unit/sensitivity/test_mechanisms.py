@@ -82,7 +82,7 @@ def test_smooth_bad_parameters(kwargs: dict[str, Any], parameter: str) -> None:
 
 
 def test_refused_families_and_statistics() -> None:
-    # the variance is released (exactly, on a grid: tests/unit/test_smooth_variance.py)
+    # the variance is released (exactly, on a grid: tests/unit/sensitivity/test_variance.py)
     assert make_smooth_sensitivity("variance", lower=0, upper=1, n=5, epsilon=1).loss is not None
     with pytest.raises(UnsupportedQueryError):
         make_inverse_sensitivity("mean", lower=0, upper=1, n=5, epsilon=1)

@@ -1,5 +1,5 @@
 """Review: KMeans(method="grid_em", rho=ρ) spends k pure-ε exponential-mechanism selections,
-each ε_step²/2-zCDP, and reports their composition. test_ml_calibration.py checks the spend of
+each ε_step²/2-zCDP, and reports their composition. ml/test_calibration.py checks the spend of
 grid_em only under a pure ε budget (its sum compares ε with ε; under ρ the EM's ε and the
 reported ρ are different units), so a mutant reporting k - 1 selections in
 ``KMeans._loss_and_steps`` (``compose(*([PureDP(step).to_zcdp()] * (k - 1)))``) passed every ml

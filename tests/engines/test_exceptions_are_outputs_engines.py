@@ -1,4 +1,5 @@
-"""Review 8 findings that need the Spark engine (see tests/regression/test_review_edges.py)."""
+"""Exceptions are outputs, the cases that need the Spark engine (found in review 8; see
+tests/regression/test_exceptions_are_outputs.py)."""
 
 from __future__ import annotations
 

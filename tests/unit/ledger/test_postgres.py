@@ -1,5 +1,6 @@
-"""The PostgreSQL store's own guarantees (the shared ledger suite runs on it via test_ledger.py):
-append-only enforced by the server, versioned migrations, durability, failing closed."""
+"""The PostgreSQL store's own guarantees (the shared ledger suite runs on it via
+ledger/test_ledger.py): append-only enforced by the server, versioned migrations, durability,
+failing closed."""
 
 from __future__ import annotations
 

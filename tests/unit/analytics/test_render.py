@@ -173,7 +173,7 @@ def test_scope_page_maps_every_seed_topic_to_real_modules() -> None:
     import importlib
     import re
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "scope.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[3] / "docs" / "scope.md").read_text(encoding="utf-8")
     for seed in ("000", "001", "002", "003", "004"):
         assert f"## {seed}" in text
     for issue in (10, 11, 12, 13, 14):

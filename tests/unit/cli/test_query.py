@@ -1,6 +1,6 @@
 """`dpkit query` in-process (dpkit.cli.query) and the payroll demo section.
 
-The real entry point is exercised in subprocesses by tests/unit/test_cli_commands.py."""
+The real entry point is exercised in subprocesses by tests/unit/cli/test_main.py."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ QUIET = BudgetMonitor(log=False)
 def test_an_unencodable_text_fails_its_request_alone(
     postgres_url: str, captured_requests: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Ledger.reserve now refuses such a text up front (test_ledger_texts.py); this exercises the
+    # Ledger.reserve now refuses such a text up front (ledger/test_texts.py); this exercises the
     # store's own defence, for a text that reaches it another way
     monkeypatch.setattr(ledger_module, "_check_text", lambda name, value: value)
     ledger = Ledger.open(postgres_url, monitor=QUIET)

@@ -1,6 +1,6 @@
 """Review: the grid mechanisms charge the rounding slack of every coordinate that can differ
 between neighbours (``changed_coordinates``: + √c grid steps in L2, c - 1 in L1). The
-calibration tests (tests/unit/test_ml_calibration.py) record the declared sensitivity and the
+calibration tests (tests/unit/ml/test_calibration.py) record the declared sensitivity and the
 budget of each call but not ``changed_coordinates``, so a mutant
 ``make_gaussian(l2, rho=share, changed_coordinates=1)`` (or the same for ``make_laplace``) in
 ``Budget.noisy_vector`` passed them (and every ml test): the released ZᵀZ / cluster sums would be

@@ -1,5 +1,5 @@
 """Review: grid_em truncates each row's cost at the cap (em_radius · lattice diameter)² and
-declares that cap as the exponential mechanism's sensitivity. test_ml_calibration.py checks the
+declares that cap as the exponential mechanism's sensitivity. ml/test_calibration.py checks the
 selection only at radius 1, where the truncation is inert (no lattice distance exceeds the
 cap), while KMeans uses em_radius = 0.1 by default. A mutant truncating at twice the declared
 cap (``best = np.full(occupied.size, 2 * sensitivity, ...)`` in ``grid_em_select``: ε doubled at

@@ -175,7 +175,7 @@ def test_capped_ladder_is_min_of_ladder_and_staircase_continuation() -> None:
 
 def test_isolated_points_with_common_divisor_never_converge_on_z() -> None:
     """V = {3}: only multiples of 3 are reachable, so the construction is capped (the public
-    constructors work on 3·Z instead, see test_ladder.py)."""
+    constructors work on 3·Z instead, see mechanisms/test_ladder.py)."""
     levels = build_levels(np.array([3]), np.array([3]), 0, max_levels=50)
     assert levels.converged_at is None and levels.capped_at == 50
 
