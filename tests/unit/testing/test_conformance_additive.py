@@ -1,4 +1,5 @@
-"""The conformance suite on the additive mechanisms, and on broken ones it must reject."""
+"""The conformance suite on the additive mechanisms, one test id per (mechanism, check), and on
+broken ones it must reject: each broken mechanism fails the check named for its fault."""
 
 from __future__ import annotations
 
@@ -14,7 +15,17 @@ import dpkit as dp
 from dpkit.core.framework import Measurement, make_postprocess
 from dpkit.core.losses import PureDP
 from dpkit.errors import InvalidParameterError, PrivacyCheckError
-from dpkit.testing import OMIT, AuditResult, CheckResult, ConformanceReport, check_mechanism
+from dpkit.testing import (
+    CHECKS,
+    OMIT,
+    AuditResult,
+    CheckResult,
+    ConformanceReport,
+    MechanismCheck,
+    check_mechanism,
+    mechanism_checks,
+    parametrize_mechanism_checks,
+)
 
 LAPLACE_BAD: list[tuple[dict[str, Any], str]] = [
     ({"epsilon": -1}, "epsilon"),
@@ -85,25 +96,33 @@ CASES: list[tuple[str, Callable[..., Measurement[Any]], dict[str, Any], list[Any
 ]
 
 
-@pytest.mark.parametrize(
-    ("factory", "valid", "bad", "x", "neighbour"),
-    [case[1:] for case in CASES],
-    ids=[case[0] for case in CASES],
+@parametrize_mechanism_checks(
+    *(
+        mechanism_checks(
+            factory, valid, bad_kwargs=bad, sample_input=x, neighbour_input=neighbour, name=name
+        )
+        for name, factory, valid, bad, x, neighbour in CASES
+    )
 )
-def test_additive_mechanisms_conform(
-    factory: Callable[..., Measurement[Any]],
-    valid: dict[str, Any],
-    bad: list[tuple[dict[str, Any], str]],
-    x: Any,
-    neighbour: Any,
-) -> None:
+def test_additive_mechanisms_conform(check: MechanismCheck) -> None:
+    outcome = check()
+    assert outcome.check == check.check
+    if check.check == "privacy":
+        assert isinstance(outcome.privacy, CheckResult)  # the exact check applied
+        assert outcome.summary == "privacy (exact check)"
+
+
+def test_check_mechanism_runs_every_check_in_order() -> None:
+    _name, factory, valid, bad, x, neighbour = CASES[0]
     report = check_mechanism(
         factory, valid, bad_kwargs=bad, sample_input=x, neighbour_input=neighbour
     )
     assert isinstance(report, ConformanceReport)
     assert isinstance(report.privacy, CheckResult)  # the exact check applied
     assert report.checks[0] == "privacy (exact check)"
-    assert len(report.checks) == 6
+    assert len(report.checks) == len(CHECKS) == 6
+    each = [check().summary for check in mechanism_checks(factory, valid, bad_kwargs=bad)]
+    assert list(report.checks) == each
 
 
 @pytest.mark.usefixtures("seeded")
@@ -233,3 +252,117 @@ def test_rejects_a_mutable_measurement() -> None:
 def test_rejects_a_factory_that_does_not_build_a_measurement() -> None:
     with pytest.raises(PrivacyCheckError, match="'construct' failed"):
         check_mechanism(lambda **kwargs: object(), {})  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------- checks one at a time
+def numpy_scalar_laplace(**kwargs: Any) -> Measurement[Any]:
+    real = dp.make_laplace(**kwargs)
+
+    def function(data: Any) -> Any:
+        out = real(data)
+        return np.float64(out) if np.ndim(data) == 0 else out
+
+    return dataclasses.replace(real, function=function)
+
+
+def mutable_laplace(**kwargs: Any) -> Measurement[Any]:
+    real = dp.make_laplace(**kwargs)
+    return MutableMeasurement(**{f.name: getattr(real, f.name) for f in dataclasses.fields(real)})
+
+
+def lenient_laplace(sensitivity: Any, epsilon: Any) -> Measurement[Any]:
+    return dp.make_laplace(sensitivity, abs(epsilon))  # "fixes" a negative ε
+
+
+def nan_passing_laplace(**kwargs: Any) -> Measurement[Any]:
+    real = dp.make_laplace(**kwargs)
+
+    def function(data: Any) -> Any:
+        if not np.all(np.isfinite(np.asarray(data, dtype=np.float64))):
+            return data  # passes NaN through instead of refusing it
+        return real(data)
+
+    return dataclasses.replace(real, function=function)
+
+
+class ForgetfulMeasurement(Measurement[Any]):
+    """A measurement subclass whose ``>>`` (wrongly) builds a chain with another privacy map."""
+
+    def __rshift__(self, other: Any) -> Any:
+        return dp.make_laplace(1, 10)
+
+
+def forgetful_laplace(**kwargs: Any) -> Measurement[Any]:
+    real = dp.make_laplace(**kwargs)
+    fields = {f.name: getattr(real, f.name) for f in dataclasses.fields(real)}
+    return ForgetfulMeasurement(**fields)
+
+
+@pytest.mark.parametrize(
+    ("factory", "broken"),
+    [
+        (laplace_claiming_half, "privacy"),
+        (lenient_laplace, "parameters"),
+        (nan_passing_laplace, "data"),
+        (numpy_scalar_laplace, "shapes"),
+        (forgetful_laplace, "post-processing"),
+        (mutable_laplace, "frozen"),
+    ],
+    ids=["privacy", "parameters", "data", "shapes", "post-processing", "frozen"],
+)
+def test_a_broken_mechanism_fails_the_named_check_and_only_it(
+    factory: Callable[..., Measurement[Any]], broken: str
+) -> None:
+    """Each check runs alone, on a measurement of its own: the fault fails its check and no
+    other (a check that cannot fail verifies nothing; one that fails for every fault names
+    none)."""
+    checks = mechanism_checks(
+        factory,
+        {"sensitivity": 1, "epsilon": 1},
+        bad_kwargs=[({"epsilon": -1}, "epsilon")],
+        name="broken",
+    )
+    failed = []
+    for check in checks:
+        try:
+            check()
+        except PrivacyCheckError as error:
+            assert f"'{check.check}' failed" in str(error)
+            failed.append(check.check)
+    assert failed == [broken]
+
+
+def test_checks_can_be_selected_and_are_yielded_in_order() -> None:
+    valid = {"sensitivity": 1, "epsilon": 1}
+    chosen = mechanism_checks(dp.make_laplace, valid, checks=["shapes", "privacy"], name="lap")
+    assert [(c.mechanism, c.check, c.id) for c in chosen] == [
+        ("lap", "privacy", "lap-privacy"),
+        ("lap", "shapes", "lap-shapes"),
+    ]
+    assert [c.check for c in mechanism_checks(dp.make_laplace, valid)] == list(CHECKS)
+    assert next(mechanism_checks(dp.make_laplace, valid)).mechanism == "make_laplace"
+    for bad in (["privacy", "speed"], [], "everything"):
+        with pytest.raises(InvalidParameterError) as caught:
+            list(mechanism_checks(dp.make_laplace, valid, checks=bad))
+        assert caught.value.parameter == "checks"
+
+
+def test_a_factory_that_does_not_build_a_measurement_fails_every_check() -> None:
+    for check in mechanism_checks(lambda **kwargs: object(), {}, name="nothing"):  # type: ignore[arg-type]
+        with pytest.raises(PrivacyCheckError, match="'construct' failed"):
+            check()
+
+
+def test_parametrize_gives_one_id_per_mechanism_and_check() -> None:
+    valid = {"sensitivity": 1, "epsilon": 1}
+    mark = parametrize_mechanism_checks(
+        mechanism_checks(dp.make_laplace, valid, name="a"),
+        mechanism_checks(dp.make_laplace, valid, name="b", checks=["frozen"]),
+    ).mark
+    assert mark.args[0] == "check"
+    assert mark.kwargs["ids"] == [f"a-{check}" for check in CHECKS] + ["b-frozen"]
+    assert [c.id for c in mark.args[1]] == mark.kwargs["ids"]
+    with pytest.raises(InvalidParameterError, match="name="):
+        parametrize_mechanism_checks(
+            mechanism_checks(dp.make_laplace, valid), mechanism_checks(dp.make_laplace, valid)
+        )

@@ -1,9 +1,10 @@
 """The conformance suite on the staircase, randomized response and selection mechanisms.
 
-:func:`dpkit.testing.check_mechanism` runs as is on the staircase with ``changed_coordinates``.
-It cannot express the other mechanisms here, so the same six checks are run by
-:func:`conform_finite_output` below, with these adaptations  — and check_mechanism itself
-(with ``neighbour_pairs`` and ``input_kind="vector"``) is run on each family too:
+:func:`dpkit.testing.mechanism_checks` runs as is on the staircase with ``changed_coordinates``,
+one test id per (mechanism, check). It cannot express every case of the other mechanisms, so
+the same checks are run by :func:`conform_finite_output` below, with these adaptations — and
+the suite itself (with ``neighbour_pairs`` and ``input_kind="vector"``) is run on each family
+too, again one test id per check:
 
 * **privacy** — finite-output mechanisms need ``neighbour_pairs`` for the exact check, and
   check_mechanism calls :func:`~dpkit.testing.check_measurement_exact` without them (it raises
@@ -36,9 +37,11 @@ from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckEr
 from dpkit.testing import (
     AuditResult,
     CheckResult,
-    ConformanceReport,
+    MechanismCheck,
     check_measurement_exact,
     check_mechanism,
+    mechanism_checks,
+    parametrize_mechanism_checks,
 )
 
 Factory = Callable[..., Measurement[Any]]
@@ -100,28 +103,34 @@ STAIRCASE_CASES: list[tuple[str, dict[str, Any], Any, Any]] = [
 ]
 
 
+STAIRCASE_VALID = {name: valid for name, valid, _, _ in STAIRCASE_CASES}
+
+
 @pytest.mark.usefixtures("seeded")
-@pytest.mark.parametrize(
-    ("valid", "x", "neighbour"),
-    [case[1:] for case in STAIRCASE_CASES],
-    ids=[case[0] for case in STAIRCASE_CASES],
-)
-def test_staircase_conforms(valid: dict[str, Any], x: Any, neighbour: Any) -> None:
-    report = check_mechanism(
-        dp.make_staircase,
-        valid,
-        bad_kwargs=STAIRCASE_BAD,
-        sample_input=x,
-        neighbour_input=neighbour,
+@parametrize_mechanism_checks(
+    *(
+        mechanism_checks(
+            dp.make_staircase,
+            valid,
+            bad_kwargs=STAIRCASE_BAD,
+            sample_input=x,
+            neighbour_input=neighbour,
+            name=f"staircase-{name}",
+        )
+        for name, valid, x, neighbour in STAIRCASE_CASES
     )
-    assert isinstance(report, ConformanceReport)
-    assert len(report.checks) == 6
+)
+def test_staircase_conforms(check: MechanismCheck) -> None:
+    outcome = check()
+    if check.check != "privacy":
+        return
+    valid = STAIRCASE_VALID[check.mechanism.removeprefix("staircase-")]
     if valid["changed_coordinates"] == 1:
-        assert isinstance(report.privacy, CheckResult)
-        assert report.privacy.realised == Fraction(valid["epsilon"])  # tight
+        assert isinstance(outcome.privacy, CheckResult)
+        assert outcome.privacy.realised == Fraction(valid["epsilon"])  # tight
     else:
-        assert isinstance(report.privacy, AuditResult)
-        assert report.checks[0] == "privacy (statistical audit)"
+        assert isinstance(outcome.privacy, AuditResult)
+        assert outcome.summary == "privacy (statistical audit)"
 
 
 def test_check_mechanism_names_the_default_staircases_scalar_only_contract() -> None:
@@ -337,14 +346,18 @@ def test_k_ary_randomized_response_shapes() -> None:
         named("purple")
 
 
-def test_check_mechanism_on_k_ary_randomized_response() -> None:
-    check_mechanism(
+@parametrize_mechanism_checks(
+    mechanism_checks(
         dp.make_generalized_randomized_response,
         {"categories": 4, "epsilon": 1},
         bad_kwargs=EPSILON_BAD + CATEGORIES_BAD,
         sample_input=0,
         neighbour_input=1,
+        name="k-ary-rr",
     )
+)
+def test_check_mechanism_on_k_ary_randomized_response(check: MechanismCheck) -> None:
+    check()
 
 
 def test_finite_conformance_rejects_a_broken_claim_or_a_lenient_factory() -> None:
@@ -449,30 +462,36 @@ def test_selection_shapes(factory: Factory) -> None:
             m(bad)
 
 
-@pytest.mark.parametrize(
-    "factory",
-    [dp.make_exponential, dp.make_permute_and_flip, dp.make_report_noisy_max],
-)
-def test_check_mechanism_on_selection(factory: Any) -> None:
-    check_mechanism(
-        factory,
-        {"epsilon": 1, "sensitivity": 1},
-        bad_kwargs=SELECTION_BAD,
-        sample_input=np.zeros(2),
-        neighbour_input=np.array([-1.0, 1.0]),
-        neighbour_pairs=vertex_pairs(1.0),
-        input_kind="vector",
+@parametrize_mechanism_checks(
+    *(
+        mechanism_checks(
+            factory,
+            {"epsilon": 1, "sensitivity": 1},
+            bad_kwargs=SELECTION_BAD,
+            sample_input=np.zeros(2),
+            neighbour_input=np.array([-1.0, 1.0]),
+            neighbour_pairs=vertex_pairs(1.0),
+            input_kind="vector",
+        )
+        for factory in (dp.make_exponential, dp.make_permute_and_flip, dp.make_report_noisy_max)
     )
+)
+def test_check_mechanism_on_selection(check: MechanismCheck) -> None:
+    check()
 
 
-def test_check_mechanism_on_binary_randomized_response() -> None:
-    check_mechanism(
+@parametrize_mechanism_checks(
+    mechanism_checks(
         dp.make_randomized_response_epsilon,
         {"epsilon": 1},
         bad_kwargs=EPSILON_BAD,
         sample_input=True,
         neighbour_input=False,
+        name="binary-rr",
     )
+)
+def test_check_mechanism_on_binary_randomized_response(check: MechanismCheck) -> None:
+    check()
 
 
 def test_selection_conformance_rejects_a_monotonic_misuse() -> None:
