@@ -10,7 +10,8 @@ release uses (:func:`dpkit._door.release`):
    nothing is charged;
 3. the engine runs the exact, bounded plan and returns integer aggregates;
 4. noise is added in Python (:mod:`dpkit.noise`) and the tables are built;
-5. ``ledger.commit(...)`` records the receipt, and only then is the :class:`Release` returned.
+5. ``ledger.commit(...)`` records the receipt, and only then is the
+   :class:`~dpkit.analytics.TableRelease` returned.
 
 If step 3 or 4 fails, the reservation is marked failed and **stays charged**: the data may have
 been read, and a refund would let an attacker probe it with failing queries. The error is an
@@ -43,7 +44,7 @@ from dpkit.analytics.planner.measurement import (
     make_query_measurement,
 )
 from dpkit.analytics.query import Bounding, Query, count
-from dpkit.analytics.results import Release
+from dpkit.analytics.results import TableRelease
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ledger import Ledger
@@ -410,7 +411,7 @@ class Session:
         loss: PrivacyLoss | None = None,
         mechanism: Mechanism = "auto",
         alpha: float = 0.05,
-    ) -> Release:
+    ) -> TableRelease:
         """Answer ``query`` with differential privacy, spending at most the given budget.
 
         Raises:
@@ -451,7 +452,7 @@ class Session:
             mechanism=", ".join(measurement.mechanisms)[:500],
             rehearse=lambda: dry_run(measurement, alpha),
         )
-        return Release(
+        return TableRelease(
             tables,
             accuracy,
             charge,
@@ -584,7 +585,7 @@ class Session:
         base: Query | None = None,
         probe: Any = None,
         names: Any = None,
-    ) -> Release:
+    ) -> TableRelease:
         """Run any function on m random blocks of privacy units and aggregate the outputs
         privately (sample-and-aggregate; Nissim, Raskhodnikova & Smith 2007; Smith 2011).
 

@@ -1,5 +1,6 @@
 """The programming framework: privacy losses, spaces, transformations and measurements."""
 
+from dpkit.core._release import Release
 from dpkit.core.framework import (
     Measurement,
     Transformation,
@@ -40,6 +41,7 @@ __all__ = [
     "Measurement",
     "PrivacyLoss",
     "PureDP",
+    "Release",
     "SymmetricDistance",
     "TableDomain",
     "Transformation",

@@ -48,7 +48,7 @@ from dpkit.analytics.querytext import (
     parse_query,
     parse_where,
 )
-from dpkit.analytics.results import Release
+from dpkit.analytics.results import TableRelease
 from dpkit.analytics.session import Session
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
@@ -734,7 +734,7 @@ class Service:
         model: Mapping[str, Any] | None = None,
         keys: Mapping[str, Sequence[Any]] | None = None,
         alpha: float = 0.05,
-    ) -> tuple[Release, PrivacyLoss | None]:
+    ) -> tuple[TableRelease, PrivacyLoss | None]:
         """Answer a query; returns the release and the analyst's remaining allowance.
 
         Raises:

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from dpkit.accounting import Accountant, Release
+from dpkit.accounting import Accountant
+from dpkit.core import Release
 from dpkit.core.losses import PureDP
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 from dpkit.ledger import BudgetMonitor, Ledger, UnknownBudgetError

@@ -14,7 +14,7 @@ from dpkit._format import format_loss, friendly, human_number
 from dpkit.analytics import Session, count
 from dpkit.analytics._render import column_decimals, format_column, render_release
 from dpkit.analytics.querytext import parse_query
-from dpkit.analytics.results import Accuracy, Release, post_process
+from dpkit.analytics.results import Accuracy, TableRelease, post_process
 from dpkit.core.losses import ApproxDP, PureDP
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -28,7 +28,7 @@ def _accuracy(kind: str = "exact", halfwidth: float = 1.0) -> Accuracy:
     return Accuracy(kind, halfwidth, 0.05, "geometric", PureDP(Fraction(1, 8)))  # type: ignore[arg-type]
 
 
-def _grouped_release() -> Release:
+def _grouped_release() -> TableRelease:
     frame = pd.DataFrame(
         {
             "category": ["food", "travel", "rent"],
@@ -46,12 +46,12 @@ def _grouped_release() -> Release:
         "mean_amount": _accuracy("approximate", 18.6),
         "q90_amount": _accuracy("rank", 2120),
     }
-    return Release(
+    return TableRelease(
         {"main": frame}, accuracy, PureDP(Fraction(1, 2)), "rcpt-1", PureDP(Fraction(3, 2))
     )
 
 
-def _whole_release() -> Release:
+def _whole_release() -> TableRelease:
     frame = pd.DataFrame(
         {
             "count": [50123],
@@ -67,12 +67,12 @@ def _whole_release() -> Release:
         }
     )
     accuracy = {"count": _accuracy(halfwidth=900), "median_amount": _accuracy("rank", 500)}
-    return Release(
+    return TableRelease(
         {"main": frame}, accuracy, ApproxDP(1, Fraction(1, 10**7)), "rcpt-2", PureDP(10**308)
     )
 
 
-def _render(release: Release, query: str, width: int, keys: tuple[str, ...]) -> str:
+def _render(release: TableRelease, query: str, width: int, keys: tuple[str, ...]) -> str:
     console = Console(width=width, record=True, no_color=True, force_terminal=False)
     render_release(
         release,
@@ -208,7 +208,7 @@ def test_integer_group_keys_print_without_thousands_separators() -> None:
             "count_high": [19.0, 38.0, 57.0],
         }
     )
-    release = Release(
+    release = TableRelease(
         {"main": frame}, {"count": _accuracy(halfwidth=9)}, PureDP(1), "rcpt-3", PureDP(1)
     )
     text = _render(release, "SELECT year, COUNT(*) GROUP BY year", 100, ("year",))

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpkit.cli.ladder import ladder_app
-from dpkit.mechanisms._ladder._reproduce import PAPER_SETS, heatmap, paper_cases
+from dpkit.demos.ladder import PAPER_SETS, heatmap, paper_cases
 
 
 def test_reproduce_writes_figures_and_tables(tmp_path: Path) -> None:

@@ -12,10 +12,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from dpkit.analytics import Session, count_distinct_units
-from dpkit.analytics.demo import payroll_demo, payroll_table
 from dpkit.analytics.querytext import parse_query
 from dpkit.cli.query import query_command
 from dpkit.core.losses import PureDP
+from dpkit.demos.analytics import payroll_demo, payroll_table
 from dpkit.errors import UnsupportedQueryError
 
 app = typer.Typer()
@@ -166,7 +166,7 @@ def test_payroll_demo_bounds_departments_and_explains_the_gap() -> None:
     """Issue 21: the per-department counts were calibrated for 12 groups per employee (±108
     bars; "Finance 0 [0, 101]" for 125 people) and the medians landed in the empty pay gap
     with no word of why. One department per employee (max_groups=1) and a note."""
-    from dpkit.analytics.demo import GAP_NOTE
+    from dpkit.demos.analytics import GAP_NOTE
 
     console = Console(record=True, width=200)
     payroll_demo(console)

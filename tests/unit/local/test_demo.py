@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from dpkit.demos.local import EMOJI, run_local_demo
 from dpkit.local import Rappor
-from dpkit.local._demo import EMOJI, run_local_demo
 
 
 @pytest.mark.usefixtures("seeded")

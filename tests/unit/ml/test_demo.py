@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from dpkit.core.losses import PureDP
-from dpkit.ml._demo import run_ml_demo
+from dpkit.demos.ml import run_ml_demo
 
 pytestmark = pytest.mark.usefixtures("seeded")
 

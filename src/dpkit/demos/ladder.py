@@ -17,8 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from dpkit._extras import require
-
 __all__ = ["PAPER_SETS", "Case", "heatmap", "paper_cases", "reproduce"]
 
 PAPER_SETS: dict[str, tuple[tuple[int, int], ...]] = {
@@ -182,7 +180,6 @@ def _plot_heatmaps(
     path: Path,
     title: str,
 ) -> None:
-    require("cli", by="the ladder figures (matplotlib)")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -218,7 +215,6 @@ def _plot_heatmaps(
 
 
 def _plot_densities(path: Path, epsilon: float = 1.0) -> dict[str, float]:
-    require("cli", by="the ladder figures (matplotlib)")
     import matplotlib
 
     matplotlib.use("Agg")

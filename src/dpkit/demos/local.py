@@ -15,10 +15,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from dpkit.local._campaign import Campaign
-from dpkit.local._oracles import OptimizedLocalHashing
-from dpkit.local._rappor import Rappor
-from dpkit.local._sketch import HadamardCountMeanSketch
+from dpkit.local import Campaign, HadamardCountMeanSketch, OptimizedLocalHashing, Rappor
 
 __all__ = ["EMOJI", "emoji_population", "run_local_demo"]
 

@@ -1,4 +1,4 @@
-"""``dpkit demo``: the seed material's worked examples, end to end.
+"""The seed material's worked examples (sections 1-3 of ``dpkit demo``).
 
 1. A randomized-response survey of 100 respondents, 30 of whom truly answer "yes".
 2. A sum, a mean and a selection over 1,000 values under a total budget ε = 1, split 0.5 / 0.3 /
@@ -8,7 +8,9 @@
    picking a band of values whose count is close to the largest: it releases the band only,
    never its count.)
 3. Laplace against staircase: expected |noise| at several ε.
-4. A bundled synthetic payroll table analysed through a Session, with the SQLite ledger.
+
+``dpkit demo`` (:func:`dpkit.demos.run_demo`) goes on with :mod:`dpkit.demos.analytics`,
+:mod:`dpkit.demos.ml` and :mod:`dpkit.demos.local`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dpkit.mechanisms.randomized_response import estimate_proportion, make_rando
 from dpkit.mechanisms.staircase import staircase_expected_abs, staircase_optimal_gamma
 from dpkit.transformations import make_bounded_sum, make_clamp, make_count
 
-__all__ = ["demo_dataset", "run_demo"]
+__all__ = ["demo_dataset", "run_seed_examples"]
 
 
 def demo_dataset(n: int = 1000, mean: float = 46.0, sd: float = 15.0) -> np.ndarray:
@@ -147,20 +149,9 @@ def _fmt(x: Fraction) -> str:
     return f"{float(x):g}" if Fraction(repr(float(x))) == x else f"{float(x):.4f}"
 
 
-def run_demo(console: Console | None = None) -> None:
-    """Print the worked examples."""
+def run_seed_examples(console: Console | None = None) -> None:
+    """Print sections 1-3 (the survey, the budgeted queries, Laplace against the staircase)."""
     console = console or Console()
-    console.print("[bold]dpkit demo[/bold] — the seed material's worked examples\n")
     _survey(console)
     _budgeted_queries(console)
     _laplace_vs_staircase(console)
-    from dpkit.analytics.demo import payroll_demo
-
-    payroll_demo(console)
-    # the seed's third query done right: cluster centres from a public candidate grid, ε = 0.2
-    # of a total of 1 (issue 13), and the local model: an emoji collection (issue 12)
-    from dpkit.local._demo import run_local_demo
-    from dpkit.ml._demo import run_ml_demo
-
-    run_ml_demo(console)
-    run_local_demo(console)
