@@ -42,7 +42,7 @@ from dpkit.analytics.query import (
     variance,
     workload,
 )
-from dpkit.analytics.results import Accuracy, Release
+from dpkit.analytics.results import Accuracy, TableRelease
 from dpkit.analytics.session import BoundsEstimate, Session
 
 __all__ = [
@@ -56,8 +56,8 @@ __all__ = [
     "KeySet",
     "PandasEngine",
     "Query",
-    "Release",
     "Session",
+    "TableRelease",
     "check_csv",
     "col",
     "count",

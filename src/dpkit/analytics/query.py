@@ -39,6 +39,7 @@ __all__ = [
     "GroupedQuery",
     "Histogram",
     "KeySet",
+    "LinearQueries",
     "MarginalCounts",
     "Mean",
     "PlanNode",
@@ -50,7 +51,6 @@ __all__ = [
     "Sum",
     "Variance",
     "WithColumn",
-    "Workload",
     "col",
     "count",
     "count_distinct_units",
@@ -214,9 +214,11 @@ class Histogram:
 
 
 @dataclass(frozen=True, slots=True)
-class Workload:
-    """Linear queries ``W @ x`` over the vector ``x`` of per-group counts (or clamped sums of
-    ``column``), one entry per public group key in key order. Released as its own table."""
+class LinearQueries:
+    """The :func:`workload` aggregation: linear queries ``W @ x`` over the vector ``x`` of
+    per-group counts (or clamped sums of ``column``), one entry per public group key in key
+    order. Released as its own table. (:class:`dpkit.workloads.Workload` is the matrix
+    mechanism's implicit matrix W.)"""
 
     matrix: tuple[tuple[float, ...], ...]
     name: str
@@ -234,7 +236,7 @@ Aggregation: TypeAlias = (
     | Variance
     | Quantile
     | Histogram
-    | Workload
+    | LinearQueries
     | MarginalCounts
     | RangeCounts
 )
@@ -645,7 +647,7 @@ def workload(
     bounds: tuple[Number, Number] | None = None,
     query_names: Sequence[str] | None = None,
     weight: Number = 1,
-) -> Workload:
+) -> LinearQueries:
     """A batch of linear queries ``matrix @ x`` over per-group counts (or sums of ``column``).
 
     ``matrix`` has one row per query and one column per public group key (in key order).
@@ -670,7 +672,7 @@ def workload(
             raise InvalidParameterError(
                 "query_names", query_names, f"{array.shape[0]} distinct names, one per matrix row"
             )
-    return Workload(
+    return LinearQueries(
         tuple(tuple(float(v) for v in row) for row in array),
         check_name(name),
         column_name,

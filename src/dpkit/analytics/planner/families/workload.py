@@ -33,7 +33,7 @@ from dpkit.analytics.planner.registry import (
     Use,
     register_family,
 )
-from dpkit.analytics.query import Workload, workload
+from dpkit.analytics.query import LinearQueries, workload
 from dpkit.analytics.results import Accuracy
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.mechanisms import make_geometric
@@ -41,7 +41,7 @@ from dpkit.noise.grid import choose_exponent
 
 
 def _compile_workload(
-    agg: Workload,
+    agg: LinearQueries,
     share: Share,
     contrib: Contribution,
     main: OutputRegistry,
@@ -201,11 +201,11 @@ def _compile_workload(
     return (finish, [Use(chosen.name, chosen.loss)], line + ")")
 
 
-def compile_workload(agg: Workload, ctx: FamilyContext) -> Compiled:
+def compile_workload(agg: LinearQueries, ctx: FamilyContext) -> Compiled:
     return _compile_workload(agg, ctx.share, ctx.contrib, ctx.main, ctx.n_keys, ctx.private_keys)
 
 
-def _render_workload(agg: Workload) -> str:
+def _render_workload(agg: LinearQueries) -> str:
     shape = f"{len(agg.matrix)}x{len(agg.matrix[0])}"
     over = f" of sum({agg.column})" if agg.column else ""
     return f"workload[{shape}]{over} as {agg.name}"
@@ -213,7 +213,7 @@ def _render_workload(agg: Workload) -> str:
 
 register_family(
     Family(
-        Workload,
+        LinearQueries,
         (Form(workload),),
         compile_workload,
         render=_render_workload,
