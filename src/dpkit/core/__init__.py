@@ -2,6 +2,7 @@
 
 from dpkit.core.framework import (
     Measurement,
+    MechanismInfo,
     Transformation,
     make_chain,
     make_parallel_composition,
@@ -28,6 +29,7 @@ __all__ = [
     "L1Distance",
     "L2Distance",
     "Measurement",
+    "MechanismInfo",
     "PrivacyLoss",
     "PureDP",
     "SymmetricDistance",

@@ -168,7 +168,7 @@ def check_mechanism(
             value the mechanism takes as is (0 for the grid mechanisms).
         neighbour_input: a neighbour of ``sample_input`` at distance ``d_in`` (for the audit).
         d_in: the distance the privacy check uses; default the measurement's own ``d_in``.
-        neighbour_pairs: for finite-output mechanisms (``info["output_pmf"]``), the pairs of
+        neighbour_pairs: for finite-output mechanisms (``info.output_pmf``), the pairs of
             neighbouring inputs the exact check compares; default: the sample and neighbour
             inputs, both ways.
         input_kind: ``"elementwise"`` (each element of an array is released independently:
@@ -193,7 +193,7 @@ def check_mechanism(
 
     # (a) the declared loss is honoured
     privacy: CheckResult | AuditResult
-    if neighbour_pairs is None and "output_pmf" in measurement.info:
+    if neighbour_pairs is None and measurement.info.output_pmf is not None:
         neighbour_pairs = [(sample_input, neighbour_input), (neighbour_input, sample_input)]
     try:
         privacy = check_measurement_exact(measurement, distance, neighbour_pairs=neighbour_pairs)
@@ -256,7 +256,7 @@ def check_mechanism(
                 f"input {bad!r} raised {type(error).__name__} ({error}), expected InvalidDataError",
             ) from error
         raise _fail("data", f"input {bad!r} was accepted; expected InvalidDataError")
-    if "output_pmf" in measurement.info:
+    if measurement.info.output_pmf is not None:
         # a finite domain (categories, bits): its edges are the neighbour pairs themselves
         edges = [(x, y) for x, y in (neighbour_pairs or [])]
     else:

@@ -35,6 +35,7 @@ from dpkit.testing.exact import (
     _renyi,
     check_tiered_pure_dp,
 )
+from dpkit.workloads._measure import matrix_info
 
 __all__ = ["verify_exact", "verify_marginals_exact"]
 
@@ -56,8 +57,8 @@ def _columns(b: sp.csr_matrix, c: int) -> list[Counter[int]]:
 def verify_exact(measurement: Measurement[Any], *, rtol: float = 1e-9) -> CheckResult:
     """Recompute the loss of :func:`make_strategy_measurement` from B and its noise; compare
     with ``measurement.map()`` (the claim). Returns a :class:`CheckResult`."""
-    q = measurement.info["quantised"]
-    lattice = measurement.info["lattice"]
+    info = matrix_info(measurement)
+    q, lattice = info.quantised, info.lattice
     c = int(measurement.d_in or 1)
     claim = measurement.map()
     columns = _columns(q.integer_matrix, c)
