@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dpkit.accounting import Accountant, Release
+from dpkit.accounting import AccountedRelease, Accountant
 from dpkit.core.losses import PureDP
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 from dpkit.ledger import BudgetMonitor, Ledger, UnknownBudgetError
@@ -24,7 +24,7 @@ def ledger() -> Ledger:
 def test_release_reserves_runs_and_commits(ledger: Ledger) -> None:
     accountant = Accountant(ledger, "visits", analyst="ana")
     release = accountant.release(make_laplace(sensitivity=1, epsilon=0.25), 10.0, query="q1")
-    assert isinstance(release, Release)
+    assert isinstance(release, AccountedRelease)
     assert isinstance(release.value, float)
     assert release.loss == PureDP(0.25)
     assert accountant.spent() == PureDP(0.25)

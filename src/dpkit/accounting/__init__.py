@@ -4,7 +4,7 @@ numerical (RDP / PLD) accounting through dp-accounting, and budget allocation.
 See docs/accounting.md for every rule and its citation.
 """
 
-from dpkit.accounting._accountant import Accountant, Release
+from dpkit.accounting._accountant import AccountedRelease, Accountant
 from dpkit.accounting._allocation import (
     AccuracyPlan,
     AllocationPool,
@@ -68,7 +68,7 @@ __all__ = [
     "PlannedShare",
     "PrivacyFilter",
     "PrivacyOdometer",
-    "Release",
+    "AccountedRelease",
     "ZCDPFilter",
     "accuracy_allocation",
     "advanced_composition",

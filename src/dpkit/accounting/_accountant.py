@@ -6,7 +6,7 @@
 2. ``ledger.reserve`` records the charge atomically, or refuses with
    :class:`~dpkit.errors.BudgetExceededError` - before any data is read;
 3. run the measurement on the data;
-4. ``ledger.commit`` records the receipt; the caller gets a :class:`Release`.
+4. ``ledger.commit`` records the receipt; the caller gets a :class:`AccountedRelease`.
 
 Steps 2-4 are :func:`dpkit._door.release`, the one function every release goes through. If
 step 3 or 4 fails the reservation is marked failed and the charge stays (no refunds: a failure
@@ -27,13 +27,13 @@ from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import InvalidParameterError
 from dpkit.ledger import Ledger, Receipt
 
-__all__ = ["Accountant", "Release"]
+__all__ = ["Accountant", "AccountedRelease"]
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class Release(Generic[T]):
+class AccountedRelease(Generic[T]):
     """A released value with the loss it cost and the ledger receipt that records it."""
 
     value: T
@@ -94,7 +94,7 @@ class Accountant:
 
     def release(
         self, measurement: Measurement[T], data: Any, *, query: str = "", d_in: Number | None = None
-    ) -> Release[T]:
+    ) -> AccountedRelease[T]:
         """Reserve the measurement's loss, run it on ``data``, commit; return the release."""
         if not isinstance(measurement, Measurement):
             raise InvalidParameterError("measurement", measurement, "a dpkit Measurement")
@@ -129,7 +129,7 @@ class Accountant:
             query=query,
             mechanism=measurement.name,
         )
-        return Release(value, loss, receipt)
+        return AccountedRelease(value, loss, receipt)
 
     def spent(self) -> PrivacyLoss:
         return self.ledger.spent(self.dataset, self.analyst)

@@ -26,7 +26,7 @@ from dpkit.mechanisms.ladder import (
 from dpkit.mechanisms.laplace import make_geometric, make_laplace
 from dpkit.mechanisms.randomized_response import (
     Estimate,
-    FrequencyEstimate,
+    CategoryFrequencies,
     estimate_frequencies,
     estimate_proportion,
     frequency_variance,
@@ -47,7 +47,7 @@ __all__ = [
     "AdditiveInfo",
     "DiscreteStaircase",
     "Estimate",
-    "FrequencyEstimate",
+    "CategoryFrequencies",
     "LadderInfo",
     "LadderVectorInfo",
     "RandomizedResponseInfo",

@@ -53,7 +53,7 @@ from dpkit.noise import bernoulli, bernoulli_exp, bernoulli_logistic, uniform_in
 
 __all__ = [
     "Estimate",
-    "FrequencyEstimate",
+    "CategoryFrequencies",
     "estimate_frequencies",
     "estimate_proportion",
     "frequency_variance",
@@ -525,7 +525,7 @@ class Estimate:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class FrequencyEstimate:
+class CategoryFrequencies:
     """Unbiased estimates of the frequency of every category, with standard errors.
 
     Attributes:
@@ -664,7 +664,7 @@ def estimate_frequencies(
     reports: Any,
     k: int | Sequence[Any],
     epsilon: Number,
-) -> FrequencyEstimate:
+) -> CategoryFrequencies:
     """Unbiased estimates of every category's true frequency from k-ary randomized responses.
 
     With p = e^ε/(e^ε+k-1), q = 1/(e^ε+k-1) and c_j the number of reports of category j among
@@ -679,7 +679,7 @@ def estimate_frequencies(
         epsilon: the ε the mechanism used.
 
     Returns:
-        A :class:`FrequencyEstimate`; ``result[j]`` is the :class:`Estimate` of category j.
+        A :class:`CategoryFrequencies`; ``result[j]`` is the :class:`Estimate` of category j.
 
     Example:
         >>> est = estimate_frequencies([0, 0, 1, 2, 2, 2], 3, epsilon=2)
@@ -699,7 +699,7 @@ def estimate_frequencies(
     values = (shares - q) / (p - q)
     errors = np.sqrt(shares * (1.0 - shares) / n) / (p - q)
     categories = tuple(range(count)) if labels is None else labels
-    return FrequencyEstimate(values, errors, categories, n)
+    return CategoryFrequencies(values, errors, categories, n)
 
 
 def frequency_variance(
