@@ -506,14 +506,36 @@ def test_every_exported_name_resolves(name: str) -> None:
     assert not missing, f"{name}.__all__ names what it does not define: {missing}"
 
 
+# Names two public packages export today, inside analytics (whose sub-packages are to become
+# private or to stop re-exporting): shrink this, never grow it.
+KNOWN_DUPLICATES = {
+    "CompiledQuery": ["dpkit.analytics", "dpkit.analytics.planner"],
+    "DuckDBEngine": ["dpkit.analytics", "dpkit.analytics.engines"],
+    "Engine": ["dpkit.analytics", "dpkit.analytics.engines"],
+    "PandasEngine": ["dpkit.analytics", "dpkit.analytics.engines"],
+}
+
+
+def _public_packages() -> list[str]:
+    """Every public package (an ``__init__.py`` with no private part) besides the applications,
+    and the public top-level modules pinned above."""
+    names = {m for m in _public_modules() if (SRC / m.replace(".", "/") / "__init__.py").is_file()}
+    return sorted((names | set(PINNED)) - {"dpkit"})
+
+
 def test_one_import_path_per_public_name() -> None:
     homes: dict[str, list[str]] = {}
-    for module, names in PINNED.items():
-        if module != "dpkit":
-            for n in names:
-                homes.setdefault(n, []).append(module)
+    for name in _public_packages():
+        extra = NEEDS.get(".".join(name.split(".")[:2]))
+        if extra is not None and importlib.util.find_spec(extra) is None:
+            continue
+        for n in getattr(importlib.import_module(name), "__all__", []):
+            homes.setdefault(n, []).append(name)
     twice = {n: ms for n, ms in homes.items() if len(ms) > 1}
-    assert not twice, f"names exported by two public modules: {twice}"
+    assert twice == KNOWN_DUPLICATES, (
+        "one import path per public name: these are exported by two public packages: "
+        f"{ {n: ms for n, ms in twice.items() if KNOWN_DUPLICATES.get(n) != ms} }"
+    )
 
 
 def test_the_facade_reexports_each_name_from_its_home() -> None:
