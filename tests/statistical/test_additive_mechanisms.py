@@ -1,6 +1,6 @@
 """The samplers behind the additive mechanisms produce the distributions they declare.
 
-The privacy checks in dpkit.testing.exact read a mechanism's *declared* pmf; these tests close
+The exact privacy checks in dpkit.testing read a mechanism's *declared* pmf; these tests close
 the loop by checking that the exact samplers really draw from it: χ² against the pmf for the
 discrete Laplace and discrete Gaussian (also through the slow exact path, forced), a
 Kolmogorov–Smirnov test of the grid Laplace and grid Gaussian against their continuous

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dpkit.accounting import AccountedRelease, Accountant
+from dpkit.accounting import Accountant, AccountedRelease
 from dpkit.core.losses import PureDP
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 from dpkit.ledger import BudgetMonitor, Ledger, UnknownBudgetError

@@ -474,10 +474,6 @@ OTHER_PUBLIC_MODULES = {
     "dpkit.sensitivity.variance",
     "dpkit.service.app",
     "dpkit.service.schemas",
-    "dpkit.testing.audit",
-    "dpkit.testing.conformance",
-    "dpkit.testing.exact",
-    "dpkit.testing.failures",
 }
 
 

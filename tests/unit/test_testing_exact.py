@@ -1,4 +1,4 @@
-"""dpkit.testing.exact: the exact and numerical privacy checks, on both sides of the line.
+"""dpkit.testing exact checks: the exact and numerical privacy checks, on both sides of the line.
 
 The checks must pass every correctly calibrated additive mechanism, and must FAIL mechanisms
 whose privacy map under-reports the loss (built here by swapping a real measurement's map).
@@ -32,7 +32,7 @@ from dpkit.testing import (
     check_measurement_exact,
     check_tiered_pure_dp,
 )
-from dpkit.testing.exact import _largest_steps, _sampled_shifts, _sliding_extremes
+from dpkit.testing._exact import _largest_steps, _sampled_shifts, _sliding_extremes
 
 
 # ----------------------------------------------------------------------- toy tiered noise

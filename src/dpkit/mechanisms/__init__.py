@@ -25,8 +25,8 @@ from dpkit.mechanisms.ladder import (
 )
 from dpkit.mechanisms.laplace import make_geometric, make_laplace
 from dpkit.mechanisms.randomized_response import (
-    Estimate,
     CategoryFrequencies,
+    Estimate,
     estimate_frequencies,
     estimate_proportion,
     frequency_variance,
@@ -45,9 +45,9 @@ from dpkit.mechanisms.staircase import (
 
 __all__ = [
     "AdditiveInfo",
+    "CategoryFrequencies",
     "DiscreteStaircase",
     "Estimate",
-    "CategoryFrequencies",
     "LadderInfo",
     "LadderVectorInfo",
     "RandomizedResponseInfo",

@@ -893,7 +893,7 @@ def check_ladder_privacy(
     hi = np.array([int(b) for _, b in units], dtype=np.int64)
     if noise.scale > 1:
         if np.any(lo % noise.scale) or np.any(hi % noise.scale) or not np.array_equal(lo, hi):
-            from dpkit.testing.exact import CheckResult
+            from dpkit.testing._exact import CheckResult
 
             return CheckResult(
                 notion="pure",

@@ -52,8 +52,8 @@ from dpkit.mechanisms._info import RandomizedResponseInfo
 from dpkit.noise import bernoulli, bernoulli_exp, bernoulli_logistic, uniform_integers
 
 __all__ = [
-    "Estimate",
     "CategoryFrequencies",
+    "Estimate",
     "estimate_frequencies",
     "estimate_proportion",
     "frequency_variance",

@@ -8,7 +8,7 @@ contributions in one cell; the triangle inequality makes this the largest ‖v�
   losses; each is computed *exactly* (Fractions) by :func:`dpkit.testing.check_tiered_pure_dp`
   for shift |v_i|;
 * zCDP: D_α of a product is the sum of per-coordinate D_α (additivity of Rényi divergence); each
-  is computed numerically from the pmf (``dpkit.testing.exact._renyi``), the realised ρ is
+  is computed numerically from the pmf (``dpkit.testing._exact._renyi``), the realised ρ is
   max_α Σ_i D_α(|v_i|)/α over the same orders as :func:`check_lattice_zcdp`;
 * (ε, δ): the realised ρ as above, converted with the same certified ``ZCDP.to_approx``.
 
@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import ZCDP, ApproxDP, PureDP
 from dpkit.noise.distributions import DiscreteLaplace
-from dpkit.testing.exact import (
+from dpkit.testing._exact import (
     DEFAULT_ALPHAS,
     CheckResult,
     _radius,

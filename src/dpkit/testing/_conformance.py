@@ -31,9 +31,9 @@ import numpy as np
 from dpkit._exact import Number, fraction_of
 from dpkit.core.framework import Measurement, make_postprocess
 from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckError
-from dpkit.testing.audit import AuditResult, audit_measurement
-from dpkit.testing.exact import CheckResult, check_measurement_exact
-from dpkit.testing.failures import EXTREME_FLOATS, FailureCheckResult, check_failure_behaviour
+from dpkit.testing._audit import AuditResult, audit_measurement
+from dpkit.testing._exact import CheckResult, check_measurement_exact
+from dpkit.testing._failures import EXTREME_FLOATS, FailureCheckResult, check_failure_behaviour
 
 __all__ = ["OMIT", "ConformanceReport", "check_mechanism"]
 
@@ -116,7 +116,7 @@ def edge_pairs(
     sample_input: Any, distance: Fraction, input_kind: Literal["elementwise", "vector"]
 ) -> list[tuple[Any, Any]]:
     """Neighbouring inputs at the edges of float64 and the grids: ``x`` and ``x ± d`` for every
-    finite value of :data:`~dpkit.testing.failures.EXTREME_FLOATS` (and off-grid values);
+    finite value of :data:`~dpkit.testing.EXTREME_FLOATS` (and off-grid values);
     vectors are filled with ``x`` and differ in their first coordinate."""
     step = float(distance)
     pairs: list[tuple[Any, Any]] = []
