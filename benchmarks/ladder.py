@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dpkit.mechanisms._ladder._reproduce import PAPER_SETS, reproduce
+from dpkit.demos.ladder import PAPER_SETS, reproduce
 from dpkit.mechanisms.ladder import make_ladder
 
 

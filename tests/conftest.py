@@ -35,7 +35,7 @@ CI_SLOW_EXCLUDED: dict[str, str] = {
         "every aggregate family four times on Spark (~4-5 min per WHERE variant); the default "
         "suite runs three families on Spark and every family on DuckDB and pandas."
     ),
-    r"tests/unit/test_analytics_audit\.py::test_audit_finds_no_violation_large\[": (
+    r"tests/unit/analytics/test_session_audit\.py::test_audit_finds_no_violation_large\[": (
         "40,000 Session releases per side, each a Python-level release of a table: ~9 min per "
         "case on one core. The default suite runs the same audit at 1,500 per side."
     ),
@@ -47,7 +47,8 @@ CI_SLOW_EXCLUDED: dict[str, str] = {
         "Rényi quadrature on a finer grid of shifts for two more budgets (~70 s); the default "
         "suite checks every calibration, and that it fails when under-claimed, on the base grid."
     ),
-    r"tests/unit/test_vector_rounding_slack\.py::test_gaussian_approx_vector_rounding_is_charged": (
+    r"tests/unit/mechanisms/test_vector_rounding_slack\.py::"
+    r"test_gaussian_approx_vector_rounding_is_charged": (
         "more cases of the map the default suite checks once; each builds an (ε, δ) Gaussian "
         "for vectors (~10 s of exact zCDP conversions)."
     ),
@@ -77,7 +78,7 @@ TRIMMED_FROM_DEFAULT: dict[str, str] = {
         "Spark runs three of the 18 id/bound cases by default (the int64 limits, the dense-count "
         "limit, both ends at once; ~12 s each); DuckDB runs all 18."
     ),
-    r"tests/engines/test_rev_marginals_neighbours\.py::test_histogram_moves_by_at_most_k"
+    r"tests/engines/test_marginals_neighbours\.py::test_histogram_moves_by_at_most_k"
     r"\[spark-\w+-agg\d-1\]": (
         "Spark checks every marginal at k = 3 by default; k = 1 runs on DuckDB and pandas."
     ),

@@ -28,7 +28,9 @@ classified correctly.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,7 +40,15 @@ if TYPE_CHECKING:
     from dpkit.core.losses import PrivacyLoss
     from dpkit.ledger import Ledger
 
-__all__ = ["Books", "Stage", "failed_after_reservation", "internal_error", "release"]
+__all__ = [
+    "Books",
+    "Stage",
+    "Watch",
+    "failed_after_reservation",
+    "internal_error",
+    "release",
+    "watching",
+]
 
 T = TypeVar("T")
 
@@ -76,6 +86,37 @@ class Stage:
         self.doing = doing
 
 
+class Watch:
+    """The reservations the door made inside a :func:`watching` block (in this thread or task),
+    oldest first: a caller that reports failures itself (the service) tells a refusal (none)
+    from a failure after the reservation (the charge stays) without reading the ledger."""
+
+    __slots__ = ("reservations",)
+
+    def __init__(self) -> None:
+        self.reservations: list[Any] = []
+
+    @property
+    def reservation(self) -> Any:
+        """The last reservation made, or None."""
+        return self.reservations[-1] if self.reservations else None
+
+
+_WATCH: ContextVar[Watch | None] = ContextVar("dpkit_door_watch", default=None)
+
+
+@contextmanager
+def watching() -> Iterator[Watch]:
+    """Record every reservation :func:`release` makes inside the block (a context variable:
+    each thread and each asyncio task sees only its own)."""
+    watch = Watch()
+    token = _WATCH.set(watch)
+    try:
+        yield watch
+    finally:
+        _WATCH.reset(token)
+
+
 def _reading_error(error: BaseException) -> bool:
     if isinstance(error, OSError | MemoryError | UnicodeError):
         return True
@@ -83,6 +124,21 @@ def _reading_error(error: BaseException) -> bool:
         (kind.__module__ or "").lstrip("_").split(".")[0] in _READING_MODULES
         for kind in type(error).__mro__
     )
+
+
+_PACKAGE = __file__.rsplit("/", 1)[0] if "/" in __file__ else ""
+
+
+def _dpkits_own(error: BaseException) -> bool:
+    """Whether ``error`` is a dpkit error raised by dpkit's own code: only then is its message
+    kept after the reservation (dpkit's messages never quote data; a third-party engine's
+    :class:`~dpkit.errors.DPError` could)."""
+    if not isinstance(error, DPError):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:  # built but never raised (a wrapper dpkit made): dpkit's own
+        return True
+    return bool(_PACKAGE) and frames[-1].filename.startswith(_PACKAGE + "/")
 
 
 def _trace(error: BaseException) -> tuple[str, ...]:
@@ -94,7 +150,7 @@ def _trace(error: BaseException) -> tuple[str, ...]:
 def internal_error(error: BaseException, doing: str, *, charged: bool) -> InternalError:
     """An :class:`InternalError` for ``error``: its class (and dpkit's own message, which never
     quotes data), what dpkit was doing, and what happened to the budget."""
-    own = f": {error}" if isinstance(error, DPError) else ""
+    own = f": {error}" if _dpkits_own(error) else ""
     spent = (
         "the query's budget stays spent (the data may have been read)"
         if charged
@@ -135,9 +191,16 @@ def failed_after_reservation(
     if not isinstance(error, Exception) or isinstance(error, InternalError):
         return error
     if isinstance(error, UnreadableDataError):  # an engine's own: a malformed file, say
-        return UnreadableDataError(f"{error}. The query's budget stays spent.", charged=True)
+        if _dpkits_own(error):
+            return UnreadableDataError(f"{error}. The query's budget stays spent.", charged=True)
+        return UnreadableDataError(
+            "the data could not be read (the engine's message is withheld because it can quote "
+            "the data). The query's budget stays spent.",
+            charged=True,
+        )
     if reading is not False and isinstance(error, InvalidDataError):
-        return UnreadableDataError(f"the data could not be read: {error}; its budget stays spent")
+        shown = f": {error}" if _dpkits_own(error) else " (the engine's message is withheld)"
+        return UnreadableDataError(f"the data could not be read{shown}; its budget stays spent")
     if reading is not False and not isinstance(error, DPError) and _reading_error(error):
         return UnreadableDataError(
             f"the data could not be read ({type(error).__name__}); the query's budget stays "
@@ -188,6 +251,9 @@ def release(
         query=query,
         mechanism=mechanism,
     )
+    watch = _WATCH.get()
+    if watch is not None:
+        watch.reservations.append(reservation)
     stage = Stage()
     try:
         value = body(stage)
@@ -195,5 +261,17 @@ def release(
         raise failed_after_reservation(
             ledger, reservation, error, reading=stage.reading, doing=stage.doing
         ) from None
-    receipt = ledger.commit(reservation)
+    try:
+        receipt = ledger.commit(reservation)
+    except Exception as error:
+        # the value is withheld ("spend before you speak"); the reservation is durable and
+        # counts in full whether or not the commit reached the store
+        raise InternalError(
+            f"the release was computed but the ledger could not record its commit "
+            f"({type(error).__name__}); the answer is withheld and the query's budget stays "
+            "spent (its reservation counts in full). Check the ledger's storage; the error's "
+            "own message is withheld because it can quote the data.",
+            charged=True,
+            trace=_trace(error),
+        ) from None
     return value, receipt

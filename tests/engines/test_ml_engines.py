@@ -4,7 +4,7 @@ Session's columns, every read an aggregate query the engine runs, through the Se
 Uses the one shared local SparkSession of tests/engines/conftest.py. Sizes are tiny: these
 tests check that each engine runs the same queries (assignment to the nearest centre, LSH cells,
 lattice cells, sufficient statistics) and gives the same exact aggregates; accuracy is tested on
-the pandas engine in tests/unit/test_ml_session.py.
+the pandas engine in tests/unit/ml/test_session.py.
 """
 
 from __future__ import annotations

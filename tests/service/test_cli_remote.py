@@ -2,7 +2,7 @@
 the DuckDB engine: the session's shared server, with a dataset and analysts of this module's
 own): the same SQL subset, the same rendering as the local command, and refusals as one
 readable line that never charges. (The console-script entry point itself is run in
-subprocesses by tests/unit/test_cli_commands.py; here the same ``dpkit.cli.app`` runs
+subprocesses by tests/unit/cli/test_main.py; here the same ``dpkit.cli.app`` runs
 in-process.)"""
 
 from __future__ import annotations

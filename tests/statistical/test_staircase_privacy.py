@@ -1,7 +1,7 @@
 """The staircase mechanism keeps its ε-DP claim, and the checks catch staircases that do not.
 
 Three kinds of evidence, as for the additive mechanisms (tests/statistical/test_audit.py,
-tests/unit/test_testing_exact.py):
+tests/unit/testing/test_exact.py):
 
 * the exact check (:func:`dpkit.testing.check_measurement_exact`) proves the claim from the
   declared lattice staircase, and finds the realised loss *equal* to the claim (so the check

@@ -49,6 +49,7 @@ EXPECTED = {
     "estimate_frequencies",
     "make_staircase",
     "Accountant",
+    "Release",
     "Bounding",
     "KeySet",
     "Query",

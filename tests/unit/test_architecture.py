@@ -154,6 +154,33 @@ def test_the_library_never_imports_the_cli() -> None:
     assert not upward, "library modules importing the CLI:\n" + "\n".join(upward)
 
 
+DEMO_IMPORTERS = ("dpkit.demos", "dpkit.cli")
+"""The modules that may import :mod:`dpkit.demos`: the demos themselves and the CLI that runs
+them (``dpkit demo``, ``dpkit ladder reproduce``)."""
+
+
+def test_the_library_never_imports_the_demos() -> None:
+    """Issue 22: the worked examples and the ladder paper's reproduction live in ``dpkit.demos``
+    (they were five ``demo`` modules inside analytics, ml, local and the top package, and
+    ``mechanisms/_ladder/_reproduce.py``); no library package depends on them."""
+    graph = import_graph()
+    upward = [
+        f"{module} -> {target} (line {line})"
+        for module, targets in graph.items()
+        if not any(module == d or module.startswith(d + ".") for d in DEMO_IMPORTERS)
+        for target, line in targets.items()
+        if target == "dpkit.demos" or target.startswith("dpkit.demos.")
+    ]
+    assert not upward, "library modules importing the demos:\n" + "\n".join(upward)
+    # the CLI names a module after each command (dpkit.cli.demo holds ``dpkit demo``, 20 lines)
+    stray = sorted(
+        m
+        for m in graph
+        if m.rpartition(".")[2] in {"demo", "_demo", "_reproduce"} and m != "dpkit.cli.demo"
+    )
+    assert not stray, f"demo modules outside dpkit.demos: {stray}"
+
+
 def test_the_graph_sees_function_level_imports_and_skips_type_checking(tmp_path: Path) -> None:
     """The checker itself: a circle closed inside a function is found, one closed only under
     ``TYPE_CHECKING`` is not, and ``from package import module`` points at the module."""

@@ -90,6 +90,8 @@ def test_the_core_imports_with_every_extra_blocked() -> None:
         ("dpkit.ml", "ml", "sklearn"),
         ("dpkit.cli", "cli", "typer"),
         ("dpkit.client", "cli", "httpx"),
+        ("dpkit.demos", "cli", "rich"),
+        ("dpkit.demos", "cli", "matplotlib"),
         ("dpkit.service", "service", "fastapi"),
         ("dpkit.analytics.engines.spark_engine", "spark", "pyspark"),
     ],

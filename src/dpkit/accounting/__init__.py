@@ -4,7 +4,7 @@ numerical (RDP / PLD) accounting through dp-accounting, and budget allocation.
 See docs/accounting.md for every rule and its citation.
 """
 
-from dpkit.accounting._accountant import Accountant, AccountedRelease
+from dpkit.accounting._accountant import Accountant
 from dpkit.accounting._allocation import (
     AccuracyPlan,
     AllocationPool,
@@ -56,7 +56,6 @@ from dpkit.accounting._numerical import (
 
 __all__ = [
     "Accountant",
-    "AccountedRelease",
     "AccountingResult",
     "AccuracyPlan",
     "AdvancedFilter",

@@ -6,7 +6,8 @@
 2. ``ledger.reserve`` records the charge atomically, or refuses with
    :class:`~dpkit.errors.BudgetExceededError` - before any data is read;
 3. run the measurement on the data;
-4. ``ledger.commit`` records the receipt; the caller gets a :class:`AccountedRelease`.
+4. ``ledger.commit`` records the receipt; the caller gets a :class:`dpkit.Release` (the value,
+   the loss, the receipt and the budget left).
 
 Steps 2-4 are :func:`dpkit._door.release`, the one function every release goes through. If
 step 3 or 4 fails the reservation is marked failed and the charge stays (no refunds: a failure
@@ -17,28 +18,19 @@ message withheld unless it is dpkit's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from dpkit._door import Books, release
 from dpkit._exact import Number, check_positive, fraction_of
+from dpkit.core._release import Release
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import InvalidParameterError
-from dpkit.ledger import Ledger, Receipt
+from dpkit.ledger import Ledger
 
-__all__ = ["Accountant", "AccountedRelease"]
+__all__ = ["Accountant"]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class AccountedRelease(Generic[T]):
-    """A released value with the loss it cost and the ledger receipt that records it."""
-
-    value: T
-    loss: PrivacyLoss
-    receipt: Receipt
 
 
 class Accountant:
@@ -94,8 +86,9 @@ class Accountant:
 
     def release(
         self, measurement: Measurement[T], data: Any, *, query: str = "", d_in: Number | None = None
-    ) -> AccountedRelease[T]:
-        """Reserve the measurement's loss, run it on ``data``, commit; return the release."""
+    ) -> Release[T]:
+        """Reserve the measurement's loss, run it on ``data``, commit; return the
+        :class:`~dpkit.Release` (its ``remaining`` is the budget left just after the commit)."""
         if not isinstance(measurement, Measurement):
             raise InvalidParameterError("measurement", measurement, "a dpkit Measurement")
         floor = max(
@@ -129,7 +122,7 @@ class Accountant:
             query=query,
             mechanism=measurement.name,
         )
-        return AccountedRelease(value, loss, receipt)
+        return Release(value, loss, receipt, remaining=self.remaining())
 
     def spent(self) -> PrivacyLoss:
         return self.ledger.spent(self.dataset, self.analyst)

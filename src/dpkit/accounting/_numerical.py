@@ -312,7 +312,7 @@ def _auto_interval(event: Any, delta: float, neighbouring: Neighbouring) -> floa
 
     The grid of a composed PLD spans a range of losses that grows with ε; scaling the interval
     with ε keeps the number of grid points (time, memory) roughly constant while the relative
-    error in ε stays ~1e-5 (measured in tests/unit/test_accounting_numerical.py and
+    error in ε stays ~1e-5 (measured in tests/unit/accounting/test_numerical.py and
     benchmarks/accounting.py).
     """
     try:

@@ -40,7 +40,7 @@ from dpkit.analytics.query import (
     variance,
     workload,
 )
-from dpkit.analytics.results import Accuracy, Release
+from dpkit.analytics.results import Accuracy, TableRelease
 from dpkit.analytics.session import BoundsEstimate, Session
 
 __all__ = [
@@ -54,8 +54,8 @@ __all__ = [
     "KeySet",
     "PandasEngine",
     "Query",
-    "Release",
     "Session",
+    "TableRelease",
     "check_csv",
     "col",
     "count",

@@ -1,8 +1,8 @@
-"""Printing a :class:`~dpkit.analytics.results.Release` as a report people can read.
+"""Printing a :class:`~dpkit.analytics.TableRelease` as a report people can read.
 
 * Values are post-processed for display (:func:`~dpkit.analytics.results.post_process`): counts
   rounded and clipped at 0, means and quantiles clipped into their declared bounds; a footnote
-  says so. The raw, unbiased values stay in the Python ``Release``.
+  says so. The raw, unbiased values stay in the Python ``TableRelease``.
 * One number style per column: fixed notation with thousands separators, the decimals chosen
   once per column from the noise (a value is not printed more precisely than its error bar).
 * Each value is followed by its (1 - α) interval in brackets, clipped like the value.
@@ -21,7 +21,7 @@ from rich.table import Table
 
 from dpkit._format import format_loss
 from dpkit.analytics.query import Count, CountUnits, Histogram, Quantile
-from dpkit.analytics.results import Release, _aggregations_of, post_process
+from dpkit.analytics.results import TableRelease, _aggregations_of, post_process
 
 __all__ = ["column_decimals", "format_column", "key_text", "print_alerts", "render_release"]
 
@@ -204,7 +204,7 @@ def _plain(value: Any) -> str:
 
 
 def render_release(
-    release: Release,
+    release: TableRelease,
     console: Console,
     title: str = "Result",
     *,

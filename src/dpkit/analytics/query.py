@@ -39,6 +39,7 @@ __all__ = [
     "GroupedQuery",
     "Histogram",
     "KeySet",
+    "LinearQueries",
     "MarginalCounts",
     "Mean",
     "PlanNode",
@@ -50,7 +51,6 @@ __all__ = [
     "Sum",
     "Variance",
     "WithColumn",
-    "Workload",
     "col",
     "count",
     "count_distinct_units",
@@ -214,9 +214,11 @@ class Histogram:
 
 
 @dataclass(frozen=True, slots=True)
-class Workload:
-    """Linear queries ``W @ x`` over the vector ``x`` of per-group counts (or clamped sums of
-    ``column``), one entry per public group key in key order. Released as its own table."""
+class LinearQueries:
+    """The :func:`workload` aggregation: linear queries ``W @ x`` over the vector ``x`` of
+    per-group counts (or clamped sums of ``column``), one entry per public group key in key
+    order. Released as its own table. (:class:`dpkit.workloads.Workload` is the matrix
+    mechanism's implicit matrix W.)"""
 
     matrix: tuple[tuple[float, ...], ...]
     name: str
@@ -234,7 +236,7 @@ Aggregation: TypeAlias = (
     | Variance
     | Quantile
     | Histogram
-    | Workload
+    | LinearQueries
     | MarginalCounts
     | RangeCounts
 )
@@ -645,7 +647,7 @@ def workload(
     bounds: tuple[Number, Number] | None = None,
     query_names: Sequence[str] | None = None,
     weight: Number = 1,
-) -> Workload:
+) -> LinearQueries:
     """A batch of linear queries ``matrix @ x`` over per-group counts (or sums of ``column``).
 
     ``matrix`` has one row per query and one column per public group key (in key order).
@@ -670,7 +672,7 @@ def workload(
             raise InvalidParameterError(
                 "query_names", query_names, f"{array.shape[0]} distinct names, one per matrix row"
             )
-    return Workload(
+    return LinearQueries(
         tuple(tuple(float(v) for v in row) for row in array),
         check_name(name),
         column_name,
@@ -863,7 +865,7 @@ def _render_agg(agg: Aggregation) -> str:
     kind = type(agg).__name__.lower()
     if isinstance(agg, Count | CountUnits):
         return f"{kind}() as {agg.name}"
-    if isinstance(agg, Workload):
+    if isinstance(agg, LinearQueries):
         shape = f"{len(agg.matrix)}x{len(agg.matrix[0])}"
         over = f" of sum({agg.column})" if agg.column else ""
         return f"workload[{shape}]{over} as {agg.name}"
@@ -893,7 +895,7 @@ _HISTOGRAM_COLUMNS = ("bin_low", "bin_high", "count", "count_low", "count_high")
 
 def _released_columns(agg: Aggregation) -> tuple[str, ...]:
     """The columns an aggregation adds to the main result table."""
-    if isinstance(agg, Histogram | Workload | MarginalCounts | RangeCounts):
+    if isinstance(agg, Histogram | LinearQueries | MarginalCounts | RangeCounts):
         return ()  # released as their own tables
     if isinstance(agg, Quantile):
         return (agg.name,)
@@ -1040,7 +1042,7 @@ class GroupedQuery(Structural):
         if not aggregations:
             raise InvalidParameterError("aggregations", aggregations, "at least one aggregation")
         known = (
-            *(Count, CountUnits, Sum, Mean, Variance, Quantile, Histogram, Workload),
+            *(Count, CountUnits, Sum, Mean, Variance, Quantile, Histogram, LinearQueries),
             *(MarginalCounts, RangeCounts),
         )
         names: set[str] = set()
@@ -1065,7 +1067,7 @@ class GroupedQuery(Structural):
                         "Pass name=... (or rename the group_by column with with_column).",
                     )
                 columns[column] = f"a column of {agg.name!r}"
-            if isinstance(agg, Histogram | Workload | MarginalCounts | RangeCounts) and (
+            if isinstance(agg, Histogram | LinearQueries | MarginalCounts | RangeCounts) and (
                 agg.name == "main"
             ):
                 raise InvalidParameterError(

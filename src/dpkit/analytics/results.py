@@ -1,4 +1,5 @@
-"""What a query returns: a :class:`Release` of result tables, their accuracy and the receipt.
+"""What a query returns: a :class:`TableRelease` of result tables, their accuracy and the
+receipt (a :class:`dpkit.Release` whose value is the tables by name).
 
 A release's main table has one row per group: the key columns, then for each aggregation
 ``name`` its released value and, where the noise gives one, a (1-α) interval ``name_low`` /
@@ -16,9 +17,10 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
+from dpkit.core._release import Release
 from dpkit.core.losses import PrivacyLoss
 
-__all__ = ["Accuracy", "Release", "post_process"]
+__all__ = ["Accuracy", "TableRelease", "post_process"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,27 +53,48 @@ class Accuracy:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class Release:
-    """The released tables of one query, with accuracy, privacy loss and ledger receipt.
+@dataclass(frozen=True, init=False)
+class TableRelease(Release[Mapping[str, pd.DataFrame]]):
+    """The released tables of one query, with accuracy, privacy loss and ledger receipt: the
+    :class:`dpkit.Release` a Session query returns.
 
     Attributes:
+        value: every result table by name (``"main"``, and one per histogram / workload); also
+            :attr:`tables`.
         table: the main result (one row per group).
-        tables: every result table by name (``"main"``, and one per histogram / workload).
         accuracy: per aggregation name.
         loss: the privacy loss charged for the whole query.
         receipt: the ledger's receipt (or a local record when no ledger is attached).
         remaining: the budget left after this query, when known.
         plan: the compiled plan, as text.
+        split: the loss of each aggregation, by name.
     """
 
-    tables: Mapping[str, pd.DataFrame]
-    accuracy: Mapping[str, Accuracy]
-    loss: PrivacyLoss
     receipt: Any = None
-    remaining: PrivacyLoss | None = None
+    accuracy: Mapping[str, Accuracy] = field(default_factory=dict)
     plan: str = ""
     split: Mapping[str, PrivacyLoss] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        tables: Mapping[str, pd.DataFrame],
+        accuracy: Mapping[str, Accuracy],
+        loss: PrivacyLoss,
+        receipt: Any = None,
+        remaining: PrivacyLoss | None = None,
+        plan: str = "",
+        split: Mapping[str, PrivacyLoss] | None = None,
+    ) -> None:
+        fields: dict[str, Any] = {"value": tables, "loss": loss, "receipt": receipt}
+        fields |= {"accuracy": accuracy, "remaining": remaining, "plan": plan}
+        fields["split"] = {} if split is None else split
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+
+    @property
+    def tables(self) -> Mapping[str, pd.DataFrame]:
+        """Every result table by name (the release's ``value``)."""
+        return self.value
 
     @property
     def table(self) -> pd.DataFrame:
@@ -107,7 +130,7 @@ class Release:
 
     def __repr__(self) -> str:
         names = ", ".join(self.tables)
-        return f"Release(tables=[{names}], loss={self.loss}, rows={len(self.table)})"
+        return f"TableRelease(tables=[{names}], loss={self.loss}, rows={len(self.table)})"
 
 
 def _aggregations_of(query: Any) -> tuple[Any, ...]:
@@ -144,7 +167,7 @@ def post_process(frame: pd.DataFrame, aggregations: Iterable[Any]) -> pd.DataFra
     * variances and standard deviations: clipped into [0, the largest the bounds allow].
 
     The raw values are unbiased; these are not (clipping moves them towards the feasible range).
-    Use the raw :attr:`Release.table` for further statistics.
+    Use the raw :attr:`TableRelease.table` for further statistics.
     """
     from dpkit.analytics.query import (
         Count,

@@ -40,7 +40,7 @@ from dpkit._exact import Number, fraction_of
 from dpkit.analytics.blocks import BlockCall, engine_blocks
 from dpkit.analytics.expr import check_unicode
 from dpkit.analytics.query import Query, count
-from dpkit.analytics.results import Accuracy, Release
+from dpkit.analytics.results import Accuracy, TableRelease
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import InternalError, InvalidParameterError
 from dpkit.noise import random_words
@@ -114,7 +114,7 @@ def run_sample_and_aggregate(
     probe: Any = None,
     names: Sequence[str] | None = None,
     budget: PrivacyLoss,
-) -> Release:
+) -> TableRelease:
     """See :meth:`dpkit.analytics.Session.sample_and_aggregate` (the public entry point)."""
     from dpkit.analytics.planner import rewrite, validate
 
@@ -263,7 +263,7 @@ def run_sample_and_aggregate(
         )
         for name in labels
     }
-    return Release(
+    return TableRelease(
         {"main": table},
         accuracy_info,
         charge,

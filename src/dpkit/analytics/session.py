@@ -10,7 +10,8 @@ release uses (:func:`dpkit._door.release`):
    nothing is charged;
 3. the engine runs the exact, bounded plan and returns integer aggregates;
 4. noise is added in Python (:mod:`dpkit.noise`) and the tables are built;
-5. ``ledger.commit(...)`` records the receipt, and only then is the :class:`Release` returned.
+5. ``ledger.commit(...)`` records the receipt, and only then is the
+   :class:`~dpkit.analytics.TableRelease` returned.
 
 If step 3 or 4 fails, the reservation is marked failed and **stays charged**: the data may have
 been read, and a refund would let an attacker probe it with failing queries. The error is an
@@ -37,8 +38,13 @@ from dpkit.analytics.bounding import bounds_candidates, contribution
 from dpkit.analytics.engines import make_engine
 from dpkit.analytics.engines.base import BinSpec, BoundedPlan, Engine, Output
 from dpkit.analytics.planner import CompiledQuery, Mechanism, compile_query, rewrite, validate
+from dpkit.analytics.planner.measurement import (
+    QueryMeasurement,
+    as_charged_for,
+    make_query_measurement,
+)
 from dpkit.analytics.query import Bounding, Query, count
-from dpkit.analytics.results import Release
+from dpkit.analytics.results import TableRelease
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ledger import Ledger
@@ -145,7 +151,7 @@ def check_engine(engine: Engine, plan: BoundedPlan) -> None:
         check(plan)
 
 
-def dry_run(compiled: CompiledQuery, alpha: float) -> None:
+def dry_run(compiled: CompiledQuery | QueryMeasurement, alpha: float) -> None:
     """Release ``compiled`` on an empty table — public, no data — before anything is reserved.
 
     Everything the release computes from public inputs alone (the noise's intervals, variances
@@ -167,10 +173,8 @@ def dry_run(compiled: CompiledQuery, alpha: float) -> None:
         raise _internal(error, "checking the query on an empty table", charged=False) from None
 
 
-def _ledger_charge(
-    compiled: PrivacyLoss, delta: Number | None, loss: PrivacyLoss | None
-) -> PrivacyLoss:
-    """What the ledger is charged for a query whose compiled loss is ``compiled``.
+def _charged_delta(delta: Number | None, loss: PrivacyLoss | None) -> Fraction | None:
+    """The δ a query was asked for with (None without one).
 
     A query asked for with (ε, δ) but answered with Gaussian noise compiles to ρ-zCDP with
     ``ZCDP(ρ).to_approx(δ)`` within (ε, δ). The ledger is charged that (ε, δ) conversion, not ρ:
@@ -181,11 +185,7 @@ def _ledger_charge(
     query_delta = (
         delta if delta is not None else (loss.delta if isinstance(loss, ApproxDP) else None)
     )
-    if isinstance(compiled, ZCDP) and query_delta is not None:
-        exact_delta = check_delta(query_delta)
-        if exact_delta > 0:
-            return compiled.to_approx(exact_delta)
-    return compiled
+    return None if query_delta is None else check_delta(query_delta)
 
 
 _PENALTY_PER_DOUBLING = Fraction(3)
@@ -364,8 +364,16 @@ class Session:
         rho: Number | None = None,
         loss: PrivacyLoss | None = None,
         mechanism: Mechanism = "auto",
-    ) -> CompiledQuery:
-        """Compile ``query`` for a budget without touching data or the ledger."""
+        alpha: float = 0.05,
+    ) -> QueryMeasurement:
+        """Compile ``query`` for a budget without touching data or the ledger.
+
+        Returns a :class:`~dpkit.core.framework.Measurement` (contribution bounding, a
+        Transformation that runs the exact engine plans, chained with the calibrated noise)
+        whose ``map(1)`` is the loss :meth:`evaluate` charges the ledger and :meth:`explain`
+        shows, and ``map(k)`` the loss for tables ``k`` privacy units apart (group privacy).
+        See :mod:`dpkit.analytics.planner.measurement`.
+        """
         budget = _query_budget(epsilon, delta, rho, loss)
         try:
             compiled = compile_query(
@@ -376,7 +384,14 @@ class Session:
                 mechanism=mechanism,
                 defaults=self.defaults,
             )
-            return compiled
+            return make_query_measurement(
+                compiled,
+                self.engine.run,
+                self.schema,
+                self.privacy_unit,
+                as_charged_for(_charged_delta(delta, loss)),
+                alpha,
+            )
         except DPError:
             raise
         except Exception as error:  # planning reads public inputs only: any other error is ours
@@ -396,7 +411,7 @@ class Session:
         loss: PrivacyLoss | None = None,
         mechanism: Mechanism = "auto",
         alpha: float = 0.05,
-    ) -> Release:
+    ) -> TableRelease:
         """Answer ``query`` with differential privacy, spending at most the given budget.
 
         Raises:
@@ -407,35 +422,44 @@ class Session:
         self._check_open()
         if not 0 < alpha < 1:
             raise InvalidParameterError("alpha", alpha, "in (0, 1), e.g. 0.05")
-        compiled = self.compile(
-            query, epsilon=epsilon, delta=delta, rho=rho, loss=loss, mechanism=mechanism
+        measurement = self.compile(
+            query,
+            epsilon=epsilon,
+            delta=delta,
+            rho=rho,
+            loss=loss,
+            mechanism=mechanism,
+            alpha=alpha,
         )
-        mechanisms = ", ".join(compiled.mechanisms)
-        charge = _ledger_charge(compiled.loss, delta, loss)
+        bounding, noisy = measurement.bounding, measurement.noisy
+        if bounding is None or noisy is None:  # pragma: no cover - compile builds both
+            raise _internal(TypeError("incomplete measurement"), "planning", charged=False)
+        charge = measurement.map(1)
+        explanation = measurement.explain()
 
         def body(stage: Stage) -> Any:
             stage(reading=True)
-            results = [self.engine.run(plan) for plan in compiled.plans]
+            results = bounding(self.engine)
             stage(reading=False)
-            return compiled.release(results, alpha)
+            return noisy(results)
 
         # public failures are refusals, decided before the reservation (the dry run)
         (tables, accuracy), receipt = release(
             self._books,
             charge,
             body,
-            query=compiled.description,
-            mechanism=mechanisms[:500],
-            rehearse=lambda: dry_run(compiled, alpha),
+            query=explanation,
+            mechanism=", ".join(measurement.mechanisms)[:500],
+            rehearse=lambda: dry_run(measurement, alpha),
         )
-        return Release(
+        return TableRelease(
             tables,
             accuracy,
             charge,
             receipt,
             self.remaining,
-            compiled.description,
-            compiled.split,
+            explanation,
+            measurement.split,
         )
 
     def estimate_bounds(
@@ -561,7 +585,7 @@ class Session:
         base: Query | None = None,
         probe: Any = None,
         names: Any = None,
-    ) -> Release:
+    ) -> TableRelease:
         """Run any function on m random blocks of privacy units and aggregate the outputs
         privately (sample-and-aggregate; Nissim, Raskhodnikova & Smith 2007; Smith 2011).
 

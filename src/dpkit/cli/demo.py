@@ -12,7 +12,7 @@ __all__ = ["demo_command", "version_command"]
 @handles_errors
 def demo_command() -> None:
     """Run the seed material's worked examples end to end."""
-    from dpkit.demo import run_demo
+    from dpkit.demos import run_demo
 
     run_demo(out_console())
 

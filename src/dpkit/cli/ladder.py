@@ -80,7 +80,7 @@ def reproduce(
 ) -> None:
     """Reproduce the paper's Figs. 1-3 and a table of rate, δ*, n and N for V1-V7."""
     names = tuple(name.strip().upper() for name in sets.split(",") if name.strip())
-    from dpkit.mechanisms._ladder._reproduce import PAPER_SETS
+    from dpkit.demos.ladder import PAPER_SETS
 
     unknown = [name for name in names if name not in PAPER_SETS]
     if unknown or not names:
@@ -89,7 +89,7 @@ def reproduce(
             "Choose from " + ", ".join(PAPER_SETS) + ".",
         )
     _check_out(out, force)
-    from dpkit.mechanisms._ladder._reproduce import reproduce as run
+    from dpkit.demos.ladder import reproduce as run
 
     with spinner(f"reproducing {', '.join(names)} ({'quick' if quick else 'full'} grids)"):
         result = run(out, quick=quick, names=names)

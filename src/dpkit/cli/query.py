@@ -275,7 +275,7 @@ def _rehearse(
     from rich.console import Console
 
     from dpkit.analytics._render import render_release
-    from dpkit.analytics.results import Release
+    from dpkit.analytics.results import TableRelease
     from dpkit.errors import DPError, InternalError
 
     compiled = session.compile(final, loss=query_loss)
@@ -285,7 +285,7 @@ def _rehearse(
     ]
     try:
         tables, accuracy = compiled.release(empty, alpha)
-        release = Release(
+        release = TableRelease(
             tables, accuracy, compiled.loss, None, query_loss, compiled.description, compiled.split
         )
         render_release(

@@ -53,10 +53,10 @@ def _number(value: Any) -> float:
 
 
 def release_from_answer(answer: Answer) -> Any:
-    """A :class:`~dpkit.analytics.results.Release` holding the service's answer (for printing)."""
+    """A :class:`~dpkit.analytics.TableRelease` holding the service's answer (for printing)."""
     import pandas as pd  # type: ignore[import-untyped]
 
-    from dpkit.analytics.results import Accuracy, Release
+    from dpkit.analytics.results import Accuracy, TableRelease
 
     tables = {
         name: pd.DataFrame(rows, columns=answer.columns.get(name) or None)
@@ -74,7 +74,7 @@ def release_from_answer(answer: Answer) -> Any:
         )
         for name, a in answer.accuracy.items()
     }
-    return Release(
+    return TableRelease(
         tables,
         accuracy,
         loss_from_json(answer.loss),  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
 """The programming framework: privacy losses, spaces, transformations and measurements."""
 
+from dpkit.core._release import Release
 from dpkit.core.framework import (
     Measurement,
     MechanismInfo,
@@ -9,7 +10,15 @@ from dpkit.core.framework import (
     make_postprocess,
     make_sequential_composition,
 )
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, compose, parallel
+from dpkit.core.losses import (
+    ZCDP,
+    ApproxDP,
+    PrivacyLoss,
+    PureDP,
+    compose,
+    group_privacy,
+    parallel,
+)
 from dpkit.core.spaces import (
     AbsoluteDistance,
     AtomDomain,
@@ -17,6 +26,8 @@ from dpkit.core.spaces import (
     L1Distance,
     L2Distance,
     SymmetricDistance,
+    TableDomain,
+    UnitDistance,
     VectorDomain,
 )
 
@@ -32,10 +43,14 @@ __all__ = [
     "MechanismInfo",
     "PrivacyLoss",
     "PureDP",
+    "Release",
     "SymmetricDistance",
+    "TableDomain",
     "Transformation",
+    "UnitDistance",
     "VectorDomain",
     "compose",
+    "group_privacy",
     "make_chain",
     "make_parallel_composition",
     "make_postprocess",

@@ -34,7 +34,15 @@ from dpkit._exact import (
 from dpkit._format import number
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["ZCDP", "ApproxDP", "PrivacyLoss", "PureDP", "compose", "parallel"]
+__all__ = [
+    "ZCDP",
+    "ApproxDP",
+    "PrivacyLoss",
+    "PureDP",
+    "compose",
+    "group_privacy",
+    "parallel",
+]
 
 
 @dataclass(frozen=True, slots=True, order=False)
@@ -232,6 +240,53 @@ def parallel(*losses: PrivacyLoss) -> PrivacyLoss:
         elif isinstance(first, ZCDP) and isinstance(other, ZCDP):
             first = ZCDP(max(first.rho, other.rho))
     return first
+
+
+_GROUP_EXACT_SUM = 64  # up to this many units δ's factor is the exact sum of e^{iε} bounds
+
+
+def group_privacy(loss: PrivacyLoss, units: Number) -> PrivacyLoss:
+    """The loss for inputs ``units`` privacy units apart, from ``loss``, the loss for one unit.
+
+    * ε-DP: kε (Dwork & Roth 2014, Thm. 2.2; the triangle inequality over k hops);
+    * ρ-zCDP: k²ρ (Bun & Steinke 2016, Prop. 27);
+    * (ε, δ)-DP: (kε, δ·Σ_{i<k} e^{iε}): chain the k hops, each adding δ scaled by the e^{ε}
+      factors of the hops after it (Vadhan 2017, Lemma 2.2). Each e^{iε} is rounded up; beyond
+      64 units the sum is bounded by k·e^{(k-1)ε}.
+
+    ``units`` is a whole number >= 0 (a privacy unit is in the data or not); 0 gives a zero
+    loss. A group guarantee whose δ reaches 1 says nothing and is refused.
+    """
+    k_exact = fraction_of("d_in", units)
+    if k_exact < 0 or k_exact.denominator != 1:
+        raise InvalidParameterError("d_in", units, "a whole number of privacy units >= 0")
+    k = int(k_exact)
+    if isinstance(loss, PureDP):
+        return PureDP(k * loss.epsilon)
+    if isinstance(loss, ZCDP):
+        return ZCDP(k * k * loss.rho)
+    if k <= 1 or loss.delta == 0:
+        return ApproxDP(k * loss.epsilon, k * loss.delta if k <= 1 else 0)
+    epsilon, delta = loss.epsilon, loss.delta
+    vacuous = InvalidParameterError(
+        "d_in",
+        units,
+        f"a group small enough that δ·Σe^(iε) < 1 (here ε = {_fmt(epsilon)}, δ = "
+        f"{_fmt(delta)}: the group guarantee says nothing)",
+    )
+    # cheap first, in floats: e^{(k-1)ε} beyond e/δ makes δ' >= 1 whatever the rounding (and
+    # keeps the exact exponential below from growing without need)
+    log_inverse_delta = -math.log(float(delta)) if float(delta) > 0 else 1e6
+    if float(epsilon) * (k - 1) > log_inverse_delta + 1:
+        raise vacuous
+    if k <= _GROUP_EXACT_SUM:
+        factor = sum((exp_upper(i * epsilon) for i in range(1, k)), Fraction(1))
+    else:
+        factor = k * exp_upper((k - 1) * epsilon)
+    group_delta = delta * factor
+    if group_delta >= 1:
+        raise vacuous
+    return ApproxDP(k * epsilon, group_delta)
 
 
 def _fmt(x: Fraction) -> str:

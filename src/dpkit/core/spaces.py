@@ -18,6 +18,8 @@ __all__ = [
     "Measure",
     "Metric",
     "SymmetricDistance",
+    "TableDomain",
+    "UnitDistance",
     "VectorDomain",
 ]
 
@@ -51,7 +53,17 @@ class VectorDomain:
         return f"vector<{self.element}>" + (f"[{self.size}]" if self.size is not None else "")
 
 
-Domain = AtomDomain | VectorDomain
+@dataclass(frozen=True, slots=True)
+class TableDomain:
+    """A table with these columns, each ``(name, kind)`` (what a Session's schema declares)."""
+
+    columns: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        return "table(" + ", ".join(f"{n}: {k}" for n, k in self.columns) + ")"
+
+
+Domain = AtomDomain | VectorDomain | TableDomain
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +106,30 @@ class L2Distance:
         return "L2 distance"
 
 
-Metric = SymmetricDistance | ChangeOneDistance | AbsoluteDistance | L1Distance | L2Distance
+@dataclass(frozen=True, slots=True)
+class UnitDistance:
+    """Tables as sets of privacy units: d(x, x') = the number of units whose rows differ (one
+    unit added or removed with all its rows = 1). The neighbour relation of a Session
+    (user-level differential privacy); ``unit`` names the column that identifies a unit.
+    ``bounded`` marks exact aggregates computed after contribution bounding, where one unit
+    moves each output by at most the plan's declared bounds."""
+
+    unit: str
+    bounded: bool = False
+
+    def __str__(self) -> str:
+        kind = "bounded contributions of " if self.bounded else ""
+        return f"unit distance ({kind}privacy unit {self.unit!r})"
+
+
+Metric = (
+    SymmetricDistance
+    | ChangeOneDistance
+    | AbsoluteDistance
+    | L1Distance
+    | L2Distance
+    | UnitDistance
+)
 
 Measure = Literal["pure", "approx", "zcdp"]
 """Which privacy loss a measurement's map returns: PureDP, ApproxDP or ZCDP."""

@@ -101,7 +101,7 @@ def staircase_optimal_gamma(epsilon: Number, cost: Cost = "l1") -> float:
       b - 2b² + 2b⁴ - b⁵ = b(1-b)³(1+b), this is γ* = (c - b)/(1-b) with c = (b(1+b)/2)^{1/3},
       which we evaluate as γ* = b(1+2b) / (2(c² + cb + b²)) (from c³ - b³ = b(1-b)(1+2b)/2):
       no cancellation for small ε, no overflow for large ε. It agrees with a numeric
-      minimisation of :func:`staircase_variance` (tests/unit/test_staircase.py).
+      minimisation of :func:`staircase_variance` (tests/unit/mechanisms/test_staircase.py).
 
     Both tend to 1/2 as ε → 0; for large ε, γ*_l1 ≈ e^{-ε/2} and γ*_l2 ≈ (e^{-ε}/2)^{1/3}.
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpkit._door import watching
 from dpkit._exact import fraction_of
 from dpkit.analytics.expr import Expr
-from dpkit.analytics.planner.compiled import CompiledQuery
+from dpkit.analytics.planner.measurement import QueryMeasurement
 from dpkit.analytics.query import (
     Aggregation,
     KeySet,
@@ -47,7 +48,7 @@ from dpkit.analytics.querytext import (
     parse_query,
     parse_where,
 )
-from dpkit.analytics.results import Release
+from dpkit.analytics.results import TableRelease
 from dpkit.analytics.session import Session
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
@@ -57,7 +58,6 @@ from dpkit.ledger import (
     BudgetStatus,
     Ledger,
     LedgerEntry,
-    Reservation,
 )
 from dpkit.service._engine import SqlBuilder, WarmDuckDBEngine
 from dpkit.service._registry import DatasetRecord, Principal, Registry
@@ -206,28 +206,6 @@ def loss_json(loss: PrivacyLoss | None) -> dict[str, Any]:
     return out
 
 
-class _ServiceLedger(Ledger):
-    """The service's ledger: remembers, per thread, the reservation a query made, so that a
-    failure can be told apart: before the reservation it is a refusal (nothing charged),
-    after it a failure whose charge stays (:class:`FailedAfterReservationError`)."""
-
-    _made = threading.local()
-
-    def reserve(self, *args: Any, **kwargs: Any) -> Reservation:
-        reservation = super().reserve(*args, **kwargs)
-        _ServiceLedger._made.reservation = reservation
-        return reservation
-
-    @staticmethod
-    def forget() -> None:
-        _ServiceLedger._made.reservation = None
-
-    @staticmethod
-    def made() -> Reservation | None:
-        found: Reservation | None = getattr(_ServiceLedger._made, "reservation", None)
-        return found
-
-
 class _ServiceSession(Session):
     """A Session whose :meth:`compile` (run before the ledger reserves anything) also builds
     every plan's engine SQL and checks that it can be sent to the engine, so that everything
@@ -235,7 +213,7 @@ class _ServiceSession(Session):
     text in them) is decided before the reservation. The SQL is built again from the same
     plans when they run (the warm engine caches it per plan shape)."""
 
-    def compile(self, query: Query, **kwargs: Any) -> CompiledQuery:
+    def compile(self, query: Query, **kwargs: Any) -> QueryMeasurement:
         compiled = super().compile(query, **kwargs)
         engine = self.engine
         if isinstance(engine, WarmDuckDBEngine):
@@ -315,7 +293,7 @@ class Service:
         if not database.startswith(("postgresql://", "postgres://")):
             sqlite_path = database.removeprefix("sqlite:///") if "://" in database else database
             database = f"sqlite:///{sqlite_path}"
-        self.ledger = _ServiceLedger.open(database, monitor=self.monitor)
+        self.ledger = Ledger.open(database, monitor=self.monitor)
         self.registry = Registry(database, sqlite_path=sqlite_path)
         self._sessions: dict[tuple[str, str], tuple[Session, threading.Lock]] = {}
         self._engines: dict[str, WarmDuckDBEngine] = {}
@@ -756,7 +734,7 @@ class Service:
         model: Mapping[str, Any] | None = None,
         keys: Mapping[str, Sequence[Any]] | None = None,
         alpha: float = 0.05,
-    ) -> tuple[Release, PrivacyLoss | None]:
+    ) -> tuple[TableRelease, PrivacyLoss | None]:
         """Answer a query; returns the release and the analyst's remaining allowance.
 
         Raises:
@@ -778,20 +756,20 @@ class Service:
             built = self.build_query(record, sql, model, keys)
             if heavy:  # plan it here (its SQL is cached by shape); evaluate() finds it ready
                 session.compile(built, loss=loss)
-        _ServiceLedger.forget()
-        try:
-            if isinstance(session.engine, WarmDuckDBEngine):  # thread-safe: no lock
-                release = session.evaluate(built, loss=loss, alpha=alpha)
-            else:
-                with lock:
+        with watching() as watch:
+            try:
+                if isinstance(session.engine, WarmDuckDBEngine):  # thread-safe: no lock
                     release = session.evaluate(built, loss=loss, alpha=alpha)
-        except Exception as exc:
-            reservation = _ServiceLedger.made()
-            if reservation is not None:
-                raise FailedAfterReservationError(reservation.id, reservation.loss, exc) from None
-            raise
-        finally:
-            _ServiceLedger.forget()
+                else:
+                    with lock:
+                        release = session.evaluate(built, loss=loss, alpha=alpha)
+            except Exception as exc:
+                reservation = watch.reservation
+                if reservation is not None:
+                    raise FailedAfterReservationError(
+                        reservation.id, reservation.loss, exc
+                    ) from None
+                raise
         return release, release.remaining
 
     # -- reading the books --

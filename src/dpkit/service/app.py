@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import dpkit.service.schemas as w
 from dpkit.analytics.querytext import plain
-from dpkit.analytics.results import Release
+from dpkit.analytics.results import TableRelease
 from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.ledger import BudgetStatus, LedgerEntry, LedgerError, UnknownBudgetError
@@ -177,7 +177,7 @@ def _table_rows(frame: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
-def query_dict(release: Release, remaining: PrivacyLoss | None) -> dict[str, Any]:
+def query_dict(release: TableRelease, remaining: PrivacyLoss | None) -> dict[str, Any]:
     """The wire form of an answer (the :class:`~dpkit.service.schemas.QueryOut` shape, as
     plain JSON values): tables (rows, and each table's columns), error bars, the charge, the
     receipt and the allowance left."""
@@ -212,12 +212,12 @@ def query_dict(release: Release, remaining: PrivacyLoss | None) -> dict[str, Any
     }
 
 
-def query_out(release: Release, remaining: PrivacyLoss | None) -> w.QueryOut:
+def query_out(release: TableRelease, remaining: PrivacyLoss | None) -> w.QueryOut:
     """:func:`query_dict` as the pydantic model (the endpoint sends the dict's JSON directly)."""
     return w.QueryOut.model_validate(query_dict(release, remaining))
 
 
-def query_json(release: Release, remaining: PrivacyLoss | None) -> bytes:
+def query_json(release: TableRelease, remaining: PrivacyLoss | None) -> bytes:
     """The answer's JSON body, as FastAPI's ``JSONResponse`` renders it."""
     answer = query_dict(release, remaining)
     try:

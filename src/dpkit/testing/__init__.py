@@ -12,14 +12,24 @@
   neighbouring inputs must fail alike — :func:`check_failure_behaviour`,
   :func:`check_session_failures`, :func:`add_one_unit`.
 * A conformance suite every mechanism should pass:
-  :func:`check_mechanism`.
+  :func:`check_mechanism` runs every check; :func:`mechanism_checks` yields them one by one and
+  :func:`parametrize_mechanism_checks` makes each its own pytest test.
 
 Each returns a result with ``passed`` and ``raise_if_failed()``, which raises
 :class:`dpkit.errors.PrivacyCheckError`. See docs/verification.md.
 """
 
 from dpkit.testing._audit import AuditResult, audit_measurement, audit_samples, audit_samples_zcdp
-from dpkit.testing._conformance import OMIT, ConformanceReport, check_mechanism
+from dpkit.testing._conformance import (
+    CHECKS,
+    OMIT,
+    CheckOutcome,
+    ConformanceReport,
+    MechanismCheck,
+    check_mechanism,
+    mechanism_checks,
+    parametrize_mechanism_checks,
+)
 from dpkit.testing._exact import (
     DEFAULT_ALPHAS,
     CheckResult,
@@ -40,13 +50,16 @@ from dpkit.testing._failures import (
 )
 
 __all__ = [
+    "CHECKS",
     "DEFAULT_ALPHAS",
     "EXTREME_FLOATS",
     "OMIT",
     "AuditResult",
+    "CheckOutcome",
     "CheckResult",
     "ConformanceReport",
     "FailureCheckResult",
+    "MechanismCheck",
     "add_one_unit",
     "audit_measurement",
     "audit_samples",
@@ -61,4 +74,6 @@ __all__ = [
     "check_mechanism",
     "check_session_failures",
     "check_tiered_pure_dp",
+    "mechanism_checks",
+    "parametrize_mechanism_checks",
 ]

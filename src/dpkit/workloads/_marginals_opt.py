@@ -224,7 +224,7 @@ class MarginalsStrategy:
                 v += math.prod(dom[i] - 1 for i in b) / (cb * cb * kappa[b])
             tables[bigb] = out
             variances[bigb] = v
-        return MarginalRelease(tables, variances, loss)  # type: ignore[arg-type]
+        return MarginalRelease(tables, variances, loss)
 
 
 class _Structure:

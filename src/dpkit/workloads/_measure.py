@@ -23,7 +23,7 @@ Privacy (the claim, and why it holds exactly):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ from scipy.optimize import lsq_linear
 from scipy.sparse.linalg import lsmr
 
 from dpkit._exact import Number, check_delta, check_epsilon, check_rho
+from dpkit.core._release import Release
 from dpkit.core.framework import Measurement, MechanismInfo
 from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, L1Distance, VectorDomain
@@ -140,24 +141,54 @@ def matrix_info(measurement: Measurement[Any]) -> MatrixMechanismInfo:
     return info
 
 
-@dataclass(eq=False)
-class WorkloadRelease:
-    """Noisy answers to a workload, each with its variance (from the strategy, not the data).
+@dataclass(frozen=True, eq=False, init=False, kw_only=True)
+class WorkloadRelease(Release[np.ndarray]):
+    """Noisy answers to a workload, each with its variance (from the strategy, not the data): the
+    :class:`dpkit.Release` of the matrix mechanism.
 
-    ``answers`` are W·x̂ with x̂ = A_q⁺·y (unbiased); ``variances[i]`` is Var(answers[i]).
-    After :meth:`nonnegative` the answers are consistent and non-negative but biased: they carry
-    ``variances=None`` and ``raw_answers`` keeps the unbiased ones.
+    ``answers`` (the ``value``) are W·x̂ with x̂ = A_q⁺·y (unbiased); ``variances[i]`` (the
+    ``accuracy``) is Var(answers[i]). After :meth:`nonnegative` the answers are consistent and
+    non-negative but biased: they carry ``variances=None`` and ``raw_answers`` keeps the unbiased
+    ones. Nothing is charged here (``receipt`` is None): a Session's workload is charged by the
+    Session and released as a :class:`~dpkit.analytics.TableRelease`.
     """
 
-    answers: np.ndarray
-    variances: np.ndarray | None
+    accuracy: np.ndarray | None
     x_hat: np.ndarray
     strategy: str
-    loss: PrivacyLoss
     noise_variance: float
     measurements: np.ndarray
-    raw_answers: np.ndarray | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    raw_answers: np.ndarray | None
+    info: dict[str, Any]
+
+    def __init__(
+        self,
+        answers: np.ndarray,
+        variances: np.ndarray | None,
+        x_hat: np.ndarray,
+        strategy: str,
+        loss: PrivacyLoss,
+        noise_variance: float,
+        measurements: np.ndarray,
+        raw_answers: np.ndarray | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        fields: dict[str, Any] = {"value": answers, "loss": loss, "accuracy": variances}
+        fields |= {"receipt": None, "remaining": None, "x_hat": x_hat, "strategy": strategy}
+        fields |= {"noise_variance": noise_variance, "measurements": measurements}
+        fields |= {"raw_answers": raw_answers, "info": {} if info is None else info}
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+
+    @property
+    def answers(self) -> np.ndarray:
+        """W·x̂, one per query of the workload (the release's ``value``)."""
+        return self.value
+
+    @property
+    def variances(self) -> np.ndarray | None:
+        """Var(answers[i]) per answer (the release's ``accuracy``); None when biased or unknown."""
+        return self.accuracy
 
     @property
     def total_variance(self) -> float | None:

@@ -41,7 +41,8 @@ from typing import Any, Literal
 import numpy as np
 
 from dpkit._exact import Number, check_rho
-from dpkit.core.losses import ZCDP
+from dpkit.core._release import Release
+from dpkit.core.losses import ZCDP, PrivacyLoss
 from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckError
 from dpkit.mechanisms._additive import integer_input
 from dpkit.noise.distributions import DiscreteGaussian
@@ -164,13 +165,35 @@ class ResidualPlan:
         return out
 
 
-@dataclass(eq=False)
-class MarginalRelease:
-    """Marginal tables (unbiased, may be negative: raw) and the per-cell variance of each."""
+@dataclass(frozen=True, eq=False, init=False, kw_only=True)
+class MarginalRelease(Release[dict[Cells, np.ndarray]]):
+    """Marginal tables (unbiased, may be negative: raw) and the per-cell variance of each: the
+    :class:`dpkit.Release` of :meth:`ResidualPlan.release` and
+    :meth:`~dpkit.workloads.MarginalsStrategy.release` (nothing charged: ``receipt`` is None).
+    """
 
-    tables: dict[Cells, np.ndarray]
-    cell_variance: dict[Cells, float]
-    loss: ZCDP
+    accuracy: dict[Cells, float]
+
+    def __init__(
+        self,
+        tables: dict[Cells, np.ndarray],
+        cell_variance: dict[Cells, float],
+        loss: PrivacyLoss,
+    ) -> None:
+        fields: dict[str, Any] = {"value": tables, "loss": loss, "accuracy": cell_variance}
+        fields |= {"receipt": None, "remaining": None}
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+
+    @property
+    def tables(self) -> dict[Cells, np.ndarray]:
+        """Each marginal's table by its attribute set (the release's ``value``)."""
+        return self.value
+
+    @property
+    def cell_variance(self) -> dict[Cells, float]:
+        """Each marginal's per-cell variance (the release's ``accuracy``)."""
+        return self.accuracy
 
 
 def check_marginal_domain(domain: Sequence[int]) -> tuple[int, ...]:

@@ -34,12 +34,12 @@ from dpkit.analytics.query import (
     Count,
     CountUnits,
     Filter,
+    LinearQueries,
     PlanNode,
     Query,
     Select,
     Source,
     WithColumn,
-    Workload,
 )
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
@@ -381,7 +381,7 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
 def value_columns(agg: Aggregation) -> tuple[str, ...]:
     if isinstance(agg, Count | CountUnits):
         return ()
-    if isinstance(agg, Workload):
+    if isinstance(agg, LinearQueries):
         return (agg.column,) if agg.column else ()
     if isinstance(agg, MarginalCounts):
         return agg.columns

@@ -224,7 +224,7 @@ def build(
             f"(γ=4, α={float(plan.alpha):.4g}, β={float(plan.beta):.4g}) per group at "
             f"ε={float(per_group):.4g}, k={k} rows per unit (β/k per row), on grid 2^{exponent}"
         )
-        params = {"plan": plan, "k": k, "shift": SMOOTH_OUTPUT_SHIFT}
+        params = {"plan": plan, "k": k, "shift": SMOOTH_OUTPUT_SHIFT, "family": "cauchy"}
         return DataDependentQuantile(method, q, exponent, lo, hi, loss, text, params)
     if method != "ptr":  # pragma: no cover - callers pass the three methods
         raise UnsupportedQueryError(f"unknown data-dependent method {method!r}")
@@ -352,7 +352,7 @@ def _build_smooth_zcdp(
         f"ρ={float(plan.loss.rho):.4g}-zCDP (ε={float(z.epsilon):.4g}), k={k} rows per unit "
         f"(β/k per row), exact grid rounding on grid 2^{exponent}; {rule}"
     )
-    params = {"plan": plan, "k": k, "shift": 0}
+    params = {"plan": plan, "k": k, "shift": 0, "family": chosen}
     return DataDependentQuantile("smooth", q, exponent, lo, hi, loss, text, params)
 
 
@@ -461,7 +461,10 @@ def compile_data_dependent(
             )
 
     text = f"{calibrated.text}; {reason}"
-    return finish, [Use(_METHOD_MECHANISM[method], calibrated.loss)], text
+    # the ledger records the smooth method's noise family too (the guarantee depends on it)
+    family = calibrated.params.get("family")
+    mechanism = _METHOD_MECHANISM[method] + (f"({family})" if family else "")
+    return finish, [Use(mechanism, calibrated.loss)], text
 
 
 def _em_note(bound: float, alpha: float, rounding: str) -> str:

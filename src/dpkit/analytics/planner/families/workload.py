@@ -27,7 +27,7 @@ from dpkit.analytics.planner.noise import (
 )
 from dpkit.analytics.planner.registry import Compiled, FamilyContext, Use, register
 from dpkit.analytics.query import (
-    Workload,
+    LinearQueries,
 )
 from dpkit.analytics.results import Accuracy
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
@@ -36,7 +36,7 @@ from dpkit.noise.grid import choose_exponent
 
 
 def _compile_workload(
-    agg: Workload,
+    agg: LinearQueries,
     share: Share,
     contrib: Contribution,
     main: OutputRegistry,
@@ -196,6 +196,6 @@ def _compile_workload(
     return (finish, [Use(chosen.name, chosen.loss)], line + ")")
 
 
-@register(Workload)
-def compile_workload(agg: Workload, ctx: FamilyContext) -> Compiled:
+@register(LinearQueries)
+def compile_workload(agg: LinearQueries, ctx: FamilyContext) -> Compiled:
     return _compile_workload(agg, ctx.share, ctx.contrib, ctx.main, ctx.n_keys, ctx.private_keys)
