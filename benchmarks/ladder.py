@@ -107,10 +107,10 @@ def main() -> None:
             lattice = m.noise.lattice
             lattice.sample(1000)
             sample_s = best_time(lambda lattice=lattice: lattice.sample(args.samples), args.repeat)
-            kind = "exact" if m.info["converged_at"] is not None else "capped"
+            kind = "exact" if m.info.converged_at is not None else "capped"
             print(
-                f"{name:<4} {eps:>4g} {seconds:>11.3f} {float(m.info['delta']):>10.4g} "
-                f"{m.info['rate']:>7.4f} {m.info['levels']:>6} {kind:>9} "
+                f"{name:<4} {eps:>4g} {seconds:>11.3f} {float(m.info.delta):>10.4g} "
+                f"{m.info.rate:>7.4f} {m.info.levels:>6} {kind:>9} "
                 f"{args.samples / sample_s / 1e6:>10.2f}"
             )
     print(f"\nslowest construction: {worst:.3f} s (target < 0.5 s)")

@@ -94,7 +94,7 @@ def median_table(sizes: list[int], reps: int) -> None:
                     m = make_smooth_sensitivity(
                         "median", lower=LOW, upper=HIGH, n=n, epsilon=eps, delta=delta, noise=noise
                     )
-                    row.append(m.info["release_many"](x, reps))
+                    row.append(m.info.release_many(x, reps))
                 for family in (
                     "laplace_log_normal",
                     "uniform_log_normal",
@@ -104,7 +104,7 @@ def median_table(sizes: list[int], reps: int) -> None:
                     m = make_smooth_sensitivity(
                         "median", lower=LOW, upper=HIGH, n=n, rho=eps**2 / 2, noise=family
                     )
-                    row.append(m.info["release_many"](x, reps))
+                    row.append(m.info.release_many(x, reps))
                 ptr = make_propose_test_release(
                     "median",
                     lower=LOW,
@@ -115,12 +115,12 @@ def median_table(sizes: list[int], reps: int) -> None:
                     epsilon_release=eps / 2,
                     delta=Fraction(1, 10**6),
                 )
-                results = ptr.info["release_many"](x, reps)
+                results = ptr.info.release_many(x, reps)
                 refused = sum(r.refused for r in results)
                 accepted = [r.value for r in results if not r.refused]
                 row.append(np.array(accepted) if accepted else np.array([np.nan]))
                 inv = make_inverse_sensitivity("median", lower=LOW, upper=HIGH, n=n, epsilon=eps)
-                row.append(inv.info["release_many"](x, reps))
+                row.append(inv.info.release_many(x, reps))
                 errors = [float(np.median(np.abs(np.asarray(r) - truth))) for r in row]
                 cells = "".join(f"{e:>10.3g}" for e in errors)
                 print(f"{kind:<10}{n:>8}{float(eps):>5} {cells}  {refused}/{reps}", flush=True)
@@ -150,12 +150,12 @@ def variance_table(sizes: list[int], reps: int) -> None:
                 row = [np.array([lap(truth) for _ in range(reps)])]
                 start = time.perf_counter()
                 cauchy = make_smooth_sensitivity("variance", lower=lo, upper=hi, n=n, epsilon=eps)
-                row.append(cauchy.info["release_many"](x, reps))
+                row.append(cauchy.info.release_many(x, reps))
                 secs = time.perf_counter() - start
                 uln = make_smooth_sensitivity(
                     "variance", lower=lo, upper=hi, n=n, rho=eps**2 / 2, noise="uniform_log_normal"
                 )
-                row.append(uln.info["release_many"](x, reps))
+                row.append(uln.info.release_many(x, reps))
                 errors = [float(np.median(np.abs(np.asarray(r) - truth))) for r in row]
                 cells = "".join(f"{e:>11.3g}" for e in errors)
                 print(f"{kind:<10}{n:>8}{float(eps):>5} {cells}  {secs:.2f}", flush=True)
@@ -196,14 +196,14 @@ def sa_table(sizes: list[int], reps: int) -> None:
                     epsilon=eps,
                 )
                 start = time.perf_counter()
-                column = m.info["block_values"](data)[:, 0]
-                wins = np.array([m.info["aggregate"](column) for _ in range(reps)])
+                column = m.info.block_values(data)[:, 0]
+                wins = np.array([m.info.aggregate(column) for _ in range(reps)])
                 secs = time.perf_counter() - start  # partition + reps winsorized means
                 centre = make_centre_of_attention(m=m_blocks, lower=LOW, upper=HIGH, epsilon=eps)
-                coa = centre.info["release_many"](column, reps)
+                coa = centre.info.release_many(column, reps)
                 inv = make_inverse_sensitivity(
                     "median", lower=LOW, upper=HIGH, n=m_blocks, epsilon=eps
-                ).info["release_many"](column, reps)
+                ).info.release_many(column, reps)
                 errs = [float(np.median(np.abs(r - truth))) for r in (wins, coa, inv)]
                 if task == "mean":
                     lap = dp.make_laplace((HIGH - LOW) / n, epsilon=eps)

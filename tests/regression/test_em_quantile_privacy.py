@@ -30,7 +30,7 @@ import dpkit.analytics.planner.families.quantile as family
 import dpkit.analytics.session as session_module
 from dpkit.analytics import Session, median, quantile
 from dpkit.analytics._em import em_quantile_index, log_weights, utilities
-from dpkit.testing.exact import check_finite_pure_dp
+from dpkit.testing import check_finite_pure_dp
 
 CANDIDATES = 6
 QS = [Fraction(1, 2), Fraction(1, 3), Fraction(0), Fraction(1), Fraction(9, 10)]

@@ -56,7 +56,7 @@ def test_vectors_and_many_releases_are_right_at_large_epsilon() -> None:
     m = dp.make_laplace(1, 1e12, changed_coordinates=5)
     out = m(np.array(VALUES))
     assert np.allclose(out, VALUES, rtol=2**-50, atol=1e-9)
-    many = dp.make_laplace(1, 1e12).info["release_many"](1e15, 50)
+    many = dp.make_laplace(1, 1e12).info.release_many(1e15, 50)
     assert np.all(np.abs(many - 1e15) <= 1)
 
 
@@ -110,7 +110,7 @@ def test_approx_gaussian_is_right_and_quick_at_large_epsilon(epsilon: float) -> 
     # the δ summation ran out to the shift: 10 s at ε = 10^6, MemoryError at 10^10
     m = dp.make_gaussian(2, epsilon=epsilon, delta=1e-9)
     assert m.loss.delta <= Fraction(1, 10**9)  # type: ignore[attr-defined]
-    assert abs(m(1e9) - 1e9) <= 40 * m.info["sigma"] + 1e9 * 2**-52
+    assert abs(m(1e9) - 1e9) <= 40 * m.info.sigma + 1e9 * 2**-52
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ def test_winsorized_mean_pieces_add_up_to_epsilon(
     )
     per = epsilon / d
     assert asked == [per / 4, per / 4]
-    aggregate = measurement.info["aggregate"]
+    aggregate = measurement.info.aggregate
     rng = np.random.default_rng(m)
     g = math.ldexp(1.0, math.frexp(max(abs(lo), abs(hi), hi - lo))[1] - 40)
     worst = Fraction(0)

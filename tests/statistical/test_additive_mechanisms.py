@@ -1,6 +1,6 @@
 """The samplers behind the additive mechanisms produce the distributions they declare.
 
-The privacy checks in dpkit.testing.exact read a mechanism's *declared* pmf; these tests close
+The exact privacy checks in dpkit.testing read a mechanism's *declared* pmf; these tests close
 the loop by checking that the exact samplers really draw from it: χ² against the pmf for the
 discrete Laplace and discrete Gaussian (also through the slow exact path, forced), a
 Kolmogorov–Smirnov test of the grid Laplace and grid Gaussian against their continuous
@@ -127,7 +127,7 @@ def test_grid_laplace_follows_the_continuous_laplace(sensitivity: float, epsilon
 def test_grid_gaussian_follows_the_continuous_gaussian() -> None:
     m = dp.make_gaussian(1, rho=0.5, changed_coordinates=1)
     normal = stats.norm(scale=1.0)  # σ = Δ/sqrt(2ρ) = 1
-    assert math.isclose(m.info["sigma"], 1.0, rel_tol=1e-12)
+    assert math.isclose(m.info.sigma, 1.0, rel_tol=1e-12)
     x = np.linspace(-6, 6, 1001)
     assert np.max(np.abs(m.noise.cdf(x) - normal.cdf(x))) < 1e-3  # grid step σ/4096
     assert stats.kstest(np.asarray(m(np.zeros(100_000))), normal.cdf).pvalue > P_MIN
@@ -135,7 +135,7 @@ def test_grid_gaussian_follows_the_continuous_gaussian() -> None:
 
 def test_grid_laplace_releases_are_on_the_grid() -> None:
     m = dp.make_laplace(1, 1, changed_coordinates=1)
-    g = 2.0 ** m.info["grid_exponent"]
+    g = 2.0**m.info.grid_exponent
     releases = np.array([m(0.3) for _ in range(200)] + list(m(np.zeros(1_000))))
     assert np.all(releases / g == np.round(releases / g))
 

@@ -25,6 +25,7 @@ import pytest
 
 import dpkit.sensitivity.centre as centre_module
 import dpkit.sensitivity.sample_aggregate as sa_module
+from dpkit.sensitivity import SensitivityInfo
 from dpkit.sensitivity.centre import make_centre_of_attention
 from dpkit.sensitivity.sample_aggregate import make_sample_and_aggregate
 
@@ -47,7 +48,9 @@ class Spy:
 
         class Stand:
             def __init__(self) -> None:
-                self.info = {"release_many": lambda values, k: np.full(k, spy.interval[which])}
+                self.info = SensitivityInfo(
+                    release_many=lambda values, k: np.full(k, spy.interval[which])
+                )
 
             def __call__(self, values: Any) -> float:
                 return spy.interval[which] if statistic == "quantile" else float(values[0])
@@ -83,8 +86,8 @@ def test_centre_of_attention_spends_what_it_claims(
     spy = Spy(monkeypatch, centre_module)
     m = 7
     mech = make_centre_of_attention(m=m, lower=LO, upper=HI, epsilon=epsilon)
-    release = mech.info["release_many"]
-    g = Fraction(2) ** mech.info["grid_exponent"]
+    release = mech.info.release_many
+    g = Fraction(2) ** mech.info.grid_exponent
     assert len(spy.epsilons) == 2
     for d_in, units in ((2, 2), (Fraction(3, 2), 2)):  # group privacy: k values, kε
         assert mech.privacy_map(d_in).epsilon == units * epsilon
@@ -119,7 +122,7 @@ def test_sample_and_aggregate_spends_what_it_claims(
         aggregator=aggregator,
         widen=Fraction(1, 2),
     )
-    aggregate = mech.info["aggregate"]
+    aggregate = mech.info.aggregate
     for d_in, units in ((2, 2), (Fraction(3, 2), 2)):  # k units change at most k blocks
         assert mech.privacy_map(d_in).epsilon == units * epsilon
     per_coordinate = sum(spy.epsilons)  # one aggregator, shared by the d coordinates
@@ -153,9 +156,9 @@ def test_the_rounding_step_is_charged_at_a_tie(monkeypatch: pytest.MonkeyPatch) 
 
     spy = Spy(monkeypatch, centre_module)
     mech = make_centre_of_attention(m=2, lower=LO, upper=HI, epsilon=epsilon)
-    assert Fraction(2) ** mech.info["grid_exponent"] == g
+    assert Fraction(2) ** mech.info.grid_exponent == g
     spy.interval = (0.0, width)
-    release = mech.info["release_many"]
+    release = mech.info.release_many
     cx, cy = (Fraction(float(release(v, 1)[0])) / g for v in (x, y))
     assert cy - cx == big + 1
     assert sum(spy.epsilons) + (cy - cx) / spy.scales[-1] <= epsilon
@@ -171,7 +174,7 @@ def test_the_rounding_step_is_charged_at_a_tie(monkeypatch: pytest.MonkeyPatch) 
         widen=Fraction(1, 2),
     )
     spy.interval = (width / 4, 3 * width / 4)  # widened by half its length: [0, W]
-    aggregate = agg.info["aggregate"]
+    aggregate = agg.info.aggregate
     cx, cy = (Fraction(aggregate(v)) / g for v in (x, y))
     assert cy - cx == big + 1
     assert sum(spy.epsilons) + (cy - cx) / spy.scales[-1] <= epsilon

@@ -1,4 +1,4 @@
-"""dpkit.testing.audit: the statistical auditor refutes false claims and passes true ones.
+"""dpkit.testing audits: the statistical auditor refutes false claims and passes true ones.
 
 Sampling tests run under the ``seeded`` fixture (deterministic, insecure randomness), so their
 outcome is reproducible. CI sizes are ~100k releases per side; 2M-release versions are marked

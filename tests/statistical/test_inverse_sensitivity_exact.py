@@ -119,7 +119,7 @@ def test_exact_distribution_is_epsilon_dp(
     assert m.privacy_map(1).epsilon == epsilon
     for d_in, units in ((2, 2), (Fraction(3, 2), 2), (5, 5)):  # group privacy: k units, kε
         assert m.privacy_map(d_in).epsilon == units * epsilon
-    release = m.info["release_many"]
+    release = m.info.release_many
     exact = Exact(monkeypatch)
     grid = [math.ldexp(i, k) for i in range(math.ceil(math.ldexp(lower, -k)), upper * 2**-k + 1)]
     rank = {"min": 1, "max": n}.get(name) or min(n, max(1, math.ceil((q or Fraction(1, 2)) * n)))

@@ -2,7 +2,7 @@
 
 Each estimator is fitted many times on a dataset and on the same dataset plus one point at the
 far corner of the declared bounds (the point that pulls a centre, or a coefficient, the most).
-The auditor (:mod:`dpkit.testing.audit`) looks for an output event whose probabilities differ by
+The auditor (:mod:`dpkit.testing`) looks for an output event whose probabilities differ by
 more than the claimed ε allows. The correct estimators pass; deliberately broken variants — noise
 calibrated from the data's own largest norm (the seed's ``2·max||x||``), noise calibrated
 without the declared bound, candidates drawn from the data — are refuted by the same audit.

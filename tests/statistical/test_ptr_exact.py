@@ -107,7 +107,7 @@ def test_realised_loss_is_within_the_claim(
     )
     claimed = m.privacy_map(1)
     spy = Intercept(monkeypatch)
-    release = m.info["release_many"]
+    release = m.info.release_many
     stat, bounds = make_statistic("median"), Bounds.of(LOWER, UPPER)
     cap = N + 1  # as the mechanism caps it (n + 1 at most)
     g = Fraction(2) ** default_exponent(*statistic_range(stat, bounds, N))

@@ -4,8 +4,8 @@ For each protocol — Warner's two-coin :func:`make_randomized_response`,
 :func:`make_randomized_response_epsilon` and k-ary
 :func:`make_generalized_randomized_response` — at several parameters:
 
-* the exact check (:func:`dpkit.testing.check_measurement_exact` on ``info["output_pmf"]``, or
-  the Fractions of ``info["exact_output_pmf"]`` when present) over *every* pair of answers passes,
+* the exact check (:func:`dpkit.testing.check_measurement_exact` on ``info.output_pmf``, or
+  the Fractions of ``info.exact_output_pmf`` when present) over *every* pair of answers passes,
   and the realised loss equals the claim (to 1e-30 with Fractions, 1e-12 with floats);
 * the statistical audit of one respondent's report on two different answers passes at 100k
   reports per side (2M behind ``slow``) and certifies most of ε;
@@ -66,7 +66,7 @@ def epsilon_of(m: Measurement[Any]) -> Fraction:
 
 def answers(m: Measurement[Any]) -> list[Any]:
     """Every possible answer: True/False, or the categories."""
-    outputs = list(m.info["outputs"])
+    outputs = list(m.info.outputs)
     return [False, True] if outputs == [False, True] else outputs
 
 
@@ -79,7 +79,7 @@ def audit(m: Measurement[Any], n: int) -> AuditResult:
     """Audit one respondent's report on two different answers (the first two; for k-ary RR
     every pair of answers is alike by symmetry). Labels are audited by their index."""
     a, b, *_ = answers(m)
-    labels = m.info.get("labels")
+    labels = m.info.labels
     statistic = None if labels is None else (lambda label: float(labels.index(label)))
     return audit_measurement(m, a, b, n, vectorised=True, statistic=statistic)
 
@@ -107,7 +107,7 @@ def test_exact_check_over_every_pair_of_answers_is_tight(
 
 def test_the_exact_fractions_are_used_when_declared() -> None:
     m = dp.make_randomized_response()
-    assert "exact_output_pmf" in m.info
+    assert m.info.exact_output_pmf is not None
     result = check_measurement_exact(m, neighbour_pairs=[(True, False)])
     assert isinstance(result.realised, Fraction)
     assert abs(result.realised - Fraction(math.log(3))) < Fraction(1, 10**15)

@@ -3,7 +3,7 @@
 For :func:`make_exponential`, :func:`make_report_noisy_max` (Gumbel and exponential noise) and
 :func:`make_permute_and_flip`, at (ε, Δu) = (1, 1), (1/2, 3), (2, 1/4):
 
-* the exact check (:func:`dpkit.testing.check_measurement_exact` on ``info["output_pmf"]``) over
+* the exact check (:func:`dpkit.testing.check_measurement_exact` on ``info.output_pmf``) over
   base utility vectors u with k <= 4 candidates and *every* vertex neighbour u + Δu·s,
   s ∈ {-1, 0, 1}^k, passes, and the realised loss is the claim to 1e-9 (so the check is
   meaningful: these pairs come arbitrarily close to the worst case);
@@ -131,7 +131,7 @@ def worst_pair(exponential: bool, epsilon: Fraction, sensitivity: Fraction, mono
 
 
 def pair_loss(m: Measurement[Any], u: np.ndarray, v: np.ndarray) -> float:
-    p, q = m.info["output_pmf"](u), m.info["output_pmf"](v)
+    p, q = m.info.output_pmf(u), m.info.output_pmf(v)
     return float(np.max(np.abs(np.log(p) - np.log(q))))
 
 

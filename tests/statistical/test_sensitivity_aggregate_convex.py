@@ -47,7 +47,7 @@ def test_sample_and_aggregate_under_noised_is_flagged() -> None:
     m = make_sample_and_aggregate(
         np.mean, m=4, n_range=(12, 12), output_shape=1, output_range=(0, 10), epsilon=1
     )
-    blocks = m.info["block_values"]
+    blocks = m.info.block_values
 
     def broken(values: np.ndarray) -> float:
         mean = float(np.mean(blocks((UNITS, values))[:, 0]))

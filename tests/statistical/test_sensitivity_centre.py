@@ -26,7 +26,7 @@ W = np.array([40.0, 50.0, 100.0, 60.0])
 
 
 def _audit(m: object, a: np.ndarray, b: np.ndarray) -> object:
-    many = m.info["release_many"]  # type: ignore[attr-defined]
+    many = m.info.release_many  # type: ignore[attr-defined]
     eps = m.loss.epsilon  # type: ignore[attr-defined]
     return audit_samples(many(a, SAMPLES), many(b, SAMPLES), eps)
 
@@ -51,7 +51,7 @@ def test_non_private_interval_is_flagged() -> None:
 def test_accuracy_and_robustness() -> None:
     values = np.concatenate([np.full(995, 3.0), np.full(5, 1e6)])  # five wild blocks
     m = make_centre_of_attention(m=1000, lower=-1e6, upper=1e6, epsilon=1)
-    out = m.info["release_many"](values, 50)
+    out = m.info.release_many(values, 50)
     assert np.median(np.abs(out - 3.0)) < 0.1
 
 

@@ -46,7 +46,7 @@ def _ptr(noisy: bool) -> object:
 
 
 def _ptr_samples(m: object, data: np.ndarray) -> np.ndarray:
-    results = m.info["release_many"](data, SAMPLES)  # type: ignore[attr-defined]
+    results = m.info.release_many(data, SAMPLES)  # type: ignore[attr-defined]
     return np.array([REFUSED if r.refused else r.value for r in results])
 
 
@@ -78,7 +78,7 @@ HARD = [
 @pytest.mark.parametrize(("a", "b"), HARD)
 def test_inverse_sensitivity_passes_audit(a: np.ndarray, b: np.ndarray) -> None:
     m = make_inverse_sensitivity("median", lower=0, upper=100, n=5, epsilon=1, grid_exponent=0)
-    release = m.info["release_many"]
+    release = m.info.release_many
     for first, second in ((a, b), (b, a)):
         result = audit_samples(release(first, SAMPLES), release(second, SAMPLES), 1)
         assert result.passed, result
@@ -88,7 +88,7 @@ def test_inverse_sensitivity_broken_rate_is_flagged() -> None:
     """Broken variant: the claim ε = 1 for a mechanism run at rate ε instead of ε/2 and with
     ε scaled 4× (as if the path length had sensitivity 1/4)."""
     m = make_inverse_sensitivity("median", lower=0, upper=100, n=5, epsilon=8, grid_exponent=0)
-    release = m.info["release_many"]
+    release = m.info.release_many
     a, b = HARD[2]
     result = audit_samples(release(a, SAMPLES), release(b, SAMPLES), 1)
     assert not result.passed

@@ -29,7 +29,7 @@ SAMPLES = 20_000
 
 
 def _releases(m: object, data: np.ndarray) -> np.ndarray:
-    return m.info["release_many"](data, SAMPLES)  # type: ignore[attr-defined,no-any-return]
+    return m.info.release_many(data, SAMPLES)  # type: ignore[attr-defined,no-any-return]
 
 
 def _audit(m: object, a: np.ndarray, b: np.ndarray, events: str = "auto") -> object:
@@ -88,7 +88,7 @@ def test_beta_too_large_is_flagged(noise: str) -> None:
 def test_arcsinh_normal_is_offered() -> None:
     """Calibrated since issue 10's follow-up (docs/sensitivity.md §3d)."""
     m = make_smooth_sensitivity("median", lower=0, upper=1, n=5, rho=1, noise="arcsinh_normal")
-    assert m.info["zcdp_noise"].family == "arcsinh_normal"
+    assert m.info.zcdp_noise.family == "arcsinh_normal"
 
 
 def test_claims() -> None:

@@ -31,7 +31,7 @@ FAMILIES = ["laplace_log_normal", "uniform_log_normal", "student_t", "arcsinh_no
 
 def _audit(m: object, a: np.ndarray, b: np.ndarray) -> object:
     rho = m.loss.rho  # type: ignore[attr-defined]
-    many = m.info["release_many"]  # type: ignore[attr-defined]
+    many = m.info.release_many  # type: ignore[attr-defined]
     return audit_samples_zcdp(many(a, SAMPLES), many(b, SAMPLES), rho)
 
 

@@ -5,7 +5,7 @@ neighbours (one unit removed, including a heavy unit with more rows than the bou
 released values are post-processing of the measurements y = M·x + Z (M: the measured marginals,
 or the integer strategy matrix B), Z independent lattice noise per coordinate, so the exact loss
 of the pair is the sum over coordinates of the lattice's loss at that coordinate's integer shift:
-computed from the noise pmf by :mod:`dpkit.testing.exact` (exact Fractions for ε, Rényi
+computed from the noise pmf by :mod:`dpkit.testing._exact` (exact Fractions for ε, Rényi
 divergences summed over coordinates for ρ). It must not exceed the claimed loss — and the same
 check must FAIL when the engine keeps one row more per unit than the noise was calibrated for
 (the contribution bound under-declared by one). A statistical audit on the same neighbours
@@ -31,7 +31,7 @@ from dpkit.analytics.planner.families.marginals import plan_marginals, plan_rang
 from dpkit.analytics.planner.noise import Share
 from dpkit.core.losses import ZCDP, PureDP
 from dpkit.testing import DEFAULT_ALPHAS, check_tiered_pure_dp
-from dpkit.testing.exact import _radius, _renyi
+from dpkit.testing._exact import _radius, _renyi
 from dpkit.workloads import verify_marginals_exact
 
 _CONFIRMED: set[Fraction] = set()

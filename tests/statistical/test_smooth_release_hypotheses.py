@@ -66,11 +66,11 @@ def test_shift_and_dilation_hypotheses_hold(
     its 2^-29 slack."""
     m = make_smooth_sensitivity("median", lower=0, upper=1, n=N, noise=noise, **kw)
     spy = Spy(monkeypatch)
-    release = m.info["release_many"]
-    g = Fraction(2) ** m.info["grid_exponent"]
-    z = m.info["zcdp_noise"]
+    release = m.info.release_many
+    g = Fraction(2) ** m.info.grid_exponent
+    z = m.info.zcdp_noise
     if z is None:
-        shift_bound, dilation_bound = Fraction(m.info["alpha"]), m.info["beta"] + _BETA_SLACK
+        shift_bound, dilation_bound = Fraction(m.info.alpha), m.info.beta + _BETA_SLACK
     else:
         shift_bound, dilation_bound = z.s, z.t
     seen: dict[tuple[float, ...], tuple[Fraction, Fraction]] = {}
@@ -107,8 +107,8 @@ def test_grid_slack_covers_a_rounding_tie_when_the_smooth_bound_is_tiny(
         "median", lower=0, upper=1, n=22, rho=50, beta=4, noise="uniform_log_normal"
     )
     spy = Spy(monkeypatch)
-    release = m.info["release_many"]
-    g = Fraction(2) ** m.info["grid_exponent"]
+    release = m.info.release_many
+    g = Fraction(2) ** m.info.grid_exponent
     k = math.floor(Fraction(3, 10) / g) | 1  # odd: k + 1/2 rounds up to k + 1
     v_prime = float((k + Fraction(1, 2)) * g)
     v = math.nextafter(v_prime, 0.0)
@@ -120,6 +120,6 @@ def test_grid_slack_covers_a_rounding_tie_when_the_smooth_bound_is_tiny(
     sx = spy.scale
     cy = Fraction(float(release(y, 1)[0])) / g
     assert cy - cx == 1  # one grid step apart, for a change of one ulp
-    z = m.info["zcdp_noise"]
+    z = m.info.zcdp_noise
     assert sx * z.s < 3  # the bound S(x) + 2g is almost all slack: S(x) is far below g
     assert abs(cy - cx) <= z.s * sx, (float(z.s * sx),)

@@ -22,7 +22,7 @@ SAMPLES = 20_000
 
 
 def _samples(m: object, data: np.ndarray) -> np.ndarray:
-    return np.asarray(m.info["release_many"](data, SAMPLES))  # type: ignore[attr-defined]
+    return np.asarray(m.info.release_many(data, SAMPLES))  # type: ignore[attr-defined]
 
 
 def test_pure_release_passes_audit(seeded: None) -> None:

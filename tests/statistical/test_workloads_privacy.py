@@ -34,7 +34,7 @@ CASES = [
 
 
 def _true_sensitivity(m, norm):
-    q = m.info["quantised"]
+    q = m.info.quantised
     return q.col_l2_sq if norm == "l2" else q.col_l1
 
 
@@ -48,7 +48,7 @@ def test_exact_check_passes(kwargs, build):
 @pytest.mark.parametrize("kwargs", CASES)
 def test_exact_check_passes_weighted_tree(kwargs):
     m = make_strategy_measurement(hierarchical(8, 2, [0.3, 1, 0.7, 0.55]), bits=4, **kwargs)
-    assert m.info["quantised"].exponent > 0  # real weights: released on a grid
+    assert m.info.quantised.exponent > 0  # real weights: released on a grid
     assert verify_exact(m).passed
 
 
@@ -56,7 +56,7 @@ def test_exact_check_passes_weighted_tree(kwargs):
 def test_exact_check_passes_optimised(kwargs):
     strategy = optimize_p_identity(Prefix(8), kwargs["norm"], p=2, max_iter=50)
     m = make_strategy_measurement(strategy, bits=4, **kwargs)
-    assert m.info["quantised"].exponent > 0  # real entries: released on a grid
+    assert m.info.quantised.exponent > 0  # real entries: released on a grid
     assert verify_exact(m).passed
 
 
@@ -67,7 +67,7 @@ def test_exact_check_eigen_design(kwargs, cls):
     the exact check passes, and fails when the declared sensitivity is too small."""
     strategy = eigen_design(cls(8))
     m = make_strategy_measurement(strategy, bits=6, contributions=2, **kwargs)
-    q = m.info["quantised"]
+    q = m.info.quantised
     assert q.exponent > 0 and q.integer_matrix.nnz > 8 * 8 // 2  # dense, on a grid
     assert verify_exact(m).passed
     broken = make_strategy_measurement(
@@ -92,15 +92,15 @@ def test_exact_check_fails_for_too_small_sensitivity(kwargs):
 def _releases(m, x, n_samples):
     """n_samples releases of m on x: the measurement's own exact B·x plus its own lattice noise,
     drawn in one vectorised call (m(x) does the same one release at a time)."""
-    q = m.info["quantised"]
+    q = m.info.quantised
     exact = np.asarray(q.integer_matrix @ x, dtype=np.int64)
-    noise = m.info["lattice"].sample(exact.size * n_samples).reshape(n_samples, exact.size)
+    noise = m.info.lattice.sample(exact.size * n_samples).reshape(n_samples, exact.size)
     assert m(x).shape == exact.shape
     return exact[None, :] + noise
 
 
 def _audit(m, n_samples=20_000):
-    q = m.info["quantised"]
+    q = m.info.quantised
     column = q.integer_matrix[:, 3].toarray().ravel().astype(np.float64)
     x = np.array([5, 0, 7, 0, 2, 9, 1, 4])
     x_neighbour = x.copy()

@@ -22,6 +22,7 @@ CROSS_CUTTING = {
     "test_doctests.py": "every docstring example of every module",
     "test_layout.py": "this file: the layout of tests/unit itself",
     "test_privacy_checks_survive_O.py": "no privacy check in src/dpkit is an assert",
+    "test_public_api.py": "every public module's pinned __all__, one import path per name",
     "test_readme.py": "the README's promises and CI's test command",
     "test_test_extra.py": "every module a test skips without is in the test extra",
 }

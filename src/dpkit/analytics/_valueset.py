@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from dpkit.core.framework import Measurement
+from dpkit.core.framework import Measurement, MechanismInfo
 from dpkit.core.losses import PureDP
 from dpkit.core.spaces import AtomDomain, SymmetricDistance, VectorDomain
-from dpkit.errors import DPError
-from dpkit.mechanisms import make_geometric
+from dpkit.errors import DPError, InternalError
+from dpkit.mechanisms import LadderInfo, StaircaseInfo, make_geometric
 from dpkit.mechanisms.ladder import LadderLattice, make_discrete_ladder
 from dpkit.mechanisms.staircase import DiscreteStaircase, staircase_optimal_gamma
 from dpkit.noise.distributions import GridNoise
@@ -135,11 +135,11 @@ class NoiseChoice:
     fold: int  # c: rows per unit in a group
     neighbor_ranges: int | None  # ranges in S_c (None: not built)
     note: str = ""  # why the ladder was not considered, if it was not
-    info: dict[str, Any] = field(default_factory=dict)
+    info: MechanismInfo = field(default_factory=MechanismInfo)  # the ladder's, if built
 
 
 def lattice_measurement(
-    name: str, lattice: Any, total_epsilon: Fraction, info: dict[str, Any]
+    name: str, lattice: Any, total_epsilon: Fraction, info: MechanismInfo
 ) -> Measurement[Any]:
     """Integer group sums + independent ``lattice`` noise in each coordinate.
 
@@ -171,9 +171,10 @@ def _ladder(neighbor: Ranges, epsilon: Fraction) -> tuple[LadderLattice, int]:
     """The ladder noise for shifts in ±neighbor (integers) at rate ε, and its δ (cached: a query
     is compiled for explain() and again for evaluate())."""
     measurement = make_discrete_ladder([list(r) for r in neighbor], epsilon)
-    lattice = measurement.info["ladder_noise"]
-    assert isinstance(lattice, LadderLattice)
-    return lattice, int(measurement.info["delta_units"])
+    info = measurement.info
+    if not isinstance(info, LadderInfo) or info.ladder_noise is None or info.delta_units is None:
+        raise InternalError("make_discrete_ladder states no ladder noise", charged=False)
+    return info.ladder_noise, info.delta_units
 
 
 def choose_noise(
@@ -201,14 +202,14 @@ def choose_noise(
         gamma = staircase_optimal_gamma(per_group)
         first_step = min(max(math.floor(gamma * period + 0.5), 1), period)
         stair = DiscreteStaircase(period=period, first_step=first_step, epsilon=per_group)
-        facts = {"period": period, "first_step": first_step, "rate": per_group}
+        facts = StaircaseInfo(period=period, first_step=first_step, epsilon=per_group)
         candidates["staircase"] = lattice_measurement("staircase", stair, epsilon, facts)
         expected["staircase"] = float(stair.expected_abs())
     else:
         notes.append(f"staircase not considered: period {period} grid steps > 2^50")
     best = min(expected, key=lambda k: expected[k])
     neighbor_count: int | None = None
-    info: dict[str, Any] = {}
+    info = MechanismInfo()
     if c > MAX_FOLD:
         notes.append(f"ladder not considered: {c} rows per unit and group (at most {MAX_FOLD})")
     elif per_group > _MAX_LADDER_EPSILON:
@@ -228,7 +229,7 @@ def choose_noise(
             except DPError as error:  # pragma: no cover - guards of the ladder construction
                 notes.append(f"ladder not considered: {error}")
             else:
-                info = {"neighbor_set_units": neighbor, "delta_units": delta_units}
+                info = LadderInfo(neighbor_set_units=neighbor, delta_units=delta_units)
                 candidates["ladder"] = lattice_measurement("ladder", lattice, epsilon, info)
                 expected["ladder"] = float(lattice.expected_abs())
                 if expected["ladder"] < (1 - LADDER_MARGIN) * expected[best]:

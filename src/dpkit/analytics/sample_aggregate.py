@@ -42,8 +42,9 @@ from dpkit.analytics.expr import check_unicode
 from dpkit.analytics.query import Query, count
 from dpkit.analytics.results import Accuracy, TableRelease
 from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import InternalError, InvalidParameterError
 from dpkit.noise import random_words
+from dpkit.sensitivity._info import SampleAggregateInfo
 from dpkit.sensitivity.sample_aggregate import choose_m, make_sample_and_aggregate
 
 __all__ = ["run_sample_and_aggregate"]
@@ -215,7 +216,10 @@ def run_sample_and_aggregate(
     from dpkit._door import release
     from dpkit.analytics.blocks import check_blocks
 
-    aggregate = measurement.info["aggregate"]
+    info = measurement.info
+    if not isinstance(info, SampleAggregateInfo):  # pragma: no cover - built just above
+        raise InternalError("sample-and-aggregate states no aggregator", charged=False)
+    aggregate = info.aggregate
 
     def rehearse() -> None:
         check_blocks(session.engine, steps, session.privacy_unit, wanted)

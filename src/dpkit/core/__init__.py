@@ -3,6 +3,7 @@
 from dpkit.core._release import Release
 from dpkit.core.framework import (
     Measurement,
+    MechanismInfo,
     Transformation,
     make_chain,
     make_parallel_composition,
@@ -39,6 +40,7 @@ __all__ = [
     "L1Distance",
     "L2Distance",
     "Measurement",
+    "MechanismInfo",
     "PrivacyLoss",
     "PureDP",
     "Release",

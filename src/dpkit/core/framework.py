@@ -36,6 +36,7 @@ from dpkit.errors import DomainMismatchError, InvalidParameterError
 
 __all__ = [
     "Measurement",
+    "MechanismInfo",
     "Transformation",
     "make_chain",
     "make_parallel_composition",
@@ -44,6 +45,39 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MechanismInfo:
+    """Facts a measurement states about itself, beyond its privacy map (typed, read-only).
+
+    Every field is optional: ``None`` means the mechanism does not state that fact. Mechanisms
+    with facts of their own attach a subclass (``dpkit.mechanisms.AdditiveInfo``,
+    ``LadderInfo``, ``SelectionInfo``, ``RandomizedResponseInfo``, ...,
+    ``dpkit.sensitivity.SensitivityInfo``, ``dpkit.workloads.MatrixMechanismInfo``); the fields
+    here are the ones generic tools read (the exact checker, the conformance suite, audits).
+    Combinators (:func:`make_chain`, :func:`make_postprocess`) carry the info of the measurement
+    they wrap; change one field with :func:`dataclasses.replace`.
+    """
+
+    changed_coordinates: int | None = None
+    """How many output coordinates one neighbouring change can move (``None``: one)."""
+    release_many: Callable[..., Any] | None = None
+    """``release_many(values, k)``: k independent releases on the same input, vectorised (used
+    by the statistical audits; it draws from :mod:`dpkit.noise` like the measurement)."""
+    grid_exponent: int | None = None
+    """The output grid is multiples of 2**grid_exponent (grid-based mechanisms)."""
+    outputs: Sequence[Any] | None = None
+    """The finite output set, in the order of ``output_pmf`` (finite-output mechanisms)."""
+    outputs_of: Callable[[Any], Sequence[Any]] | None = None
+    """The output set for one input, when it depends on the input (selection mechanisms)."""
+    output_pmf: Callable[[Any], Any] | None = None
+    """``output_pmf(x)``: the exact output probabilities for input x as floats, in the order of
+    ``outputs`` (finite-output mechanisms; the exact checker reads it)."""
+    exact_output_pmf: Callable[[Any], Any] | None = None
+    """The same probabilities as :class:`fractions.Fraction` values, when available."""
+    explain: str | None = None
+    """A one-line description of what runs (set by planners, e.g. quantile methods)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +110,8 @@ class Measurement(Generic[T]):
     ``noise`` is the additive noise distribution when the measurement is "value + noise" (used
     for accuracy and by the exact privacy checker); ``accuracy`` collects mechanism-specific
     accuracy facts (expected |error|, variance, a confidence-interval function) when known.
+    ``info`` holds the other facts the mechanism states about itself (a :class:`MechanismInfo`,
+    or a subclass of it for the mechanism's family).
     """
 
     input_domain: Domain
@@ -86,7 +122,7 @@ class Measurement(Generic[T]):
     name: str = "measurement"
     noise: Any = None
     d_in: Fraction | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    info: MechanismInfo = field(default_factory=MechanismInfo)
 
     def __call__(self, data: Any) -> T:
         return self.function(data)
@@ -169,7 +205,7 @@ def make_chain(first: Transformation, second: Any) -> Any:
         name=f"{first.name} >> {second.name}",
         noise=second.noise,
         d_in=d_in,
-        info=dict(second.info),
+        info=second.info,
     )
 
 
@@ -209,7 +245,7 @@ def make_postprocess(
         name=f"{measurement.name} >> postprocess",
         noise=None,
         d_in=measurement.d_in,
-        info=dict(measurement.info),
+        info=measurement.info,
     )
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from dpkit._exact import Number
 from dpkit.core.losses import PureDP
-from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.errors import InternalError, InvalidDataError, InvalidParameterError
 from dpkit.local._core import (
     FrequencyEstimate,
     LinearHashFamily,
@@ -46,6 +46,7 @@ from dpkit.local._core import (
     prime_power,
 )
 from dpkit.local._postprocess import postprocess as _postprocess
+from dpkit.mechanisms._info import RandomizedResponseInfo
 from dpkit.mechanisms.randomized_response import (
     _k_ary_response,
     frequency_variance,
@@ -213,13 +214,25 @@ class GeneralizedRR(SupportOracle):
         super().__init__(d, epsilon)
         self._measurement = make_generalized_randomized_response(self.d, self.epsilon)
 
+    def _info(self) -> RandomizedResponseInfo:
+        info = self._measurement.info
+        if not isinstance(info, RandomizedResponseInfo):  # pragma: no cover - internal
+            raise InternalError("expected randomized response info", charged=False)
+        return info
+
     @property
     def p_star(self) -> float:
-        return float(self._measurement.info["truth_probability"])
+        p = self._info().truth_probability
+        if p is None:  # pragma: no cover - generalized RR always states it
+            raise InternalError("generalized randomized response states no p", charged=False)
+        return float(p)
 
     @property
     def q_star(self) -> float:
-        return float(self._measurement.info["other_probability"])
+        q = self._info().other_probability
+        if q is None:  # pragma: no cover - generalized RR always states it
+            raise InternalError("generalized randomized response states no q", charged=False)
+        return float(q)
 
     def _randomize(self, values: np.ndarray) -> dict[str, np.ndarray]:
         return {"value": np.asarray(self._measurement(values), dtype=np.int64)}
@@ -240,7 +253,12 @@ class GeneralizedRR(SupportOracle):
         return list(range(self.d))
 
     def output_pmf(self, value: int) -> np.ndarray:
-        return np.asarray(self._measurement.info["output_pmf"](int(value)))
+        pmf = self._info().output_pmf
+        if pmf is None:  # pragma: no cover - generalized RR always states its probabilities
+            raise InternalError(
+                "generalized randomized response states no output_pmf", charged=False
+            )
+        return np.asarray(pmf(int(value)))
 
     def log_weights(self, value: int) -> list[Fraction]:
         """P(y | v) = e^{ε·[y = v]}/(e^ε + d - 1)."""

@@ -1,5 +1,14 @@
 """Mechanisms: ``make_*`` constructors returning :class:`~dpkit.core.framework.Measurement`."""
 
+from dpkit.mechanisms._info import (
+    AdditiveInfo,
+    LadderInfo,
+    LadderVectorInfo,
+    RandomizedResponseInfo,
+    SelectionInfo,
+    StaircaseInfo,
+    SumInIntervalsInfo,
+)
 from dpkit.mechanisms.exponential import (
     exponential_utility_bound,
     make_exponential,
@@ -16,8 +25,8 @@ from dpkit.mechanisms.ladder import (
 )
 from dpkit.mechanisms.laplace import make_geometric, make_laplace
 from dpkit.mechanisms.randomized_response import (
+    CategoryFrequencies,
     Estimate,
-    FrequencyEstimate,
     estimate_frequencies,
     estimate_proportion,
     frequency_variance,
@@ -35,9 +44,16 @@ from dpkit.mechanisms.staircase import (
 )
 
 __all__ = [
+    "AdditiveInfo",
+    "CategoryFrequencies",
     "DiscreteStaircase",
     "Estimate",
-    "FrequencyEstimate",
+    "LadderInfo",
+    "LadderVectorInfo",
+    "RandomizedResponseInfo",
+    "SelectionInfo",
+    "StaircaseInfo",
+    "SumInIntervalsInfo",
     "check_ladder_privacy",
     "estimate_frequencies",
     "estimate_proportion",

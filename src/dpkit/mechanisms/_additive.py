@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
 
-from dpkit.core.framework import Measurement
+from dpkit.core.framework import Measurement, MechanismInfo
 from dpkit.core.losses import PrivacyLoss
 from dpkit.core.spaces import AtomDomain, L1Distance, L2Distance, Measure, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.mechanisms._info import AdditiveInfo
 from dpkit.noise.distributions import GridNoise, LatticeNoise
 from dpkit.noise.grid import SATURATION, add_saturating, grid_spacing, release_on_grid, to_grid
 
@@ -94,7 +96,7 @@ def make_grid_measurement(
     sensitivity: Fraction,
     changed_coordinates: int | None,
     integer_output: bool = False,
-    info: dict[str, Any] | None = None,
+    info: MechanismInfo | None = None,
 ) -> Measurement[Any]:
     """Build the Measurement: round to grid, add ``lattice`` noise, map via ``loss_of_steps``."""
     steps_of = lattice_l1_steps if metric == "l1" else lattice_l2_steps
@@ -149,9 +151,9 @@ def make_grid_measurement(
         name=name,
         noise=GridNoise(lattice, exponent),
         d_in=sensitivity,
-        info={
-            "changed_coordinates": changed_coordinates or 1,
-            "release_many": release_many,
-            **(info or {}),
-        },
+        info=replace(
+            info if info is not None else AdditiveInfo(),
+            changed_coordinates=changed_coordinates or 1,
+            release_many=release_many,
+        ),
     )

@@ -45,6 +45,7 @@ from dpkit.core.framework import Measurement
 from dpkit.core.losses import PrivacyLoss, PureDP
 from dpkit.core.spaces import AbsoluteDistance, AtomDomain, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.mechanisms._info import SelectionInfo
 from dpkit.noise import bernoulli_exp, bernoulli_exp_vector, generator, uniform_integers
 
 __all__ = [
@@ -348,7 +349,8 @@ def _selection_measurement(
     monotonic: bool,
     sampler: Callable[[_Gaps], np.ndarray],
     pmf: Callable[[np.ndarray, Fraction], np.ndarray],
-    info: dict[str, Any],
+    noise: str | None = None,
+    noise_scale: Fraction | None = None,
 ) -> Measurement[Any]:
     def function(data: Any) -> Any:
         utilities, one_d = _utility_matrix(data)
@@ -377,17 +379,18 @@ def _selection_measurement(
         privacy_map=privacy_map,
         name=name,
         d_in=delta_u,
-        info={
-            "epsilon": eps,
-            "sensitivity": delta_u,
-            "monotonic": monotonic,
-            "coefficient": coefficient,
-            "outputs": None,
-            "outputs_of": outputs_of,
-            "output_pmf": output_pmf,
-            "utility_bound": utility_bound,
-            **info,
-        },
+        info=SelectionInfo(
+            epsilon=eps,
+            sensitivity=delta_u,
+            monotonic=monotonic,
+            coefficient=coefficient,
+            outputs=None,
+            outputs_of=outputs_of,
+            output_pmf=output_pmf,
+            utility_bound=utility_bound,
+            noise=noise,
+            noise_scale=noise_scale,
+        ),
     )
 
 
@@ -413,7 +416,7 @@ def make_exponential(
 
     Accuracy:
         P[u(r) <= OPT - (2Δu/ε)(ln k + t)] <= e^{-t} (Dwork & Roth 2014, Thm. 3.11):
-        :func:`exponential_utility_bound`, also as ``info["utility_bound"](k, alpha)``.
+        :func:`exponential_utility_bound`, also as ``info.utility_bound(k, alpha)``.
 
     Sampling:
         Exact for the exact binary values of the float scores: propose r uniformly, accept with
@@ -430,15 +433,15 @@ def make_exponential(
         A Measurement taking a 1-d array of k finite scores and returning an ``int`` in
         [0, k). A 2-d array of rows releases one index per row (an int64 array): each row is a
         separate release, so m rows computed from the same data cost m·ε (sequential
-        composition). ``info["output_pmf"](u)`` is the exact output distribution (float64, over
-        indices 0..k-1); since k depends on the input, ``info["outputs"]`` is None and
-        ``info["outputs_of"](u)`` lists the candidate indices.
+        composition). ``info.output_pmf(u)`` is the exact output distribution (float64, over
+        indices 0..k-1); since k depends on the input, ``info.outputs`` is None and
+        ``info.outputs_of(u)`` lists the candidate indices.
 
     Example:
         >>> m = make_exponential(epsilon=1, sensitivity=1)
         >>> m.loss
         PureDP(epsilon=Fraction(1, 1))
-        >>> m.info["output_pmf"]([0.0, 2.0]).round(4).tolist()  # ∝ (1, e)
+        >>> m.info.output_pmf([0.0, 2.0]).round(4).tolist()  # ∝ (1, e)
         [0.2689, 0.7311]
         >>> m([0.0, 2.0]) in (0, 1)
         True
@@ -452,7 +455,6 @@ def make_exponential(
         monotonic=monotonic,
         sampler=_sample_exponential,
         pmf=_exponential_pmf,
-        info={},
     )
 
 
@@ -495,14 +497,14 @@ def make_report_noisy_max(
         monotonic: True if the utility is monotone.
 
     Returns:
-        A Measurement like :func:`make_exponential`'s, with ``info["noise"]`` and
-        ``info["noise_scale"]`` (the scale b of the equivalent additive noise, a fraction).
+        A Measurement like :func:`make_exponential`'s, with ``info.noise`` and
+        ``info.noise_scale`` (the scale b of the equivalent additive noise, a fraction).
 
     Example:
         >>> m = make_report_noisy_max(epsilon=1, sensitivity=1, noise="exponential")
-        >>> m.info["noise_scale"]
+        >>> m.info.noise_scale
         Fraction(2, 1)
-        >>> m.info["output_pmf"]([0.0, 0.0]).round(4).tolist()
+        >>> m.info.output_pmf([0.0, 0.0]).round(4).tolist()
         [0.5, 0.5]
     """
     if noise not in ("gumbel", "exponential"):
@@ -522,7 +524,8 @@ def make_report_noisy_max(
         monotonic=monotonic,
         sampler=_sample_exponential if gumbel else _sample_permute_and_flip,
         pmf=_exponential_pmf if gumbel else _permute_and_flip_pmf,
-        info={"noise": noise, "noise_scale": 1 / coefficient},
+        noise=noise,
+        noise_scale=1 / coefficient,
     )
 
 
@@ -559,13 +562,13 @@ def make_permute_and_flip(
         exact Bernoulli(e^{-γ_r}) with rational γ_r = c·(u* - u_r).
 
     Returns:
-        A Measurement like :func:`make_exponential`'s. ``info["output_pmf"](u)`` is computed
+        A Measurement like :func:`make_exponential`'s. ``info.output_pmf(u)`` is computed
         from P(r) = p_r ∫₀¹ Π_{j≠r}(1 - p_j t) dt (random arrival times), by Gauss-Legendre
         quadrature that is exact for this polynomial, in O(k²) time.
 
     Example:
         >>> m = make_permute_and_flip(epsilon=1, sensitivity=1)
-        >>> m.info["output_pmf"]([0.0, 2.0]).round(4).tolist()  # p = (1/e, 1)
+        >>> m.info.output_pmf([0.0, 2.0]).round(4).tolist()  # p = (1/e, 1)
         [0.1839, 0.8161]
     """
     eps, delta_u, coefficient = _coefficient(epsilon, sensitivity, monotonic)
@@ -577,5 +580,4 @@ def make_permute_and_flip(
         monotonic=monotonic,
         sampler=_sample_permute_and_flip,
         pmf=_permute_and_flip_pmf,
-        info={},
     )

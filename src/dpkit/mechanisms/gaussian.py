@@ -34,6 +34,7 @@ from dpkit.mechanisms._additive import (
     lattice_l2_steps,
     make_grid_measurement,
 )
+from dpkit.mechanisms._info import AdditiveInfo
 from dpkit.mechanisms.laplace import _check_grid_exponent, _sensitivity
 from dpkit.noise.distributions import DiscreteGaussian
 from dpkit.noise.grid import choose_exponent, grid_spacing
@@ -240,11 +241,11 @@ def _make(
         sensitivity=delta_f,
         changed_coordinates=changed,
         integer_output=integer,
-        info={
-            "sigma": math.sqrt(float(sigma2)) * float(g),
-            "grid_exponent": exponent,
-            "calibration": calibration if measure == "approx" else "zcdp",
-        },
+        info=AdditiveInfo(
+            sigma=math.sqrt(float(sigma2)) * float(g),
+            grid_exponent=exponent,
+            calibration=calibration if measure == "approx" else "zcdp",
+        ),
     )
 
 

@@ -50,8 +50,9 @@ from dpkit._exact import Number, check_epsilon, fraction_of, sensitivity_of
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, SymmetricDistance, VectorDomain
-from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.errors import InternalError, InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import integer_input
+from dpkit.mechanisms._info import LadderInfo, LadderVectorInfo, SumInIntervalsInfo
 from dpkit.mechanisms._ladder._levels import LevelSets, build_levels
 from dpkit.mechanisms._ladder._noise import UNREACHABLE, LadderDensity, LadderLattice
 from dpkit.mechanisms._ladder._profile import (
@@ -400,31 +401,39 @@ def _ladder_info(
     radius: int,
     tv: float,
     exact: bool,
-) -> dict[str, Any]:
+) -> LadderInfo:
     g = grid_spacing(exponent)
     eps = float(noise.epsilon)
     sensitivity = float(int(hi.max()) * g)
     expected = noise.expected_abs() * float(g)
     staircase = _staircase_expected_abs(sensitivity, eps)
     levels = noise.levels
-    return {
-        "neighbor_set": tuple(intervals),
-        "neighbor_set_units": tuple(zip(lo.tolist(), hi.tolist(), strict=True)),
-        "grid_exponent": exponent,
-        "grid_exact": exact,
-        "delta": radius * g,
-        "delta_units": radius,
-        "scale": noise.scale,
-        "levels": levels.head,
-        "converged_at": levels.converged_at,
-        "capped_at": levels.capped_at,
-        "tv_to_uncapped": tv,
-        "expected_abs": expected,
-        "variance": noise.variance() * float(g) ** 2,
-        "laplace_expected_abs": sensitivity / eps,
-        "staircase_expected_abs": staircase,
-        "rate": expected / staircase,
-    }
+    return LadderInfo(
+        neighbor_set=tuple(intervals),
+        neighbor_set_units=tuple(zip(lo.tolist(), hi.tolist(), strict=True)),
+        grid_exponent=exponent,
+        grid_exact=exact,
+        delta=radius * g,
+        delta_units=radius,
+        scale=noise.scale,
+        levels=levels.head,
+        converged_at=levels.converged_at,
+        capped_at=levels.capped_at,
+        tv_to_uncapped=tv,
+        expected_abs=expected,
+        variance=noise.variance() * float(g) ** 2,
+        laplace_expected_abs=sensitivity / eps,
+        staircase_expected_abs=staircase,
+        rate=expected / staircase,
+        ladder_noise=noise,
+    )
+
+
+def _ladder_info_of(measurement: Measurement[Any]) -> LadderInfo:
+    """The :class:`LadderInfo` of a measurement built by make_ladder (typed access)."""
+    if not isinstance(measurement.info, LadderInfo):  # pragma: no cover - internal use only
+        raise InternalError(f"{measurement.name} carries no LadderInfo", charged=False)
+    return measurement.info
 
 
 # --------------------------------------------------------------------------- mechanisms
@@ -479,7 +488,7 @@ def make_ladder(
         delta: δ >= 0, the half-width of the top level; rounded to the grid. Default: the δ
             minimising E|noise| (a scan and a golden-section search over [0, Δ/2]).
         grid_exponent: k in g = 2^k; default: Δ/g in [2^20, 2^21). V is widened outward to
-            multiples of g (``info["grid_exact"]`` says whether it was already on the grid).
+            multiples of g (``info.grid_exact`` says whether it was already on the grid).
         max_levels: construct at most this many levels before capping (default: the level where
             the cap's total-variation distance to the uncapped ladder falls below 2^-80).
 
@@ -496,9 +505,9 @@ def make_ladder(
         >>> m = make_ladder([(0, 1), (1000, 1001)], epsilon=4)
         >>> m.loss
         PureDP(epsilon=Fraction(4, 1))
-        >>> round(m.info["rate"], 2)  # E|noise| relative to the optimal staircase's
+        >>> round(m.info.rate, 2)  # E|noise| relative to the optimal staircase's
         0.31
-        >>> m.info["grid_exponent"], m.info["grid_exact"]
+        >>> m.info.grid_exponent, m.info.grid_exact
         (-11, True)
     """
     intervals = normalize_neighbor_set(neighbor_set)
@@ -515,7 +524,6 @@ def make_ladder(
         raise InvalidParameterError("delta", delta, f"below 2^40 grid steps of 2^{exponent}")
     noise, radius, tv = _build_noise(lo, hi, eps, radius, cap)
     info = _ladder_info(noise, intervals, lo, hi, exponent, radius, tv, exact)
-    info["ladder_noise"] = noise
 
     def function(data: Any) -> Any:
         values, scalar = _scalar_input(data, integer=False)
@@ -561,7 +569,7 @@ def make_discrete_ladder(
 
     Example:
         >>> m = make_discrete_ladder([0, 5, 10], epsilon=1)
-        >>> m.info["scale"], m.info["delta_units"]
+        >>> m.info.scale, m.info.delta_units
         (5, 0)
         >>> isinstance(m(42), int)
         True
@@ -586,7 +594,6 @@ def make_discrete_ladder(
     lo, hi, exact = _grid_units(intervals, 0)
     noise, radius, tv = _build_noise(lo, hi, eps, radius, cap)
     info = _ladder_info(noise, intervals, lo, hi, 0, radius, tv, exact)
-    info["ladder_noise"] = noise
 
     def function(data: Any) -> Any:
         values, scalar = _scalar_input(data, integer=True)
@@ -643,8 +650,8 @@ def make_sum_in_intervals(
     the exact integer sum moves by one contribution, and each candidate is ε-DP for such a
     shift: Laplace and staircase for |shift| <= Δ = max V, the ladder for shifts in ±V.
 
-    Accuracy: ``info["expected_abs"]`` has the three candidates' E|noise| (exact, for the noise
-    each would add) and ``info["chosen"]`` the winner (also in the name,
+    Accuracy: ``info.expected_abs`` has the three candidates' E|noise| (exact, for the noise
+    each would add) and ``info.chosen`` the winner (also in the name,
     ``"sum_in_intervals[ladder]"``); ``measurement.noise`` is the winner's noise.
 
     Args:
@@ -657,9 +664,9 @@ def make_sum_in_intervals(
 
     Example:
         >>> m = make_sum_in_intervals([(0, 1), (1000, 1001)], epsilon=1)
-        >>> m.info["chosen"], m.name
+        >>> m.info.chosen, m.name
         ('ladder', 'sum_in_intervals[ladder]')
-        >>> sorted(m.info["expected_abs"])
+        >>> sorted(m.info.expected_abs)
         ['ladder', 'laplace', 'staircase']
     """
     from dpkit.mechanisms.laplace import make_laplace
@@ -675,7 +682,8 @@ def make_sum_in_intervals(
     if exponent is None:
         exponent = choose_exponent(intervals[-1][1])
     ladder = make_ladder(intervals, eps, grid_exponent=exponent, max_levels=max_levels)
-    units_v = ladder.info["neighbor_set_units"]
+    ladder_info = _ladder_info_of(ladder)
+    units_v = ladder_info.neighbor_set_units or ()
     lo = np.array([a for a, _ in units_v], dtype=np.int64)
     hi = np.array([b for _, b in units_v], dtype=np.int64)
     g = grid_spacing(exponent)
@@ -688,7 +696,9 @@ def make_sum_in_intervals(
     expected = {name: float(m.noise.expected_abs()) for name, m in candidates.items()}
     chosen: str = mechanism if mechanism is not None else min(expected, key=lambda k: expected[k])
     inner = candidates[chosen]
-    noise = ladder.info["ladder_noise"]
+    noise = ladder_info.ladder_noise
+    if noise is None:  # pragma: no cover - make_ladder always states its noise
+        raise InternalError("make_ladder returned no ladder noise", charged=False)
 
     def exact_sum(data: Any) -> int:
         array = np.asarray(data, dtype=np.float64)
@@ -711,14 +721,14 @@ def make_sum_in_intervals(
             return PureDP(eps * records)
         return inner.map(records * sensitivity)
 
-    info = {
-        "chosen": chosen,
-        "expected_abs": expected,
-        "value_set": intervals,
-        "grid_exponent": exponent,
-        "sensitivity": sensitivity,
-        "ladder": ladder.info,
-    }
+    info = SumInIntervalsInfo(
+        chosen=chosen,
+        expected_abs=expected,
+        value_set=intervals,
+        grid_exponent=exponent,
+        sensitivity=sensitivity,
+        ladder=ladder_info,
+    )
     return Measurement(
         input_domain=VectorDomain(AtomDomain("float")),
         input_metric=SymmetricDistance(),
@@ -749,7 +759,7 @@ def make_ladder_vector(
     Guarantee: ε-DP for records added or removed (k·ε for k records). Reason: a record moves
     coordinate i by an element of ±V_i, so release i is ε_i-DP, and sequential composition adds
     the ε_i (Dwork & Roth 2014, Thm. 3.16). Accuracy: the expected L1 error is
-    Σ_i E|noise_i| (``info["expected_l1"]``); the per-coordinate ladders are in ``info["parts"]``.
+    Σ_i E|noise_i| (``info.expected_l1``); the per-coordinate ladders are in ``info.parts``.
 
     Args:
         neighbor_sets: k neighbour sets V_1, ..., V_k (each as for :func:`make_ladder`).
@@ -793,7 +803,7 @@ def make_ladder_vector(
             make_ladder(v, eps * w, max_levels=max_levels)
             for v, w in zip(sets, weights, strict=True)
         ]
-        options.append((sum(float(p.info["expected_abs"]) for p in parts), parts, weights))
+        options.append((sum(_ladder_info_of(p).expected_abs or 0.0 for p in parts), parts, weights))
     best_cost, parts_final, chosen = min(options, key=lambda option: option[0])
 
     def function(data: Any) -> np.ndarray:
@@ -811,12 +821,12 @@ def make_ladder_vector(
         name="ladder_vector",
         noise=None,
         d_in=Fraction(1),
-        info={
-            "split": tuple(chosen),
-            "epsilons": tuple(eps * w for w in chosen),
-            "expected_l1": best_cost,
-            "parts": tuple(p.info for p in parts_final),
-        },
+        info=LadderVectorInfo(
+            split=tuple(chosen),
+            epsilons=tuple(eps * w for w in chosen),
+            expected_l1=best_cost,
+            parts=tuple(_ladder_info_of(p) for p in parts_final),
+        ),
     )
 
 
@@ -849,7 +859,7 @@ def check_ladder_privacy(
     from dpkit.mechanisms._ladder._verify import check_levels
 
     if isinstance(target, Measurement):
-        chosen = target.info.get("chosen")
+        chosen = target.info.chosen if isinstance(target.info, SumInIntervalsInfo) else None
         if chosen not in (None, "ladder"):
             raise InvalidParameterError(
                 "target",
@@ -858,15 +868,15 @@ def check_ladder_privacy(
                 f"This sum adds {chosen} noise; check it with "
                 "dpkit.testing.check_measurement_exact on the inner mechanism.",
             )
-        info = target.info.get("ladder", target.info)
-        noise = info.get("ladder_noise") if isinstance(info, dict) else None
-        if not isinstance(noise, LadderLattice):
+        info = target.info.ladder if isinstance(target.info, SumInIntervalsInfo) else target.info
+        noise = info.ladder_noise if isinstance(info, LadderInfo) else None
+        if not isinstance(info, LadderInfo) or not isinstance(noise, LadderLattice):
             raise InvalidParameterError(
                 "target",
                 target.name,
                 "a measurement built by make_ladder / make_discrete_ladder / make_sum_in_intervals",
             )
-        units = info["neighbor_set_units"]
+        units = info.neighbor_set_units or ()
         claim = target.loss
         if not isinstance(claim, PureDP):
             raise InvalidParameterError("target", target.name, "a pure-DP measurement")
@@ -883,7 +893,7 @@ def check_ladder_privacy(
     hi = np.array([int(b) for _, b in units], dtype=np.int64)
     if noise.scale > 1:
         if np.any(lo % noise.scale) or np.any(hi % noise.scale) or not np.array_equal(lo, hi):
-            from dpkit.testing.exact import CheckResult
+            from dpkit.testing._exact import CheckResult
 
             return CheckResult(
                 notion="pure",

@@ -21,6 +21,7 @@ from dpkit.core.framework import Measurement
 from dpkit.core.losses import PureDP
 from dpkit.errors import InvalidParameterError
 from dpkit.mechanisms._additive import check_changed_coordinates, make_grid_measurement
+from dpkit.mechanisms._info import AdditiveInfo
 from dpkit.noise.distributions import DiscreteLaplace
 from dpkit.noise.grid import choose_exponent, grid_spacing, grid_steps
 
@@ -102,7 +103,7 @@ def make_laplace(
         loss_of_steps=lambda steps: PureDP(steps / t),
         sensitivity=delta_f,
         changed_coordinates=changed,
-        info={"scale": t * grid_spacing(exponent), "grid_exponent": exponent},
+        info=AdditiveInfo(scale=t * grid_spacing(exponent), grid_exponent=exponent),
     )
 
 
@@ -142,5 +143,5 @@ def make_geometric(
         sensitivity=delta_f,
         changed_coordinates=None,
         integer_output=True,
-        info={"scale": t},
+        info=AdditiveInfo(scale=t),
     )

@@ -48,11 +48,12 @@ from dpkit.core.losses import PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import integer_input
+from dpkit.mechanisms._info import RandomizedResponseInfo
 from dpkit.noise import bernoulli, bernoulli_exp, bernoulli_logistic, uniform_integers
 
 __all__ = [
+    "CategoryFrequencies",
     "Estimate",
-    "FrequencyEstimate",
     "estimate_frequencies",
     "estimate_proportion",
     "frequency_variance",
@@ -257,9 +258,9 @@ def make_randomized_response(
 
     Returns:
         A Measurement taking a bool (or an array of bools / 0-1 integers, one per respondent) and
-        returning the reported answers as bools of the same shape. ``info["output_pmf"](x)`` is
-        ``[P(False | x), P(True | x)]`` (``info["outputs"] == [False, True]``) and
-        ``info["exact_output_pmf"](x)`` the same probabilities as fractions.
+        returning the reported answers as bools of the same shape. ``info.output_pmf(x)`` is
+        ``[P(False | x), P(True | x)]`` (``info.outputs == [False, True]``) and
+        ``info.exact_output_pmf(x)`` the same probabilities as fractions.
 
     Raises:
         InvalidParameterError: a probability outside the allowed range.
@@ -268,7 +269,7 @@ def make_randomized_response(
         >>> m = make_randomized_response()
         >>> round(float(m.loss.epsilon), 6)  # ln 3
         1.098612
-        >>> m.info["output_pmf"](True).tolist()
+        >>> m.info.output_pmf(True).tolist()
         [0.25, 0.75]
         >>> m([True, False, True]).shape
         (3,)
@@ -320,14 +321,14 @@ def make_randomized_response(
         privacy_map=_per_respondent_map(epsilon),
         name="randomized_response",
         d_in=Fraction(1),
-        info={
-            "truth_probability": p,
-            "random_yes_probability": q,
-            "likelihood_ratio": ratio,
-            "outputs": [False, True],
-            "output_pmf": output_pmf,
-            "exact_output_pmf": exact_pmf,
-        },
+        info=RandomizedResponseInfo(
+            truth_probability=p,
+            random_yes_probability=q,
+            likelihood_ratio=ratio,
+            outputs=[False, True],
+            output_pmf=output_pmf,
+            exact_output_pmf=exact_pmf,
+        ),
     )
 
 
@@ -358,13 +359,13 @@ def make_randomized_response_epsilon(epsilon: Number) -> Measurement[Any]:
 
     Returns:
         A Measurement taking a bool (or an array of bools / 0-1 integers) and returning bools of
-        the same shape; ``info["output_pmf"](x)`` is ``[P(False | x), P(True | x)]``.
+        the same shape; ``info.output_pmf(x)`` is ``[P(False | x), P(True | x)]``.
 
     Example:
         >>> m = make_randomized_response_epsilon(1)
         >>> m.loss
         PureDP(epsilon=Fraction(1, 1))
-        >>> m.info["output_pmf"](True).round(4).tolist()
+        >>> m.info.output_pmf(True).round(4).tolist()
         [0.2689, 0.7311]
     """
     eps = check_epsilon(epsilon)
@@ -390,12 +391,12 @@ def make_randomized_response_epsilon(epsilon: Number) -> Measurement[Any]:
         privacy_map=_per_respondent_map(eps),
         name="randomized_response_epsilon",
         d_in=Fraction(1),
-        info={
-            "epsilon": eps,
-            "truth_probability": truth_float,
-            "outputs": [False, True],
-            "output_pmf": output_pmf,
-        },
+        info=RandomizedResponseInfo(
+            epsilon=eps,
+            truth_probability=truth_float,
+            outputs=[False, True],
+            output_pmf=output_pmf,
+        ),
     )
 
 
@@ -432,8 +433,8 @@ def make_generalized_randomized_response(
 
     Returns:
         A Measurement taking one answer (or an array of answers) and returning reports of the
-        same shape (int64 indices, or labels). ``info["outputs"]`` lists the categories in order
-        and ``info["output_pmf"](x)`` gives the report probabilities for answer x in that order.
+        same shape (int64 indices, or labels). ``info.outputs`` lists the categories in order
+        and ``info.output_pmf(x)`` gives the report probabilities for answer x in that order.
 
     Raises:
         InvalidParameterError: fewer than 2 categories, repeated labels, or a bad ε.
@@ -443,7 +444,7 @@ def make_generalized_randomized_response(
         >>> m = make_generalized_randomized_response(["red", "green", "blue"], epsilon=1)
         >>> m.loss
         PureDP(epsilon=Fraction(1, 1))
-        >>> m.info["output_pmf"]("green").round(4).tolist()
+        >>> m.info.output_pmf("green").round(4).tolist()
         [0.2119, 0.5761, 0.2119]
         >>> m(["red", "blue"]).shape
         (2,)
@@ -484,15 +485,15 @@ def make_generalized_randomized_response(
         privacy_map=_per_respondent_map(eps),
         name="generalized_randomized_response",
         d_in=Fraction(1),
-        info={
-            "epsilon": eps,
-            "categories": k,
-            "labels": labels,
-            "truth_probability": p_float,
-            "other_probability": q_float,
-            "outputs": outputs,
-            "output_pmf": output_pmf,
-        },
+        info=RandomizedResponseInfo(
+            epsilon=eps,
+            categories=k,
+            labels=labels,
+            truth_probability=p_float,
+            other_probability=q_float,
+            outputs=outputs,
+            output_pmf=output_pmf,
+        ),
     )
 
 
@@ -524,7 +525,7 @@ class Estimate:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class FrequencyEstimate:
+class CategoryFrequencies:
     """Unbiased estimates of the frequency of every category, with standard errors.
 
     Attributes:
@@ -663,7 +664,7 @@ def estimate_frequencies(
     reports: Any,
     k: int | Sequence[Any],
     epsilon: Number,
-) -> FrequencyEstimate:
+) -> CategoryFrequencies:
     """Unbiased estimates of every category's true frequency from k-ary randomized responses.
 
     With p = e^ε/(e^ε+k-1), q = 1/(e^ε+k-1) and c_j the number of reports of category j among
@@ -678,7 +679,7 @@ def estimate_frequencies(
         epsilon: the ε the mechanism used.
 
     Returns:
-        A :class:`FrequencyEstimate`; ``result[j]`` is the :class:`Estimate` of category j.
+        A :class:`CategoryFrequencies`; ``result[j]`` is the :class:`Estimate` of category j.
 
     Example:
         >>> est = estimate_frequencies([0, 0, 1, 2, 2, 2], 3, epsilon=2)
@@ -698,7 +699,7 @@ def estimate_frequencies(
     values = (shares - q) / (p - q)
     errors = np.sqrt(shares * (1.0 - shares) / n) / (p - q)
     categories = tuple(range(count)) if labels is None else labels
-    return FrequencyEstimate(values, errors, categories, n)
+    return CategoryFrequencies(values, errors, categories, n)
 
 
 def frequency_variance(

@@ -41,6 +41,7 @@ from dpkit.core.framework import Measurement
 from dpkit.core.losses import PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import check_changed_coordinates, make_grid_measurement
+from dpkit.mechanisms._info import StaircaseInfo
 from dpkit.mechanisms.laplace import _check_grid_exponent, _sensitivity
 from dpkit.noise import bernoulli, bernoulli_logistic, geometric_exp, uniform_integers
 from dpkit.noise.grid import choose_exponent, grid_steps
@@ -492,15 +493,14 @@ def make_staircase(
         loss_of_steps=loss_of_steps,
         sensitivity=delta_f,
         changed_coordinates=changed,
-        info={
-            "gamma": gamma_value,
-            "cost": kind,
-            "grid_exponent": exponent,
-            "period": period,
-            "first_step": first_step,
-            "effective_gamma": first_step / period,
-            "changed_coordinates": changed,
-        },
+        info=StaircaseInfo(
+            gamma=gamma_value,
+            cost=kind,
+            grid_exponent=exponent,
+            period=period,
+            first_step=first_step,
+            effective_gamma=first_step / period,
+        ),
     )
     release = inner.function
 

@@ -16,6 +16,7 @@
 See docs/sensitivity.md for which method to use when, and the proofs.
 """
 
+from dpkit.sensitivity._info import SampleAggregateInfo, SensitivityInfo
 from dpkit.sensitivity.convexity import make_convex_combination
 from dpkit.sensitivity.inverse import make_inverse_sensitivity
 from dpkit.sensitivity.local import (
@@ -29,6 +30,8 @@ from dpkit.sensitivity.smooth import make_smooth_sensitivity
 
 __all__ = [
     "PTRResult",
+    "SampleAggregateInfo",
+    "SensitivityInfo",
     "choose_m",
     "distance_k_sensitivity",
     "local_sensitivity",

@@ -27,6 +27,7 @@ scale.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -36,12 +37,20 @@ from dpkit._exact import Number, check_epsilon, fraction_of
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import InternalError, InvalidParameterError
 from dpkit.sensitivity._data import Bounds
+from dpkit.sensitivity._info import SensitivityInfo
 from dpkit.sensitivity._noise import discrete_laplace_wide
 from dpkit.sensitivity.inverse import make_inverse_sensitivity
 
 __all__ = ["make_centre_of_attention"]
+
+
+def _release_many(m: Measurement[Any]) -> Callable[..., Any]:
+    release_many = m.info.release_many
+    if release_many is None:  # pragma: no cover - make_inverse_sensitivity always states it
+        raise InternalError(f"{m.name} states no release_many", charged=False)
+    return release_many
 
 
 def make_centre_of_attention(
@@ -92,8 +101,8 @@ def make_centre_of_attention(
             raise InvalidParameterError("data", f"{values.size} values", f"exactly m={size}")
         values = np.clip(np.where(np.isnan(values), lo, values), lo, hi)
         if interval is None:
-            a_all = q_lo.info["release_many"](values, k)
-            b_all = q_hi.info["release_many"](values, k)
+            a_all = _release_many(q_lo)(values, k)
+            b_all = _release_many(q_hi)(values, k)
         else:
             pairs = [interval(values) for _ in range(k)]
             a_all = np.array([p[0] for p in pairs], dtype=np.float64)
@@ -122,5 +131,5 @@ def make_centre_of_attention(
         privacy_map=lambda d_in: PureDP(eps * math.ceil(d_in)),
         name=f"centre_of_attention(m={size}, coverage={gamma})",
         d_in=Fraction(1),
-        info={"release_many": release_many, "grid_exponent": exponent},
+        info=SensitivityInfo(release_many=release_many, grid_exponent=exponent),
     )

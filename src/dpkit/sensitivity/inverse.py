@@ -43,6 +43,7 @@ from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.noise import random_words, uniform_integers
 from dpkit.noise._exact import _CELL, _cell_floats, _cell_index
 from dpkit.sensitivity._data import Bounds, check_n, make_statistic, prepare
+from dpkit.sensitivity._info import SensitivityInfo
 
 __all__ = ["inverse_sensitivity_levels", "make_inverse_sensitivity", "sample_levels"]
 
@@ -214,5 +215,5 @@ def make_inverse_sensitivity(
         privacy_map=lambda d_in: PureDP(eps * math.ceil(d_in)),
         name=f"inverse_sensitivity({stat.name})",
         d_in=Fraction(1),
-        info={"grid_exponent": exponent, "release_many": release_many},
+        info=SensitivityInfo(grid_exponent=exponent, release_many=release_many),
     )

@@ -8,12 +8,15 @@ the Measurement; both look only at public inputs (declared n, bounds, ε, δ), n
 
 from __future__ import annotations
 
+from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 from dpkit._exact import Number, check_delta, check_epsilon
 from dpkit.core.framework import Measurement
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import InternalError, InvalidParameterError
 from dpkit.sensitivity._data import Bounds, check_n
+from dpkit.sensitivity._info import SensitivityInfo
 from dpkit.sensitivity.inverse import make_inverse_sensitivity
 from dpkit.sensitivity.ptr import make_propose_test_release
 from dpkit.sensitivity.smooth import make_smooth_sensitivity
@@ -62,7 +65,7 @@ def make_quantile(
     delta: Number = 0,
     bound: Number | None = None,
 ) -> Measurement[Any]:
-    """Build the quantile Measurement for ``method`` (``info["explain"]`` says what runs).
+    """Build the quantile Measurement for ``method`` (``info.explain`` says what runs).
 
     ``"smooth"`` uses Cauchy-type noise (pure ε) when δ = 0 and Laplace ((ε, δ)) otherwise;
     ``"ptr"`` needs the proposed sensitivity ``bound`` and δ > 0 and splits ε in half;
@@ -86,7 +89,7 @@ def make_quantile(
             "quantile", q=q, lower=lower, upper=upper, n=n, epsilon=eps, delta=dlt, noise=noise
         )
         text = (
-            f"β-smooth sensitivity with {noise} noise (β={float(m.info['beta']):.3g}), "
+            f"β-smooth sensitivity with {noise} noise (β={float(_beta(m)):.3g}), "
             f"ε={float(eps):g}" + (f", δ={float(dlt):g}" if dlt else "")
         )
     else:
@@ -107,5 +110,11 @@ def make_quantile(
             f"propose-test-release with proposed sensitivity {bound}, ε={float(eps):g} "
             f"(half for the test), δ={float(dlt):g}; it may refuse"
         )
-    m.info["explain"] = text
-    return m
+    return replace(m, info=replace(m.info, explain=text))
+
+
+def _beta(m: Measurement[Any]) -> Fraction:
+    beta = m.info.beta if isinstance(m.info, SensitivityInfo) else None
+    if beta is None:  # pragma: no cover - make_smooth_sensitivity always states β
+        raise InternalError(f"{m.name} states no β", charged=False)
+    return beta

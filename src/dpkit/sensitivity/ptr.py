@@ -35,6 +35,7 @@ from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.noise import discrete_laplace
 from dpkit.sensitivity._data import Bounds, Statistic, check_n, make_statistic, prepare
+from dpkit.sensitivity._info import SensitivityInfo
 from dpkit.sensitivity._noise import discrete_laplace_wide
 from dpkit.sensitivity.local import _a_k_sorted
 from dpkit.sensitivity.smooth import default_exponent, statistic_range, statistic_value
@@ -149,7 +150,7 @@ def make_propose_test_release(
         privacy_map=lambda d_in: loss if d_in <= 1 else _refuse_group(d_in),
         name=f"propose_test_release({stat.name})",
         d_in=Fraction(1),
-        info={"threshold": threshold, "release_many": release_many, "bound": b},
+        info=SensitivityInfo(threshold=threshold, release_many=release_many, bound=b),
     )
 
 

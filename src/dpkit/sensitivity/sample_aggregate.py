@@ -46,6 +46,7 @@ from dpkit.core.losses import PureDP
 from dpkit.core.spaces import AtomDomain, SymmetricDistance, VectorDomain
 from dpkit.errors import InvalidParameterError
 from dpkit.noise import random_words, uniform_integers
+from dpkit.sensitivity._info import SampleAggregateInfo
 from dpkit.sensitivity._noise import discrete_laplace_wide
 from dpkit.sensitivity.centre import make_centre_of_attention
 from dpkit.sensitivity.inverse import make_inverse_sensitivity
@@ -321,5 +322,5 @@ def make_sample_and_aggregate(
         privacy_map=lambda d_in: PureDP(eps * math.ceil(d_in)),
         name=f"sample_and_aggregate({aggregator}, m={m})",
         d_in=Fraction(1),
-        info={"block_values": block_values, "aggregate": aggregate, "m": m},
+        info=SampleAggregateInfo(block_values=block_values, aggregate=aggregate, m=m),
     )

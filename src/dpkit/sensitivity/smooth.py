@@ -55,6 +55,7 @@ from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.sensitivity._data import Bounds, Statistic, check_n, make_statistic, prepare
+from dpkit.sensitivity._info import SensitivityInfo
 from dpkit.sensitivity._lazy import floor_scaled_noise
 from dpkit.sensitivity._noise import cauchy_lattice, discrete_laplace_wide
 from dpkit.sensitivity.bun_steinke import ZCDPNoise, calibrate
@@ -440,13 +441,13 @@ def build_smooth_measurement(
         privacy_map=lambda d_in: _group_map(plan.loss, d_in),
         name=f"smooth_sensitivity({stat.name}, {plan.noise})",
         d_in=Fraction(1),
-        info={
-            "alpha": plan.alpha,
-            "beta": plan.beta,
-            "gamma": plan.gamma,
-            "grid_exponent": plan.exponent,
-            "zcdp_noise": plan.zcdp,  # family, σ, d, s, t and ε of a zCDP release (else None)
-            "grid_bits": grid_bits if stat.name == "variance" else None,
-            "release_many": release,
-        },
+        info=SensitivityInfo(
+            alpha=plan.alpha,
+            beta=plan.beta,
+            gamma=plan.gamma,
+            grid_exponent=plan.exponent,
+            zcdp_noise=plan.zcdp,  # family, σ, d, s, t and ε of a zCDP release (else None)
+            grid_bits=grid_bits if stat.name == "variance" else None,
+            release_many=release,
+        ),
     )

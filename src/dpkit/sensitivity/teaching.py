@@ -21,6 +21,7 @@ from dpkit.core.losses import PureDP
 from dpkit.core.spaces import AtomDomain, ChangeOneDistance, VectorDomain
 from dpkit.errors import UnsupportedQueryError
 from dpkit.sensitivity._data import Bounds, check_n, make_statistic, prepare
+from dpkit.sensitivity._info import SensitivityInfo
 from dpkit.sensitivity._noise import discrete_laplace_wide
 from dpkit.sensitivity.local import _a_k_sorted
 from dpkit.sensitivity.smooth import default_exponent, statistic_range, statistic_value
@@ -66,5 +67,5 @@ def make_local_laplace_unsafe(
         privacy_map=lambda d_in: PureDP(eps * d_in),
         name=f"local_laplace_UNSAFE({stat.name})",
         d_in=Fraction(1),
-        info={"release_many": release_many},
+        info=SensitivityInfo(release_many=release_many),
     )

@@ -18,6 +18,7 @@
 from dpkit.workloads._eigen import EigenDesign, eigen_design
 from dpkit.workloads._marginals_opt import MarginalsStrategy, optimize_marginals
 from dpkit.workloads._measure import (
+    MatrixMechanismInfo,
     QuantisedStrategy,
     WorkloadRelease,
     make_strategy_measurement,
@@ -67,6 +68,7 @@ __all__ = [
     "MarginalRelease",
     "Marginals",
     "MarginalsStrategy",
+    "MatrixMechanismInfo",
     "Prefix",
     "QuantisedStrategy",
     "ResidualPlan",

@@ -35,7 +35,7 @@ from scipy.sparse.linalg import lsmr
 
 from dpkit._exact import Number, check_delta, check_epsilon, check_rho
 from dpkit.core._release import Release
-from dpkit.core.framework import Measurement
+from dpkit.core.framework import Measurement, MechanismInfo
 from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, L1Distance, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
@@ -117,6 +117,28 @@ def quantise(
         raise InvalidParameterError("strategy", strategy.name, "non-zero after quantisation")
     cap = max(1, _MAX_EXACT // max(1, row_l1))
     return QuantisedStrategy(b, exponent, strategy.name, col_l1, col_l2_sq, cap)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MatrixMechanismInfo(MechanismInfo):
+    """What :func:`make_strategy_measurement` states about its release (``measurement.info``)."""
+
+    quantised: QuantisedStrategy
+    """The strategy B on the integer grid: ``y_int = B·x + Z`` (maps the output back)."""
+    lattice: LatticeNoise
+    """The noise Z added to each row (discrete Laplace or discrete Gaussian, in grid steps)."""
+    norm: Literal["l1", "l2"]
+    """The sensitivity norm: ``"l1"`` (pure ε) or ``"l2"`` (zCDP)."""
+
+
+def matrix_info(measurement: Measurement[Any]) -> MatrixMechanismInfo:
+    """The :class:`MatrixMechanismInfo` of a strategy measurement; a clear error for any other."""
+    info = measurement.info
+    if not isinstance(info, MatrixMechanismInfo):
+        raise InvalidParameterError(
+            "measurement", measurement.name, "a measurement built by make_strategy_measurement"
+        )
+    return info
 
 
 @dataclass(frozen=True, eq=False, init=False, kw_only=True)
@@ -231,13 +253,13 @@ def make_strategy_measurement(
     """The measurement x ↦ B·x + Z (in units of 2^-k): the matrix mechanism's only private step.
 
     Input: an integer histogram (length n); neighbouring histograms are at L1 distance <=
-    ``contributions``. Output: the int64 vector y_int (``info["quantised"]`` maps it back).
+    ``contributions``. Output: the int64 vector y_int (``info.quantised`` maps it back).
 
     ``declared_sensitivity`` (testing only) replaces the computed max column norm of B (in
     integer units; squared for L2) in the calibration, so that tests can show the checks catch a
     strategy whose declared sensitivity is too small. The privacy *map* is always computed from
     B: a too-small declaration makes the map report the true, larger loss, and the claimed loss
-    (``info["claimed"]``) is what the checks compare against.
+    (the one the noise was calibrated for) is what the checks compare against.
 
     ``max_bytes`` bounds the dense matrix of a strategy without a sparse form (the column-
     normalised eigen-design): above it the measurement is refused before any data is read.
@@ -285,12 +307,9 @@ def make_strategy_measurement(
         name=f"matrix_mechanism[{q.name}]",
         noise=None,
         d_in=Fraction(contributions),
-        info={
-            "quantised": q,
-            "lattice": lattice,
-            "norm": norm,
-            "changed_coordinates": q.shape[0],
-        },
+        info=MatrixMechanismInfo(
+            quantised=q, lattice=lattice, norm=norm, changed_coordinates=q.shape[0]
+        ),
     )
 
 
@@ -321,8 +340,8 @@ def reconstruct(
 ) -> WorkloadRelease:
     """x̂ = A_q⁺·y by least squares (Cholesky for small n, Kronecker pinv per factor, else lsmr);
     answers W·x̂ with per-query variances v·diag(W (A_qᵀA_q)⁻¹ Wᵀ), v the exact noise variance."""
-    q: QuantisedStrategy = measurement.info["quantised"]
-    lattice: LatticeNoise = measurement.info["lattice"]
+    info = matrix_info(measurement)
+    q, lattice = info.quantised, info.lattice
     scale = math.ldexp(1.0, -q.exponent)
     y = np.asarray(y_int, dtype=np.float64) * scale
     noise_var = lattice.variance() * scale * scale
@@ -369,7 +388,7 @@ def nonnegative(
     """Consistent non-negative answers: x̃ = argmin_{x >= 0} ‖A_q x - y‖₂ (post-processing, so no
     extra privacy cost), answers W·x̃. Biased: ``variances`` becomes None; ``raw_answers`` keeps
     the unbiased least-squares answers."""
-    q: QuantisedStrategy = measurement.info["quantised"]
+    q = matrix_info(measurement).quantised
     a: Any = q.matrix()
     if a.shape[0] * a.shape[1] <= 4_000_000:
         a = a.toarray()  # small: the dense trust-region solver is fast and exact

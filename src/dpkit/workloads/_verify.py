@@ -8,7 +8,7 @@ contributions in one cell; the triangle inequality makes this the largest ‖v�
   losses; each is computed *exactly* (Fractions) by :func:`dpkit.testing.check_tiered_pure_dp`
   for shift |v_i|;
 * zCDP: D_α of a product is the sum of per-coordinate D_α (additivity of Rényi divergence); each
-  is computed numerically from the pmf (``dpkit.testing.exact._renyi``), the realised ρ is
+  is computed numerically from the pmf (``dpkit.testing._exact._renyi``), the realised ρ is
   max_α Σ_i D_α(|v_i|)/α over the same orders as :func:`check_lattice_zcdp`;
 * (ε, δ): the realised ρ as above, converted with the same certified ``ZCDP.to_approx``.
 
@@ -28,13 +28,14 @@ import scipy.sparse as sp
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import ZCDP, ApproxDP, PureDP
 from dpkit.noise.distributions import DiscreteLaplace
-from dpkit.testing.exact import (
+from dpkit.testing._exact import (
     DEFAULT_ALPHAS,
     CheckResult,
     _radius,
     _renyi,
     check_tiered_pure_dp,
 )
+from dpkit.workloads._measure import matrix_info
 
 __all__ = ["verify_exact", "verify_marginals_exact"]
 
@@ -56,8 +57,8 @@ def _columns(b: sp.csr_matrix, c: int) -> list[Counter[int]]:
 def verify_exact(measurement: Measurement[Any], *, rtol: float = 1e-9) -> CheckResult:
     """Recompute the loss of :func:`make_strategy_measurement` from B and its noise; compare
     with ``measurement.map()`` (the claim). Returns a :class:`CheckResult`."""
-    q = measurement.info["quantised"]
-    lattice = measurement.info["lattice"]
+    info = matrix_info(measurement)
+    q, lattice = info.quantised, info.lattice
     c = int(measurement.d_in or 1)
     claim = measurement.map()
     columns = _columns(q.integer_matrix, c)

@@ -131,7 +131,7 @@ def test_many_rows_use_the_k_fold_sumset_and_are_private() -> None:
     units = grid_ranges([(Fraction(0), Fraction(1)), (Fraction(1000), Fraction(1001))], -4)
     choice = choose_noise(units, Fraction(12), rows_l1=3, rows_per_group=3, groups=1)
     assert choice.chosen == "ladder" and choice.fold == 3
-    neighbor = choice.info["neighbor_set_units"]
+    neighbor = choice.info.neighbor_set_units
     with_zero = merge_ranges([*units, (0, 0)])
     assert neighbor == magnitudes(fold(with_zero, 3) or ())
     lattice = choice.measurement.noise.lattice

@@ -71,8 +71,8 @@ def _vertices(k: int, monotone_only: bool) -> Iterator[np.ndarray]:
 def _worst_loss(m: Measurement[Any], *, monotone_only: bool, seed: int = 0) -> float:
     """max over random u and every vertex u' = u + Δ·s of max_r |ln P_u(r) - ln P_u'(r)|."""
     rng = np.random.default_rng(seed)  # test inputs only; the mechanisms draw from dpkit.noise
-    sensitivity = float(m.info["sensitivity"])
-    pmf = m.info["output_pmf"]
+    sensitivity = float(m.info.sensitivity)
+    pmf = m.info.output_pmf
     worst = 0.0
     for k in (2, 3, 4):
         for _ in range(6):
@@ -101,7 +101,7 @@ def test_claim_holds_on_every_vertex_neighbour(
 @pytest.mark.parametrize("maker", MAKERS, ids=IDS)
 def test_monotonic_claim_holds_for_monotone_neighbours(maker: Maker) -> None:
     m = maker(1, 1, monotonic=True)
-    assert m.info["coefficient"] == 1
+    assert m.info.coefficient == 1
     assert _worst_loss(m, monotone_only=True) <= 1 + TOLERANCE
 
 
@@ -125,8 +125,8 @@ def test_privacy_map_is_linear_in_the_coordinate_bound() -> None:
 
 def test_sensitivity_float_is_rounded_up() -> None:
     m = make_exponential(1, 0.1)
-    assert m.info["sensitivity"] >= Fraction(0.1)
-    assert m.info["sensitivity"] >= Fraction(1, 10)
+    assert m.info.sensitivity >= Fraction(0.1)
+    assert m.info.sensitivity >= Fraction(1, 10)
 
 
 # ---------------------------------------------------------------------------- pmfs
@@ -147,27 +147,27 @@ def test_permute_and_flip_pmf_matches_enumeration(k: int) -> None:
     u = rng.normal(size=k) * 2
     m = make_permute_and_flip(1, 1)
     expected = _brute_force_permute_and_flip(u, 0.5)
-    assert np.allclose(m.info["output_pmf"](u), expected, rtol=1e-12, atol=0)
+    assert np.allclose(m.info.output_pmf(u), expected, rtol=1e-12, atol=0)
 
 
 def test_report_noisy_max_pmfs_are_the_named_mechanisms() -> None:
     u = np.array([0.0, 1.5, -2.0, 3.0, 3.0])
     assert np.allclose(
-        _rnm_gumbel(1, 1).info["output_pmf"](u),
-        make_exponential(1, 1).info["output_pmf"](u),
+        _rnm_gumbel(1, 1).info.output_pmf(u),
+        make_exponential(1, 1).info.output_pmf(u),
         rtol=1e-14,
     )
     assert np.allclose(
-        _rnm_exponential(1, 1).info["output_pmf"](u),
-        make_permute_and_flip(1, 1).info["output_pmf"](u),
+        _rnm_exponential(1, 1).info.output_pmf(u),
+        make_permute_and_flip(1, 1).info.output_pmf(u),
         rtol=1e-14,
     )
-    assert _rnm_exponential(1, 1).info["noise_scale"] == 2
-    assert _rnm_gumbel(1, 1, monotonic=True).info["noise_scale"] == 1
+    assert _rnm_exponential(1, 1).info.noise_scale == 2
+    assert _rnm_gumbel(1, 1, monotonic=True).info.noise_scale == 1
 
 
 def test_exponential_pmf_formula() -> None:
-    pmf = make_exponential(2, 1).info["output_pmf"]([0.0, 1.0, 2.0])
+    pmf = make_exponential(2, 1).info.output_pmf([0.0, 1.0, 2.0])
     weights = np.exp([0.0, 1.0, 2.0])
     assert np.allclose(pmf, weights / weights.sum(), rtol=1e-14)
 
@@ -176,14 +176,14 @@ def test_permute_and_flip_is_never_worse_in_expected_utility() -> None:
     rng = np.random.default_rng(3)
     for _ in range(20):
         u = rng.normal(size=rng.integers(2, 30)) * 3
-        em = make_exponential(1, 1).info["output_pmf"](u) @ u
-        pf = make_permute_and_flip(1, 1).info["output_pmf"](u) @ u
+        em = make_exponential(1, 1).info.output_pmf(u) @ u
+        pf = make_permute_and_flip(1, 1).info.output_pmf(u) @ u
         assert pf >= em - 1e-12
 
 
 def test_large_permute_and_flip_pmf_sums_to_one() -> None:
     u = np.random.default_rng(5).normal(size=400)
-    pmf = make_permute_and_flip(1, 0.5).info["output_pmf"](u)
+    pmf = make_permute_and_flip(1, 0.5).info.output_pmf(u)
     assert pmf.shape == (400,)
     assert np.all(pmf > 0)
     assert pmf.sum() == pytest.approx(1.0, abs=1e-10)
@@ -199,7 +199,7 @@ def test_sampler_matches_its_pmf(maker: Maker, monotonic: bool) -> None:
     m = maker(1, 1, monotonic=monotonic)
     samples = m(np.tile(UTILITIES, (100_000, 1)))
     assert samples.shape == (100_000,) and samples.dtype == np.int64
-    assert _chi_square_p(samples, m.info["output_pmf"](UTILITIES)) > P_VALUE_FLOOR
+    assert _chi_square_p(samples, m.info.output_pmf(UTILITIES)) > P_VALUE_FLOOR
 
 
 @pytest.mark.parametrize("maker", [make_exponential, make_permute_and_flip], ids=IDS[:2])
@@ -207,7 +207,7 @@ def test_sampler_with_many_candidates(maker: Maker) -> None:
     u = np.linspace(0, 10, 40)
     m = maker(2, 1)
     samples = m(np.tile(u, (20_000, 1)))
-    pmf = m.info["output_pmf"](u)
+    pmf = m.info.output_pmf(u)
     keep = pmf * samples.size >= 5  # pool the unlikely candidates into one cell
     counts = np.bincount(samples, minlength=u.size).astype(np.float64)
     observed = np.append(counts[keep], counts[~keep].sum())
@@ -232,7 +232,7 @@ def test_exact_path(maker: Maker, force_exact: None) -> None:
     u = np.array([0.0, 0.7, 1.3])
     m = maker(1, 1)
     samples = m(np.tile(u, (3000, 1)))
-    assert _chi_square_p(samples, m.info["output_pmf"](u)) > P_VALUE_FLOOR
+    assert _chi_square_p(samples, m.info.output_pmf(u)) > P_VALUE_FLOOR
 
 
 @pytest.mark.parametrize("maker", [make_exponential, make_permute_and_flip], ids=IDS[:2])
@@ -243,7 +243,7 @@ def test_split_path_for_large_gaps_is_exact(maker: Maker, monkeypatch: pytest.Mo
     u = np.array([0.0, 1.0, 2.5, 4.0])
     m = maker(1, 1)
     samples = m(np.tile(u, (50_000, 1)))
-    assert _chi_square_p(samples, m.info["output_pmf"](u)) > P_VALUE_FLOOR
+    assert _chi_square_p(samples, m.info.output_pmf(u)) > P_VALUE_FLOOR
 
 
 @pytest.mark.parametrize("maker", MAKERS, ids=IDS)
@@ -260,7 +260,7 @@ def test_utility_bound_formula() -> None:
     assert bound == pytest.approx(2 * (math.log(10) + math.log(20)))
     assert exponential_utility_bound(10, 1, 1, 0.05, monotonic=True) == pytest.approx(bound / 2)
     m = make_exponential(1, 1)
-    assert m.info["utility_bound"](10, 0.05) == pytest.approx(bound)
+    assert m.info.utility_bound(10, 0.05) == pytest.approx(bound)
     with pytest.raises(InvalidParameterError):
         exponential_utility_bound(0, 1, 1)
     with pytest.raises(InvalidParameterError):
@@ -274,8 +274,8 @@ def test_utility_bound_holds_for_the_exact_distribution(maker: Maker) -> None:
     for _ in range(10):
         u = rng.normal(size=50) * 10
         for alpha in (0.5, 0.05, 0.001):
-            gap = m.info["utility_bound"](50, alpha)
-            pmf = m.info["output_pmf"](u)
+            gap = m.info.utility_bound(50, alpha)
+            pmf = m.info.output_pmf(u)
             assert pmf[u <= u.max() - gap].sum() <= alpha
 
 
@@ -333,7 +333,7 @@ def test_rejects_bad_utilities(maker: Maker, utilities: Any) -> None:
 def test_output_pmf_takes_one_vector(maker: Maker) -> None:
     m = maker(1, 1)
     with pytest.raises(InvalidDataError):
-        m.info["output_pmf"](np.zeros((2, 3)))
-    assert m.info["outputs"] is None
-    assert m.info["outputs_of"]([1.0, 2.0, 3.0]) == [0, 1, 2]
+        m.info.output_pmf(np.zeros((2, 3)))
+    assert m.info.outputs is None
+    assert m.info.outputs_of([1.0, 2.0, 3.0]) == [0, 1, 2]
     assert m(np.zeros((0, 3))).shape == (0,)

@@ -3,7 +3,7 @@
 ``make_gaussian`` first calibrates σ for the continuous Gaussian, then samples a discrete
 Gaussian on the grid 2^k (k = ⌊log2 σ⌋ - 12), rounding σ² up and raising it by factors of
 1.0001 while the discrete δ exceeds the target. The σ it uses, read here from the declared noise
-(``noise.lattice.sigma2`` in grid steps, times 2^``noise.exponent``) and from ``info["sigma"]``,
+(``noise.lattice.sigma2`` in grid steps, times 2^``noise.exponent``) and from ``info.sigma``,
 must therefore lie in [σ_ref, σ_ref·(1 + 1e-3)], where σ_ref is computed here independently:
 
 * classic (Dwork & Roth 2014, Thm. A.1): σ = Δ·√(2 ln(1.25/δ))/ε;
@@ -52,7 +52,7 @@ def used_sigma(m: Measurement[object]) -> float:
     lattice = m.noise.lattice
     assert isinstance(lattice, DiscreteGaussian)
     sigma = math.sqrt(float(lattice.sigma2)) * math.ldexp(1.0, m.noise.exponent)
-    assert m.info["sigma"] == pytest.approx(sigma, rel=1e-12)
+    assert m.info.sigma == pytest.approx(sigma, rel=1e-12)
     return sigma
 
 

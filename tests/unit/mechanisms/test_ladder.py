@@ -77,7 +77,7 @@ def test_unsorted_and_overlapping_intervals_are_normalised() -> None:
     assert lo == min(Fraction(3, 10), Fraction(0.3)) == Fraction(0.3)  # the binary value
     assert hi == max(Fraction("0.30000000000000004"), Fraction(0.1 + 0.2))
     same = make_ladder([(1000, 1001), (0, 1), (0.25, 0.5)], 1, delta=1)
-    assert same.info["neighbor_set"] == ((0, 1), (1000, 1001))
+    assert same.info.neighbor_set == ((0, 1), (1000, 1001))
 
 
 @pytest.mark.parametrize("epsilon", [0, -1, math.inf, math.nan, 101, "x", True, None])
@@ -126,14 +126,14 @@ def test_make_ladder_is_a_measurement_with_the_claimed_loss() -> None:
     assert m.map(3) == PureDP(6)  # three records: group privacy
     assert m.input_metric == SymmetricDistance()
     assert m.name == "ladder"
-    assert m.info["grid_exact"] is True
+    assert m.info.grid_exact is True
     with pytest.raises(dataclasses.FrozenInstanceError):
         m.name = "x"  # type: ignore[misc]
 
 
 def test_releases_are_on_the_grid_and_keep_the_shape() -> None:
     m = make_ladder(V1, 2)
-    g = float(grid_spacing(m.info["grid_exponent"]))
+    g = float(grid_spacing(m.info.grid_exponent))
     out = m(123.456789)
     assert isinstance(out, float)
     assert (out / g) == round(out / g)
@@ -147,14 +147,14 @@ def test_releases_are_on_the_grid_and_keep_the_shape() -> None:
 
 def test_explicit_delta_is_rounded_to_the_grid() -> None:
     m = make_ladder(V1, 1, delta=10.3, grid_exponent=-2)
-    assert m.info["delta"] == Fraction(41, 4)  # nearest multiple of 1/4
-    assert m.info["delta_units"] == 41
+    assert m.info.delta == Fraction(41, 4)  # nearest multiple of 1/4
+    assert m.info.delta_units == 41
 
 
 def test_non_dyadic_ends_are_widened_to_the_grid() -> None:
     m = make_ladder([(0, 0.1), (1, 1.1)], 1, grid_exponent=-4)
-    assert m.info["grid_exact"] is False
-    assert m.info["neighbor_set_units"] == ((0, 2), (16, 18))
+    assert m.info.grid_exact is False
+    assert m.info.neighbor_set_units == ((0, 2), (16, 18))
     check_ladder_privacy(m).raise_if_failed()
 
 
@@ -186,25 +186,23 @@ def test_staircase_special_case_density_and_mechanism() -> None:
     np.testing.assert_allclose(density.pdf(x), staircase_pdf, rtol=1e-12)
     # the released (grid) mechanism: exactly converged, and rate 1 up to the grid
     m = make_ladder([(0, 1)], eps)
-    assert m.info["converged_at"] is not None
-    assert m.info["rate"] == pytest.approx(1.0, abs=1e-5)
+    assert m.info.converged_at is not None
+    assert m.info.rate == pytest.approx(1.0, abs=1e-5)
 
 
 def test_the_ladder_beats_the_staircase_on_polarised_sets() -> None:
     m = make_ladder(V1, 4)
-    assert m.info["rate"] == pytest.approx(0.3086, abs=2e-3)
-    assert (
-        m.info["expected_abs"] < m.info["staircase_expected_abs"] < m.info["laplace_expected_abs"]
-    )
+    assert m.info.rate == pytest.approx(0.3086, abs=2e-3)
+    assert m.info.expected_abs < m.info.staircase_expected_abs < m.info.laplace_expected_abs
 
 
 def test_chosen_delta_minimises_expected_abs() -> None:
     m = make_ladder(V5, 2)
-    best = m.info["expected_abs"]
-    g = float(grid_spacing(m.info["grid_exponent"]))
+    best = m.info.expected_abs
+    g = float(grid_spacing(m.info.grid_exponent))
     for factor in (0.5, 0.9, 0.99, 1.01, 1.1, 2.0):
-        other = make_ladder(V5, 2, delta=float(m.info["delta"]) * factor + g)
-        assert other.info["expected_abs"] >= best * (1 - 1e-9)
+        other = make_ladder(V5, 2, delta=float(m.info.delta) * factor + g)
+        assert other.info.expected_abs >= best * (1 - 1e-9)
 
 
 def test_noise_summaries_are_consistent() -> None:
@@ -224,7 +222,7 @@ def test_noise_summaries_are_consistent() -> None:
     assert 1 - (lattice.cdf(np.array([h - 1]))[0] - lattice.cdf(np.array([-h]))[0]) > 0.05
     low, high = noise.confidence_interval(0.0, 0.05)
     assert high == pytest.approx(h * 0.25) and low == -high
-    assert noise.expected_abs() == pytest.approx(m.info["expected_abs"])
+    assert noise.expected_abs() == pytest.approx(m.info.expected_abs)
 
 
 def test_declared_periodic_tail_holds() -> None:
@@ -239,9 +237,9 @@ def test_declared_periodic_tail_holds() -> None:
 def test_capped_construction_reports_its_distance_to_the_exact_ladder() -> None:
     exact = make_ladder(V1, 1, delta=48, grid_exponent=0, max_levels=10**5)
     capped = make_ladder(V1, 1, delta=48, grid_exponent=0)
-    assert exact.info["converged_at"] is not None and exact.info["capped_at"] is None
-    assert capped.info["capped_at"] is not None and capped.info["tv_to_uncapped"] < 2**-80
-    assert capped.info["expected_abs"] == pytest.approx(exact.info["expected_abs"], rel=1e-12)
+    assert exact.info.converged_at is not None and exact.info.capped_at is None
+    assert capped.info.capped_at is not None and capped.info.tv_to_uncapped < 2**-80
+    assert capped.info.expected_abs == pytest.approx(exact.info.expected_abs, rel=1e-12)
     check_ladder_privacy(capped).raise_if_failed()
 
 
@@ -259,8 +257,8 @@ def test_verification_proves_the_claim_for_every_shift() -> None:
 
 def test_verification_fails_when_epsilon_is_understated() -> None:
     m = make_discrete_ladder([(0, 1), (10, 11)], 1, delta=1, max_levels=10**5)
-    lattice = m.info["ladder_noise"]
-    units = m.info["neighbor_set_units"]
+    lattice = m.info.ladder_noise
+    units = m.info.neighbor_set_units
     assert check_ladder_privacy(lattice, shifts=units, claimed_epsilon=1).passed
     result = check_ladder_privacy(lattice, shifts=units, claimed_epsilon=Fraction(9, 10))
     assert not result.passed and result.realised == 1
@@ -293,8 +291,8 @@ def _without_level(lattice: LadderLattice, t: int, *, demote: bool) -> LadderLat
 @pytest.mark.parametrize("demote", [False, True])
 def test_verification_fails_when_a_level_is_dropped(demote: bool) -> None:
     m = make_discrete_ladder([(0, 1), (10, 11)], 1, delta=1, max_levels=10**5)
-    lattice = m.info["ladder_noise"]
-    units = m.info["neighbor_set_units"]
+    lattice = m.info.ladder_noise
+    units = m.info.neighbor_set_units
     for t in (1, 4):
         broken = _without_level(lattice, t, demote=demote)
         result = check_ladder_privacy(broken, shifts=units, claimed_epsilon=1)
@@ -304,9 +302,7 @@ def test_verification_fails_when_a_level_is_dropped(demote: bool) -> None:
 
 def test_verification_fails_for_shifts_outside_the_declared_set() -> None:
     m = make_discrete_ladder([(0, 1), (10, 11)], 1, delta=1, max_levels=10**5)
-    result = check_ladder_privacy(
-        m.info["ladder_noise"], shifts=[(0, 1), (5, 5)], claimed_epsilon=1
-    )
+    result = check_ladder_privacy(m.info.ladder_noise, shifts=[(0, 1), (5, 5)], claimed_epsilon=1)
     assert not result.passed  # a shift of 5 is many ladder steps
 
 
@@ -325,8 +321,8 @@ def test_discrete_ladder_releases_integers() -> None:
 def test_discrete_ladder_on_a_multiple_lattice() -> None:
     """V = {0, 5, 10}: every neighbour differs by a multiple of 5, and so does every release."""
     m = make_discrete_ladder([0, 5, 10], 1)
-    assert m.info["scale"] == 5 and m.info["delta_units"] == 0
-    noise = m.info["ladder_noise"]
+    assert m.info.scale == 5 and m.info.delta_units == 0
+    noise = m.info.ladder_noise
     draws = noise.sample(2000)
     assert np.all(draws % 5 == 0)
     # levels are ⌈|k|/10⌉ on 5·Z: P(Z = 5j) ∝ e^{-⌈|j|/2⌉}
@@ -338,8 +334,8 @@ def test_discrete_ladder_on_a_multiple_lattice() -> None:
 # ------------------------------------------------------------------ sums over a union of intervals
 def test_sum_in_intervals_picks_the_best_mechanism_and_says_so() -> None:
     m = make_sum_in_intervals(V1, 2)
-    assert m.info["chosen"] == "ladder" and m.name == "sum_in_intervals[ladder]"
-    expected = m.info["expected_abs"]
+    assert m.info.chosen == "ladder" and m.name == "sum_in_intervals[ladder]"
+    expected = m.info.expected_abs
     assert set(expected) == {"laplace", "staircase", "ladder"}
     assert expected["ladder"] == min(expected.values())
     assert m.noise.expected_abs() == pytest.approx(expected["ladder"])
@@ -347,15 +343,13 @@ def test_sum_in_intervals_picks_the_best_mechanism_and_says_so() -> None:
     check_ladder_privacy(m).raise_if_failed()
     # a set without gaps: the ladder is the staircase, so the staircase is picked
     plain = make_sum_in_intervals([(0, 1001)], 1)
-    assert plain.info["chosen"] in ("staircase", "ladder")
-    assert plain.info["expected_abs"][plain.info["chosen"]] == min(
-        plain.info["expected_abs"].values()
-    )
+    assert plain.info.chosen in ("staircase", "ladder")
+    assert plain.info.expected_abs[plain.info.chosen] == min(plain.info.expected_abs.values())
 
 
 def test_sum_in_intervals_can_be_forced_and_refuses_unknown_choices() -> None:
     m = make_sum_in_intervals(V1, 1, mechanism="laplace")
-    assert m.info["chosen"] == "laplace" and m.loss == PureDP(1)
+    assert m.info.chosen == "laplace" and m.loss == PureDP(1)
     assert m.map(3) == PureDP(3)
     with pytest.raises(InvalidParameterError, match="laplace noise"):
         check_ladder_privacy(m)
@@ -366,7 +360,7 @@ def test_sum_in_intervals_can_be_forced_and_refuses_unknown_choices() -> None:
 def test_sum_in_intervals_projects_records_into_the_declared_set(seeded: None) -> None:
     pay = [(20_000, 25_000), (200_000, 210_000)]
     m = make_sum_in_intervals(pay, 50, grid_exponent=0)
-    noise = m.info["ladder"]["ladder_noise"]
+    noise = m.info.ladder.ladder_noise
     spread = noise.tail_bound(1e-9)
     data = np.array([21_000.0, 190_000.0, 500_000.0, -7.0, 100_000.0])
     # projected: 21000, 200000, 210000, 20000, 25000 (100000 is nearer 25000)
@@ -394,18 +388,18 @@ def test_vector_ladder_splits_the_budget_and_composes() -> None:
 
     m = make_ladder_vector([V1, [(0, 10)]], 2)
     assert m.loss == PureDP(2) and m.map(2) == PureDP(4)
-    assert sum(m.info["epsilons"]) == 2 and sum(m.info["split"]) == 1
+    assert sum(m.info.epsilons) == 2 and sum(m.info.split) == 1
     # the chosen split is the best of the ones tried
     for j in (1, 5, 9):
         w = Fraction(j, 10)
         fixed = make_ladder_vector([V1, [(0, 10)]], 2, split=[w, 1 - w])
-        assert fixed.info["expected_l1"] >= m.info["expected_l1"] * (1 - 1e-12)
+        assert fixed.info.expected_l1 >= m.info.expected_l1 * (1 - 1e-12)
     out = m([3.0, 4.0])
     assert out.shape == (2,)
     with pytest.raises(InvalidDataError):
         m([1.0, 2.0, 3.0])
-    for part in m.info["parts"]:
-        assert part["ladder_noise"].epsilon in m.info["epsilons"]
+    for part in m.info.parts:
+        assert part.ladder_noise.epsilon in m.info.epsilons
 
 
 @pytest.mark.parametrize(

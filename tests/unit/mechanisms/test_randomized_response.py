@@ -67,32 +67,32 @@ def test_fair_coins_cost_ln3_rounded_up_tightly() -> None:
     assert isinstance(m.loss, PureDP)
     assert epsilon >= ln3
     assert epsilon - ln3 < Fraction(1, 10**30)
-    assert m.info["likelihood_ratio"] == 3
-    assert m.info["exact_output_pmf"](True) == (Fraction(1, 4), Fraction(3, 4))
-    assert m.info["exact_output_pmf"](False) == (Fraction(3, 4), Fraction(1, 4))
+    assert m.info.likelihood_ratio == 3
+    assert m.info.exact_output_pmf(True) == (Fraction(1, 4), Fraction(3, 4))
+    assert m.info.exact_output_pmf(False) == (Fraction(3, 4), Fraction(1, 4))
 
 
 def test_epsilon_of_unfair_coins_is_the_larger_ratio() -> None:
     # p = 1/4, q = 1/3: P(yes|yes) = 1/2, P(yes|no) = 1/4; ratios 2 and (3/4)/(1/2) = 3/2.
     m = make_randomized_response(truth_probability="1/4", random_yes_probability="1/3")
-    assert m.info["likelihood_ratio"] == 2
+    assert m.info.likelihood_ratio == 2
     assert 0 <= m.loss.epsilon - Fraction(math.log(2)) < 1e-15
     # p = 1/2, q = 0.9: P(yes|yes) = 0.95, P(yes|no) = 0.45: the "no" ratio 0.55/0.05 = 11 wins
     m = make_randomized_response(0.5, 0.9)
-    assert m.info["likelihood_ratio"] == 11
+    assert m.info.likelihood_ratio == 11
 
 
 @pytest.mark.parametrize(("p", "q"), [(0.5, 0.5), ("1/3", "1/5"), (0.9, 0.5), (0.05, 0.99)])
 def test_two_coin_claim_holds_exactly_and_is_tight(p: Any, q: Any) -> None:
     m = make_randomized_response(p, q)
-    exact = m.info["exact_output_pmf"]
+    exact = m.info.exact_output_pmf
     ratio = max(
         a / b
         for x, y in itertools.permutations([True, False], 2)
         for a, b in zip(exact(x), exact(y), strict=True)
     )
-    assert ratio == m.info["likelihood_ratio"]
-    worst = _worst_log_ratio(m.info["output_pmf"], [True, False])
+    assert ratio == m.info.likelihood_ratio
+    worst = _worst_log_ratio(m.info.output_pmf, [True, False])
     assert worst <= float(m.loss.epsilon) + 1e-9
     assert worst >= float(m.loss.epsilon) - 1e-9  # the claim is not loose
 
@@ -102,7 +102,7 @@ def test_two_coin_sampler_matches_its_pmf(p: float, q: float) -> None:
     m = make_randomized_response(p, q)
     for answer in (True, False):
         samples = m(np.full(100_000, answer))
-        assert _chi_square_p(samples, [False, True], m.info["output_pmf"](answer)) > P_VALUE_FLOOR
+        assert _chi_square_p(samples, [False, True], m.info.output_pmf(answer)) > P_VALUE_FLOOR
 
 
 def test_shapes_and_types_are_kept() -> None:
@@ -116,7 +116,7 @@ def test_shapes_and_types_are_kept() -> None:
     assert m(np.array([1.0, 0.0])).dtype == bool
     assert m(np.array([], dtype=bool)).shape == (0,)
     assert m.input_metric == ChangeOneDistance()
-    assert m.info["outputs"] == [False, True]
+    assert m.info.outputs == [False, True]
 
 
 def test_privacy_map_counts_changed_respondents() -> None:
@@ -229,9 +229,9 @@ def test_estimators_reject_bad_input() -> None:
 def test_binary_epsilon_claim_is_exact_and_tight(epsilon: Any) -> None:
     m = make_randomized_response_epsilon(epsilon)
     assert m.loss == PureDP(epsilon if not isinstance(epsilon, str) else Fraction(epsilon))
-    worst = _worst_log_ratio(m.info["output_pmf"], [True, False])
+    worst = _worst_log_ratio(m.info.output_pmf, [True, False])
     assert abs(worst - float(m.loss.epsilon)) < 1e-9
-    assert m.info["output_pmf"](True)[1] == pytest.approx(
+    assert m.info.output_pmf(True)[1] == pytest.approx(
         1 / (1 + math.exp(-float(Fraction(epsilon))))
     )
 
@@ -240,13 +240,13 @@ def test_binary_epsilon_sampler_matches_its_pmf() -> None:
     m = make_randomized_response_epsilon("3/4")
     for answer in (True, False):
         samples = m(np.full(100_000, answer))
-        assert _chi_square_p(samples, [False, True], m.info["output_pmf"](answer)) > P_VALUE_FLOOR
+        assert _chi_square_p(samples, [False, True], m.info.output_pmf(answer)) > P_VALUE_FLOOR
 
 
 def test_binary_epsilon_exact_path(force_exact: None) -> None:
     m = make_randomized_response_epsilon(1)
     samples = m(np.ones(3000, dtype=bool))
-    assert _chi_square_p(samples, [False, True], m.info["output_pmf"](True)) > P_VALUE_FLOOR
+    assert _chi_square_p(samples, [False, True], m.info.output_pmf(True)) > P_VALUE_FLOOR
 
 
 def test_huge_epsilon_always_tells_the_truth() -> None:
@@ -288,7 +288,7 @@ def test_binary_epsilon_reports_estimate_the_proportion() -> None:
 def test_generalized_claim_is_exact_and_tight(k: int, epsilon: Any) -> None:
     m = make_generalized_randomized_response(k, epsilon)
     assert m.loss == PureDP(Fraction(epsilon))
-    pmf = m.info["output_pmf"]
+    pmf = m.info.output_pmf
     for x in range(k):
         assert pmf(x).sum() == pytest.approx(1.0)
         assert pmf(x)[x] == pytest.approx(
@@ -303,29 +303,29 @@ def test_generalized_sampler_matches_its_pmf(k: int, epsilon: Any, truth: int) -
     m = make_generalized_randomized_response(k, epsilon)
     samples = m(np.full(100_000, truth))
     assert samples.dtype == np.int64
-    assert _chi_square_p(samples, list(range(k)), m.info["output_pmf"](truth)) > P_VALUE_FLOOR
+    assert _chi_square_p(samples, list(range(k)), m.info.output_pmf(truth)) > P_VALUE_FLOOR
 
 
 def test_generalized_exact_path(force_exact: None) -> None:
     m = make_generalized_randomized_response(4, 1)
     samples = m(np.full(3000, 2))
-    assert _chi_square_p(samples, list(range(4)), m.info["output_pmf"](2)) > P_VALUE_FLOOR
+    assert _chi_square_p(samples, list(range(4)), m.info.output_pmf(2)) > P_VALUE_FLOOR
 
 
 def test_generalized_with_labels() -> None:
     labels = ["red", "green", "blue"]
     m = make_generalized_randomized_response(labels, epsilon=1)
-    assert m.info["outputs"] == labels
+    assert m.info.outputs == labels
     assert m("green") in labels
     out = m(np.array([["red", "blue"], ["green", "green"]]))
     assert out.shape == (2, 2)
     assert set(out.reshape(-1).tolist()) <= set(labels)
     samples = m(["blue"] * 100_000)
-    assert _chi_square_p(samples, labels, m.info["output_pmf"]("blue")) > P_VALUE_FLOOR
+    assert _chi_square_p(samples, labels, m.info.output_pmf("blue")) > P_VALUE_FLOOR
     with pytest.raises(InvalidDataError):
         m(["purple"])
     with pytest.raises(InvalidDataError):
-        m.info["output_pmf"]("purple")
+        m.info.output_pmf("purple")
 
 
 def test_generalized_shapes() -> None:
@@ -334,7 +334,7 @@ def test_generalized_shapes() -> None:
     assert m(np.zeros((3, 2), dtype=np.int32)).shape == (3, 2)
     assert m(np.array([1.0, 3.0])).dtype == np.int64
     assert m(np.array([], dtype=np.int64)).shape == (0,)
-    assert m.info["outputs"] == [0, 1, 2, 3]
+    assert m.info.outputs == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("categories", [1, 0, -3, True, [], ["a"], ["a", "a"], "abc", 2.5, None])

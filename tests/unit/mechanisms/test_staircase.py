@@ -272,7 +272,7 @@ def test_default_grid_accuracy_approaches_continuous_optimum(eps: float, delta: 
 def test_l2_cost_gives_the_optimal_variance(eps: float) -> None:
     m = make_staircase(1, eps, cost="l2")
     gamma = staircase_optimal_gamma(eps, "l2")
-    assert m.info["gamma"] == gamma
+    assert m.info.gamma == gamma
     assert m.noise.variance() == pytest.approx(staircase_variance(1, eps, gamma), rel=1e-4)
     assert m.noise.variance() < make_staircase(1, eps).noise.variance()
 
@@ -287,14 +287,14 @@ def test_privacy_map() -> None:
     assert m.map(Fraction(3, 2)) == PureDP(1)
     assert m.map(2) == PureDP(1)
     assert m.map(7) == PureDP(Fraction(7, 2))
-    g = grid_spacing(m.info["grid_exponent"])
-    assert m.info["period"] * g == 1
+    g = grid_spacing(m.info.grid_exponent)
+    assert m.info.period * g == 1
     # a sensitivity off the grid: the period is ⌈Δ/g⌉ steps
     odd = make_staircase(sensitivity=Fraction(1, 3), epsilon=1)
-    g = grid_spacing(odd.info["grid_exponent"])
-    assert odd.info["period"] == math.ceil(Fraction(1, 3) / g)
+    g = grid_spacing(odd.info.grid_exponent)
+    assert odd.info.period == math.ceil(Fraction(1, 3) / g)
     for d in (Fraction(1, 3), Fraction(2, 3), Fraction(1), Fraction(5, 3)):
-        assert odd.map(d) == PureDP(math.ceil(d / (g * odd.info["period"])))
+        assert odd.map(d) == PureDP(math.ceil(d / (g * odd.info.period)))
 
 
 def test_privacy_map_with_changed_coordinates() -> None:
@@ -304,14 +304,14 @@ def test_privacy_map_with_changed_coordinates() -> None:
     assert m.map(0) == PureDP(0)
     assert m.map(Fraction(1, 100)) == PureDP(1)  # rounding can move all four
     assert m.map(4) == PureDP(Fraction(5, 4))
-    assert m.info["changed_coordinates"] == 4
+    assert m.info.changed_coordinates == 4
 
 
 def test_exact_privacy_of_the_lattice_on_a_coarse_grid() -> None:
     # sensitivity 1 on the grid 2^-3: D = 8 steps; check every output and every shift <= D
     m = make_staircase(1, Fraction(7, 10), grid_exponent=-3)
     lattice = m.noise.lattice
-    assert (lattice.period, lattice.first_step) == (8, round(8 * m.info["gamma"]))
+    assert (lattice.period, lattice.first_step) == (8, round(8 * m.info.gamma))
     k = np.arange(-100, 101)
     worst = max(int(np.max(np.abs(lattice.level(k + s) - lattice.level(k)))) for s in range(1, 9))
     assert m.loss == PureDP(lattice.rate * worst) == PureDP(Fraction(7, 10))
@@ -327,7 +327,7 @@ def test_shapes_and_output_grid() -> None:
     released = vector(data)
     assert isinstance(released, np.ndarray) and released.shape == (12,)
     assert released.dtype == np.float64
-    scaled = np.ldexp(released, -vector.info["grid_exponent"])
+    scaled = np.ldexp(released, -vector.info.grid_exponent)
     np.testing.assert_array_equal(scaled, np.round(scaled))
     matrix = vector(data.reshape(3, 4))
     assert matrix.shape == (3, 4)
@@ -348,12 +348,12 @@ def test_noise_is_centred_and_accurate() -> None:
 
 def test_info_and_explicit_gamma() -> None:
     m = make_staircase(2, 1, gamma=0.25, grid_exponent=-4)
-    assert m.info["gamma"] == 0.25 and m.info["cost"] == "l1"
-    assert m.info["grid_exponent"] == -4
-    assert (m.info["period"], m.info["first_step"]) == (32, 8)
-    assert m.info["effective_gamma"] == 0.25
+    assert m.info.gamma == 0.25 and m.info.cost == "l1"
+    assert m.info.grid_exponent == -4
+    assert (m.info.period, m.info.first_step) == (32, 8)
+    assert m.info.effective_gamma == 0.25
     tiny = make_staircase(1, 40)  # γ*·D < 1/2: the first step is one grid step
-    assert tiny.info["first_step"] == 1
+    assert tiny.info.first_step == 1
     assert tiny.loss == PureDP(40)
 
 

@@ -140,8 +140,8 @@ def test_variance_smooth_bound_does_not_underflow(seeded: None) -> None:
         rho=0.5,
         noise="arcsinh_normal",
     )
-    a = np.asarray(m.info["release_many"](x, 1000))
-    b = np.asarray(m.info["release_many"](y, 1000))
+    a = np.asarray(m.info.release_many(x, 1000))
+    b = np.asarray(m.info.release_many(y, 1000))
     loss = m.loss
     assert isinstance(loss, ZCDP)
     assert audit_samples_zcdp(a, b, float(loss.rho)).passed

@@ -28,7 +28,7 @@ def test_make_quantile_runs_and_explains(method: str) -> None:
         bound=1,
     )
     m(np.linspace(4, 6, 101))
-    assert isinstance(m.info["explain"], str) and m.info["explain"]
+    assert isinstance(m.info.explain, str) and m.info.explain
 
 
 def test_make_quantile_bad_method() -> None:

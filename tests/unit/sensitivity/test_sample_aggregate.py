@@ -89,7 +89,7 @@ def test_failed_block_gets_default() -> None:
     units = np.arange(40)
     values = np.ones(40)
     values[5] = 999.0
-    blocks = m.info["block_values"]((units, values))
+    blocks = m.info.block_values((units, values))
     assert sorted(blocks[:, 0].tolist()).count(7.0) == 1
     assert sorted(blocks[:, 0].tolist()).count(3.0) == 3
 
@@ -148,7 +148,7 @@ def test_duckdb_blocks_match_numpy_semantics() -> None:
         np.mean, m=10, n_range=(1000, 1000), output_shape=1, output_range=(0, 10), epsilon=1
     )
     source = DuckDBBlocks(con, "t", "unit", ("x",))
-    blocks = m.info["block_values"](source)
+    blocks = m.info.block_values(source)
     assert blocks.shape == (10, 1) and np.all((blocks >= 2) & (blocks <= 4))
     assert np.isfinite(m(source)).all()
     # every unit's rows land in one block: per-block row counts are multiples of 3

@@ -220,7 +220,7 @@ def conform_finite_output(
 
 
 def all_answer_pairs(m: Measurement[Any]) -> list[tuple[Any, Any]]:
-    outputs = list(m.info["outputs"])
+    outputs = list(m.info.outputs)
     answers = [False, True] if outputs == [False, True] else outputs
     return list(itertools.combinations(answers, 2))
 

@@ -1,4 +1,4 @@
-"""dpkit.testing.exact: the exact and numerical privacy checks, on both sides of the line.
+"""dpkit.testing exact checks: the exact and numerical privacy checks, on both sides of the line.
 
 The checks must pass every correctly calibrated additive mechanism, and must FAIL mechanisms
 whose privacy map under-reports the loss (built here by swapping a real measurement's map).
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import dpkit as dp
-from dpkit.core.framework import Measurement, make_postprocess
+from dpkit.core.framework import Measurement, MechanismInfo, make_postprocess
 from dpkit.core.losses import ZCDP, ApproxDP, PureDP
 from dpkit.core.spaces import AtomDomain, SymmetricDistance
 from dpkit.errors import InvalidParameterError, PrivacyCheckError
@@ -32,7 +32,7 @@ from dpkit.testing import (
     check_measurement_exact,
     check_tiered_pure_dp,
 )
-from dpkit.testing.exact import _largest_steps, _sampled_shifts, _sliding_extremes
+from dpkit.testing._exact import _largest_steps, _sampled_shifts, _sliding_extremes
 
 
 # ----------------------------------------------------------------------- toy tiered noise
@@ -455,7 +455,7 @@ def finite_measurement(epsilon: float, claim: Any) -> Measurement[Any]:
         lambda d: claim,
         name="toy_rr",
         d_in=Fraction(1),
-        info={"output_pmf": pmf},
+        info=MechanismInfo(output_pmf=pmf),
     )
 
 
@@ -481,7 +481,9 @@ def test_measurement_exact_refuses_what_it_cannot_check() -> None:
     laplace = dp.make_laplace(1, 1)
     with pytest.raises(NotImplementedError, match="audit"):
         check_measurement_exact(make_postprocess(laplace, lambda v: v))
-    several = dataclasses.replace(laplace, info={**laplace.info, "changed_coordinates": 3})
+    several = dataclasses.replace(
+        laplace, info=dataclasses.replace(laplace.info, changed_coordinates=3)
+    )
     with pytest.raises(NotImplementedError, match="changed_coordinates"):
         check_measurement_exact(several)
     chained = dataclasses.replace(laplace, input_metric=SymmetricDistance())

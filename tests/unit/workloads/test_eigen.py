@@ -191,7 +191,7 @@ def test_quantised_release_keeps_the_analytic_error():
     w = AllRange(64)
     d = eigen_design(w)
     m = make_strategy_measurement(d, rho=1)
-    q = m.info["quantised"]
+    q = m.info.quantised
     a = q.matrix().toarray()
     col2 = float(np.max(np.sum(a * a, axis=0)))
     err_q = col2 * float(np.trace(np.linalg.solve(a.T @ a, w.gram_dense())))

@@ -15,14 +15,16 @@ from sqlglot import exp
 
 from dpkit.analytics.engines.base import Step
 from dpkit.analytics.engines.sql import (
-    _ExprCompiler,
+    Dialect,
     _select,
     column,
-    converted,
     double,
+    expr_compiler,
     literal,
+    source_select,
+    step_levels,
 )
-from dpkit.analytics.expr import ColumnKind, columns_of
+from dpkit.analytics.expr import ColumnKind
 
 __all__ = ["canonical_order", "pandas_blocks", "rows_select", "spark_blocks", "split_sorted"]
 
@@ -96,60 +98,21 @@ def rows_select(
     columns: Sequence[str],
     m: int,
     salt: int,
-    dialect: str,
+    dialect: Dialect,
 ) -> Any:
     """SELECT block, columns FROM (source after the steps) WHERE unit IS NOT NULL.
 
     ``tables`` is the SQL engine itself (DuckDB or Spark): its declared conversions, schema,
     float columns and column names, read here inside the engines package."""
     conversions: dict[str, ColumnKind] = dict(tables._conversions)
-    schema: dict[str, ColumnKind] = dict(tables._schema)
-    floats = set(tables._floats) | {c for c, k in conversions.items() if k == "numeric"}
-    floats -= {c for c, k in conversions.items() if k != "numeric"}
-    compiler = _ExprCompiler(schema, floats, dialect)  # type: ignore[arg-type]
+    compiler = expr_compiler(tables._schema, tables._floats, conversions, dialect)
+    floats = set(compiler.float_columns)  # the source's, before the steps
     names = list(tables._columns)
-    first = [
-        exp.alias_(converted(c, conversions[c], dialect), c, quoted=True)  # type: ignore[arg-type]
-        if c in conversions
-        else column(c)
-        for c in names
-    ]
-    query: Any = _select(*first).from_(source, copy=False)
-    # consecutive derived columns that do not read one another share one SELECT, as in
-    # engines.sql.build_query: one subquery level per derived column nested 2,000 levels
-    # deep for 2,000 independent columns (the planner counts levels as shared)
-    level: dict[str, Any] = {}
-
-    def close_level() -> None:
-        nonlocal query, names
-        if not level:
-            return
-        sub = query.subquery("__s", copy=False)
-        kept = [column(c) for c in names if c not in level]
-        derived = [exp.alias_(v, n, quoted=True, copy=False) for n, v in level.items()]
-        query = _select(*kept, *derived).from_(sub, copy=False)
-        names = [c for c in names if c not in level] + list(level)
-        level.clear()
-
-    for step in steps:
-        if step.kind == "derive":
-            assert step.expr is not None
-            if step.name in level or columns_of(step.expr) & level.keys():
-                close_level()
-            level[step.name] = compiler.compile(step.expr)
-            kind = compiler.kind(step.expr)
-            compiler.schema[step.name] = kind if kind is not None else "numeric"
-            compiler.float_columns.discard(step.name)
-            continue
-        close_level()
-        sub = query.subquery("__s", copy=False)
-        if step.kind == "filter":
-            assert step.expr is not None
-            query = _select("*").from_(sub).where(compiler.compile(step.expr))
-        else:
-            names = list(step.columns)
-            query = _select(*[column(c) for c in names]).from_(sub)
-    close_level()
+    query: Any = source_select(source, names, conversions, dialect)
+    for expressions, where in step_levels(steps, compiler, names):
+        query = _select(*expressions).from_(query.subquery("__s", copy=False), copy=False)
+        if where is not None:
+            query = query.where(where, copy=False)
     sub = query.subquery("__r", copy=False)
     u: Any = column(unit)
     condition: Any = exp.Not(this=exp.Is(this=u, expression=exp.Null()))

@@ -105,113 +105,141 @@ def _null_like(n: int) -> Any:
 
 def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
     """Evaluate ``expr`` on ``df`` with SQL NULL semantics; returns a pandas extension array."""
-    n = len(df)
     if isinstance(expr, Col):
         return _column(df, expr.name)
     if isinstance(expr, Lit):
-        value = expr.value
-        if value is None:
-            return _null_like(n)
-        if isinstance(value, bool):
-            return pd.array([value] * n, dtype="boolean")
-        if isinstance(value, int | float):
-            return _float_array(np.full(n, float(value)))
-        if isinstance(value, _dt.datetime):
-            return pd.array(np.full(n, np.datetime64(value, "us")), dtype="datetime64[us]")
-        return pd.array([value] * n, dtype="string[python]")
+        return _literal(expr.value, len(df))
     if isinstance(expr, IsIn):
-        operand = evaluate(expr.operand, df)
-        values = [v for v in expr.values if v is not None]
-        has_null = len(values) != len(expr.values)
-        mask = operand.isna()
-        matched = np.zeros(n, dtype=bool)
-        for value in values:
-            eq = operand == value
-            # a datetime64 column compares to a plain ndarray (NaT is never equal)
-            matched |= (
-                eq.to_numpy(dtype=bool, na_value=False)
-                if hasattr(eq, "to_numpy")
-                else np.asarray(eq, dtype=bool)
-            )
-        result = pd.array(matched, dtype="boolean")
-        result[mask] = pd.NA
-        if has_null:
-            result[~matched] = pd.NA
-        return result
+        return _is_in(expr, df)
     if isinstance(expr, Unary):
-        operand = evaluate(expr.operand, df)
-        if expr.op == "is_null":
-            return pd.array(np.asarray(operand.isna(), dtype=bool), dtype="boolean")
-        if expr.op == "is_not_null":
-            return pd.array(~np.asarray(operand.isna(), dtype=bool), dtype="boolean")
-        if expr.op == "not":
-            return ~_as_boolean(operand)
-        if expr.op == "as_number":
-            numbers = _as_boolean(operand).to_numpy(dtype=np.float64, na_value=np.nan)
-            return _float_array(numbers)
-        if expr.op == "neg":
-            return -_as_float(operand)
-        if expr.op == "abs":
-            return abs(_as_float(operand))
-        if expr.op in ("floor", "ceil"):
-            numbers = _as_float(operand)
-            raw = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
-            out = np.floor(raw) if expr.op == "floor" else np.ceil(raw)
-            return _float_array(out)
-        strings = pd.Series(operand.astype("string[python]"))
-        cased = strings.str.lower() if expr.op == "lower" else strings.str.upper()
-        return cased.array
+        return _unary(expr, df)
     if isinstance(expr, Binary):
         if expr.op == "coalesce":
-            left = evaluate(expr.left, df)
-            right = evaluate(expr.right, df)
-            if isinstance(expr.left, Lit) and expr.left.value is None:
-                return right
-            out = left.copy()
-            mask = np.asarray(left.isna(), dtype=bool)
-            if isinstance(expr.right, Lit) and expr.right.value is None:
-                return out
-            out[mask] = _cast_like(right, left)[mask]
-            return out
-        left_null = isinstance(expr.left, Lit) and expr.left.value is None
-        right_null = isinstance(expr.right, Lit) and expr.right.value is None
-        if expr.op in ("and", "or"):
-            a = _as_boolean(evaluate(expr.left, df))
-            b = _as_boolean(evaluate(expr.right, df))
-            return a & b if expr.op == "and" else a | b
-        if left_null or right_null:
-            if expr.op in ("+", "-", "*", "/"):
-                return _float_array(np.full(n, np.nan))
-            return _null_like(n)
-        left = evaluate(expr.left, df)
-        right = evaluate(expr.right, df)
-        if expr.op in ("+", "-", "*", "/"):
-            a, b = _as_float(left), _as_float(right)
-            with np.errstate(all="ignore"):
-                if expr.op == "+":
-                    out = a + b
-                elif expr.op == "-":
-                    out = a - b
-                elif expr.op == "*":
-                    out = a * b
-                else:
-                    zero = np.asarray((b == 0).to_numpy(dtype=bool, na_value=False))
-                    out = a / b
-                    out[zero] = pd.NA
-            return _nan_to_na(out)
-        if isinstance(left, pd.arrays.FloatingArray) or isinstance(right, pd.arrays.FloatingArray):
-            left, right = _as_float(left), _as_float(right)
-        left, right = _naive_utc(left), _naive_utc(right)
-        ops: dict[str, Callable[[Any, Any], Any]] = {
-            "<": lambda x, y: x < y,
-            "<=": lambda x, y: x <= y,
-            ">": lambda x, y: x > y,
-            ">=": lambda x, y: x >= y,
-            "==": lambda x, y: x == y,
-            "!=": lambda x, y: x != y,
-        }
-        return _as_boolean(ops[expr.op](left, right))
+            return _coalesce(expr, df)
+        return _binary(expr, df)
     raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
+
+
+def _literal(value: Any, n: int) -> Any:
+    """``value`` repeated ``n`` times (NULL as a boolean NA array)."""
+    if value is None:
+        return _null_like(n)
+    if isinstance(value, bool):
+        return pd.array([value] * n, dtype="boolean")
+    if isinstance(value, int | float):
+        return _float_array(np.full(n, float(value)))
+    if isinstance(value, _dt.datetime):
+        return pd.array(np.full(n, np.datetime64(value, "us")), dtype="datetime64[us]")
+    return pd.array([value] * n, dtype="string[python]")
+
+
+def _is_in(expr: IsIn, df: pd.DataFrame) -> Any:
+    """``operand IN (values)``: NULL for a NULL operand, and for no match when a value is NULL."""
+    n = len(df)
+    operand = evaluate(expr.operand, df)
+    values = [v for v in expr.values if v is not None]
+    has_null = len(values) != len(expr.values)
+    mask = operand.isna()
+    matched = np.zeros(n, dtype=bool)
+    for value in values:
+        eq = operand == value
+        # a datetime64 column compares to a plain ndarray (NaT is never equal)
+        matched |= (
+            eq.to_numpy(dtype=bool, na_value=False)
+            if hasattr(eq, "to_numpy")
+            else np.asarray(eq, dtype=bool)
+        )
+    result = pd.array(matched, dtype="boolean")
+    result[mask] = pd.NA
+    if has_null:
+        result[~matched] = pd.NA
+    return result
+
+
+def _unary(expr: Unary, df: pd.DataFrame) -> Any:
+    operand = evaluate(expr.operand, df)
+    if expr.op == "is_null":
+        return pd.array(np.asarray(operand.isna(), dtype=bool), dtype="boolean")
+    if expr.op == "is_not_null":
+        return pd.array(~np.asarray(operand.isna(), dtype=bool), dtype="boolean")
+    if expr.op == "not":
+        return ~_as_boolean(operand)
+    if expr.op == "as_number":
+        numbers = _as_boolean(operand).to_numpy(dtype=np.float64, na_value=np.nan)
+        return _float_array(numbers)
+    if expr.op == "neg":
+        return -_as_float(operand)
+    if expr.op == "abs":
+        return abs(_as_float(operand))
+    if expr.op in ("floor", "ceil"):
+        numbers = _as_float(operand)
+        raw = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
+        out = np.floor(raw) if expr.op == "floor" else np.ceil(raw)
+        return _float_array(out)
+    strings = pd.Series(operand.astype("string[python]"))
+    cased = strings.str.lower() if expr.op == "lower" else strings.str.upper()
+    return cased.array
+
+
+def _coalesce(expr: Binary, df: pd.DataFrame) -> Any:
+    left = evaluate(expr.left, df)
+    right = evaluate(expr.right, df)
+    if isinstance(expr.left, Lit) and expr.left.value is None:
+        return right
+    out = left.copy()
+    mask = np.asarray(left.isna(), dtype=bool)
+    if isinstance(expr.right, Lit) and expr.right.value is None:
+        return out
+    out[mask] = _cast_like(right, left)[mask]
+    return out
+
+
+def _binary(expr: Binary, df: pd.DataFrame) -> Any:
+    """``and``/``or`` (Kleene logic), arithmetic (:func:`_arithmetic`) and comparisons."""
+    n = len(df)
+    left_null = isinstance(expr.left, Lit) and expr.left.value is None
+    right_null = isinstance(expr.right, Lit) and expr.right.value is None
+    if expr.op in ("and", "or"):
+        a = _as_boolean(evaluate(expr.left, df))
+        b = _as_boolean(evaluate(expr.right, df))
+        return a & b if expr.op == "and" else a | b
+    if left_null or right_null:
+        if expr.op in ("+", "-", "*", "/"):
+            return _float_array(np.full(n, np.nan))
+        return _null_like(n)
+    left = evaluate(expr.left, df)
+    right = evaluate(expr.right, df)
+    if expr.op in ("+", "-", "*", "/"):
+        return _arithmetic(expr.op, left, right)
+    if isinstance(left, pd.arrays.FloatingArray) or isinstance(right, pd.arrays.FloatingArray):
+        left, right = _as_float(left), _as_float(right)
+    left, right = _naive_utc(left), _naive_utc(right)
+    ops: dict[str, Callable[[Any, Any], Any]] = {
+        "<": lambda x, y: x < y,
+        "<=": lambda x, y: x <= y,
+        ">": lambda x, y: x > y,
+        ">=": lambda x, y: x >= y,
+        "==": lambda x, y: x == y,
+        "!=": lambda x, y: x != y,
+    }
+    return _as_boolean(ops[expr.op](left, right))
+
+
+def _arithmetic(op: str, left: Any, right: Any) -> Any:
+    """``left op right`` as floats; ``x / 0`` and NaN results are NULL."""
+    a, b = _as_float(left), _as_float(right)
+    with np.errstate(all="ignore"):
+        if op == "+":
+            out = a + b
+        elif op == "-":
+            out = a - b
+        elif op == "*":
+            out = a * b
+        else:
+            zero = np.asarray((b == 0).to_numpy(dtype=bool, na_value=False))
+            out = a / b
+            out[zero] = pd.NA
+    return _nan_to_na(out)
 
 
 def apply_steps(df: pd.DataFrame, steps: Sequence[Step]) -> pd.DataFrame:

@@ -26,7 +26,7 @@ import datetime as _dt
 import decimal
 import sys
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -45,8 +45,11 @@ from dpkit.analytics.engines._columns import (
 from dpkit.analytics.engines.base import (
     ESCAPE,
     SEPARATOR,
+    BinSpec,
     BoundedPlan,
     Output,
+    Step,
+    ValueSpec,
     power_of_two_text,
 )
 from dpkit.analytics.expr import (
@@ -62,7 +65,17 @@ from dpkit.analytics.expr import (
 )
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
-__all__ = ["Dialect", "build_query", "converted", "key_literal", "literal", "sql_text"]
+__all__ = [
+    "Dialect",
+    "build_query",
+    "converted",
+    "expr_compiler",
+    "key_literal",
+    "literal",
+    "source_select",
+    "sql_text",
+    "step_levels",
+]
 
 Dialect = Literal["duckdb", "spark"]
 
@@ -565,6 +578,109 @@ def _aggregate(spec: Output, dialect: Dialect) -> exp.Expr:
     return exp.Sum(this=_wide(exp.Mul(this=value, expression=value), dialect))
 
 
+Cte = tuple[str, exp.Expr]
+"""A named relation of the query: ``WITH name AS (tree)`` (or inlined, see :func:`_finish`)."""
+
+Level = tuple[list[exp.Expr], exp.Expr | None]
+"""One SELECT level of the steps: its select list over the previous level, and its WHERE."""
+
+
+def expr_compiler(
+    schema: Mapping[str, ColumnKind],
+    float_columns: set[str],
+    conversions: Mapping[str, ColumnKind],
+    dialect: Dialect,
+) -> _ExprCompiler:
+    """The expression compiler for the rows of :func:`source_select`: a column converted to a
+    number may hold NaN, so it is read as a float column (NaN is NULL); a column converted to
+    another kind is not one, whatever it is stored as."""
+    floats = set(float_columns) | {c for c, k in conversions.items() if k == "numeric"}
+    floats -= {c for c, k in conversions.items() if k != "numeric"}
+    return _ExprCompiler(schema, floats, dialect)
+
+
+def source_select(
+    source: exp.Expr,
+    columns: Sequence[str],
+    conversions: Mapping[str, ColumnKind],
+    dialect: Dialect,
+) -> exp.Select:
+    """``SELECT`` every column of ``source``, each column of ``conversions`` converted to its
+    declared kind (:func:`converted`: a value that does not parse is NULL, never an error, so
+    no data value can make the query fail)."""
+    first = [
+        exp.alias_(converted(c, conversions[c], dialect), c, quoted=True)
+        if c in conversions
+        else column(c)
+        for c in columns
+    ]
+    return _select(*first).from_(source, copy=False)
+
+
+def step_levels(
+    steps: Sequence[Step], compiler: _ExprCompiler, columns: Sequence[str]
+) -> Iterator[Level]:
+    """The SELECT levels that run ``steps`` (in order) over a relation of ``columns``, each as
+    its select list over the previous level and its WHERE (None for none); ``compiler`` learns
+    each derived column's kind as it is defined. Shared by :func:`build_query` (one CTE per
+    level) and the sample-and-aggregate rows (:func:`~._blocks.rows_select`, one subquery per
+    level).
+
+    A filter is ``SELECT * WHERE predicate``, a select ``SELECT columns``. Consecutive derived
+    columns that do not read one another share one level (a SELECT's expressions read the
+    previous level only, so this is the same relation as one level per step): a plan with
+    hundreds of derived columns (dpkit.ml's Lloyd queries) stays a few levels deep instead of
+    hundreds, which took minutes to inline (the planner counts levels as shared).
+
+    Privacy: every step reads one row at a time (a derived column its own row's values, a filter
+    keeps or drops the row), so a unit's rows after the steps come from its own rows only."""
+    names = list(columns)
+    for group in _step_groups(steps):
+        step = group[0]
+        if step.kind == "filter":
+            assert step.expr is not None
+            yield [exp.Star()], compiler.compile(step.expr)
+        elif step.kind == "select":
+            names = list(step.columns)
+            yield [column(c) for c in names], None
+        else:
+            level = {s.name: _derived(compiler, s) for s in group}
+            kept = [c for c in names if c not in level]
+            names = kept + list(level)
+            derived = [exp.alias_(v, name, quoted=True, copy=False) for name, v in level.items()]
+            yield [*(column(c) for c in kept), *derived], None
+
+
+def _step_groups(steps: Sequence[Step]) -> list[list[Step]]:
+    """``steps`` cut into levels: a run of derived columns none of which reads or redefines
+    another of the run, or a single filter or select."""
+    groups: list[list[Step]] = []
+    names: set[str] = set()  # the columns the open run of derived columns defines
+    for step in steps:
+        if step.kind != "derive":
+            groups.append([step])
+            names = set()
+            continue
+        assert step.expr is not None
+        if not names or step.name in names or columns_of(step.expr) & names:
+            groups.append([])
+            names = set()
+        groups[-1].append(step)
+        names.add(step.name)
+    return groups
+
+
+def _derived(compiler: _ExprCompiler, step: Step) -> exp.Expr:
+    """Derived column ``step.name``'s value; the compiler then knows its kind (a number when
+    that cannot be inferred) and that it is no float column of the source."""
+    assert step.expr is not None
+    value = compiler.compile(step.expr)
+    kind = compiler.kind(step.expr)
+    compiler.schema[step.name] = kind if kind is not None else "numeric"
+    compiler.float_columns.discard(step.name)
+    return value
+
+
 def build_query(
     plan: BoundedPlan,
     source: exp.Expr,
@@ -589,67 +705,57 @@ def build_query(
 
     ``integer_columns``: source columns stored as integers (no NaN, no ``-0.0``, no fraction),
     so a numeric key among them needs neither the ``-0.0`` nor the integrality test.
+
+    The stages, one function each, in the order of the plan's semantics
+    (:mod:`dpkit.analytics.engines.base`): ``__s0`` the source (:func:`source_select`),
+    ``__s1``... the steps (:func:`step_levels`), ``__pre`` the clamped values
+    (:func:`_pre_select`), ``__base`` the rows that take part as grid integers
+    (:func:`_base_ctes`), ``__heavy`` the units over a bound (:func:`_heavy_units`), ``__total``
+    every row per group, ``__h0``... the heavy units' rows hashed and cut to the bounds
+    (:func:`_heavy_rows`, :func:`_bounding_cuts`), then the total corrected by the heavy
+    units' rows (:func:`_corrected`) and summed per group (:func:`_finish`).
     """
-    ctes: list[tuple[str, exp.Expr]] = []
     conversions = dict(conversions or {})
-    floats = set(float_columns) | {c for c, k in conversions.items() if k == "numeric"}
-    floats -= {c for c, k in conversions.items() if k != "numeric"}
-    compiler = _ExprCompiler(schema, floats, dialect)
+    compiler = expr_compiler(schema, float_columns, conversions, dialect)
     derived = {step.name for step in plan.steps if step.kind == "derive"}
     integers = set(integer_columns or ()) - set(conversions) - derived
-    columns = list(source_columns)
-    first = [
-        exp.alias_(converted(c, conversions[c], dialect), c, quoted=True)
-        if c in conversions
-        else column(c)
-        for c in columns
-    ]
-    ctes.append(("__s0", _select(*first).from_(source, copy=False)))
-    # Consecutive derived columns that do not read one another share one SELECT (one subquery
-    # level): a SELECT's expressions read the previous level only, so this is the same relation
-    # as one level per step, but a plan with hundreds of derived columns (dpkit.ml's Lloyd
-    # queries) stays a few levels deep instead of hundreds (which took minutes to inline).
-    level: dict[str, exp.Expr] = {}
-
-    def close_level() -> None:
-        nonlocal columns
-        if not level:
-            return
-        prev = exp.to_table(ctes[-1][0])
-        kept = [column(c) for c in columns if c not in level]
-        derived_cols = [exp.alias_(v, name, quoted=True, copy=False) for name, v in level.items()]
-        node = _select(*kept, *derived_cols).from_(prev, copy=False)
-        columns = [c for c in columns if c not in level] + list(level)
-        ctes.append((f"__s{len(ctes)}", node))
-        level.clear()
-
-    for step in plan.steps:
-        if step.kind == "derive":
-            assert step.expr is not None
-            if step.name in level or columns_of(step.expr) & level.keys():
-                close_level()
-            level[step.name] = compiler.compile(step.expr)
-            kind = compiler.kind(step.expr)
-            compiler.schema[step.name] = kind if kind is not None else "numeric"
-            compiler.float_columns.discard(step.name)
-            continue
-        close_level()
-        prev = exp.to_table(ctes[-1][0])
-        if step.kind == "filter":
-            assert step.expr is not None
-            node = (
-                _select("*").from_(prev, copy=False).where(compiler.compile(step.expr), copy=False)
-            )
-        else:
-            columns = list(step.columns)
-            node = _select(*[column(c) for c in columns]).from_(prev, copy=False)
-        ctes.append((f"__s{len(ctes)}", node))
-    close_level()
-    last = exp.to_table(ctes[-1][0])
-
-    # the scaled, clamped values: a = clamp(v) * 2^-e (NaN -> NULL)
-    pre: list[exp.Expr] = [exp.alias_(column(plan.unit), "__u", quoted=True)]
+    ctes: list[Cte] = [("__s0", source_select(source, source_columns, conversions, dialect))]
+    for expressions, where in step_levels(plan.steps, compiler, source_columns):
+        node = _select(*expressions).from_(exp.to_table(ctes[-1][0]), copy=False)
+        ctes.append((f"__s{len(ctes)}", node if where is None else node.where(where, copy=False)))
     key_kinds = [compiler.schema.get(k) for k in plan.keys]
+    rows = exp.to_table(ctes[-1][0])
+    ctes.append(("__pre", _pre_select(plan, compiler, key_kinds, integers, rows)))
+    ctes += _base_ctes(plan, key_kinds, integers)
+    keys = [column(f"__k{i}") for i in range(len(plan.keys))]
+    group = keys + ([column("__b")] if plan.bins is not None else [])
+    heavy = _heavy_units(plan, keys, candidates)
+    total = _per_group(plan, group, "__base", dialect)
+    if isinstance(candidates, exp.Boolean) and not candidates.this:
+        # no unit can exceed a bound: every row is kept, the total is the result
+        ctes += [*heavy[:-1], ("__total", total)]  # (__ug, when built, is left unread)
+        return _finish(plan, ctes, group, _select("*").from_(exp.to_table("__total"), copy=False))
+    ctes += [*heavy, ("__total", total), ("__h0", _heavy_rows(plan, keys))]
+    ctes += _bounding_cuts(plan, keys)
+    ctes.append(("__heavy_kept", _per_group(plan, group, ctes[-1][0], dialect)))
+    ctes.append(("__heavy_all", _per_group(plan, group, "__h0", dialect)))
+    return _finish(plan, ctes, group, _corrected(plan, group))
+
+
+def _pre_select(
+    plan: BoundedPlan,
+    compiler: _ExprCompiler,
+    key_kinds: Sequence[ColumnKind | None],
+    integers: set[str],
+    rows: exp.Expr,
+) -> exp.Select:
+    """``__pre``, per row of ``rows`` (the steps' result): the unit ``__u``, the keys ``__k<i>``
+    as engines group by them (:func:`_key_value`), each value clamped and scaled
+    (:func:`_clamped_scaled`, ``__a<j>``) and the declared bin ``__b`` (:func:`_edge_bin`).
+
+    Invariant: every ``__a<j>`` is NULL or lies in ``[lower, upper] · 2^-exponent`` of its
+    value spec, whatever the row holds (NaN and NULL are NULL)."""
+    pre: list[exp.Expr] = [exp.alias_(column(plan.unit), "__u", quoted=True)]
     pre += [
         exp.alias_(
             compiler.compile(Col(k)) if k in integers else _key_value(compiler, k, kind),
@@ -659,162 +765,196 @@ def build_query(
         for i, (k, kind) in enumerate(zip(plan.keys, key_kinds, strict=True))
     ]
     for j, spec in enumerate(plan.values):
-        d = _as_double(column(spec.column))
-        clamped = (
-            exp.Case()
-            .when(exp.IsNan(this=d), exp.Null(), copy=False)
-            .when(exp.LT(this=d, expression=double(spec.lower)), double(spec.lower), copy=False)
-            .when(exp.GT(this=d, expression=double(spec.upper)), double(spec.upper), copy=False)
-            .else_(d, copy=False)
-        )
-        scaled = exp.Mul(
-            this=exp.Paren(this=clamped),
-            expression=exp.cast(exp.Literal.string(power_of_two_text(-spec.exponent)), "DOUBLE"),
-        )
-        pre.append(exp.alias_(scaled, f"__a{j}", quoted=True))
+        pre.append(exp.alias_(_clamped_scaled(spec), f"__a{j}", quoted=True))
     if plan.bins is not None and plan.bins.kind == "edges":
-        d = _as_double(column(plan.bins.column))
-        edges = plan.bins.edges
-        case = (
-            exp.Case()
-            .when(exp.IsNan(this=d), exp.Null(), copy=False)
-            .when(exp.LT(this=d, expression=double(edges[0])), exp.Null(), copy=False)
-        )
-        for b in range(1, len(edges) - 1):
-            case = case.when(
-                exp.LT(this=d, expression=double(edges[b])), exp.Literal.number(b - 1), copy=False
-            )
-        case = case.when(
-            exp.LTE(this=d, expression=double(edges[-1])),
-            exp.Literal.number(len(edges) - 2),
-            copy=False,
-        ).else_(exp.Null(), copy=False)
-        pre.append(exp.alias_(case, "__b", quoted=True))
-    ctes.append(("__pre", _select(*pre).from_(last, copy=False)))
+        pre.append(exp.alias_(_edge_bin(plan.bins), "__b", quoted=True))
+    return _select(*pre).from_(rows, copy=False)
 
+
+def _clamped_scaled(spec: ValueSpec) -> exp.Expr:
+    """``clamp(v, lower, upper) · 2^-exponent`` of column ``spec.column`` as a DOUBLE (NaN and
+    NULL give NULL); the power of two makes the scaling exact."""
+    d = _as_double(column(spec.column))
+    clamped = (
+        exp.Case()
+        .when(exp.IsNan(this=d), exp.Null(), copy=False)
+        .when(exp.LT(this=d, expression=double(spec.lower)), double(spec.lower), copy=False)
+        .when(exp.GT(this=d, expression=double(spec.upper)), double(spec.upper), copy=False)
+        .else_(d, copy=False)
+    )
+    return exp.Mul(
+        this=exp.Paren(this=clamped),
+        expression=exp.cast(exp.Literal.string(power_of_two_text(-spec.exponent)), "DOUBLE"),
+    )
+
+
+def _edge_bin(bins: BinSpec) -> exp.Expr:
+    """The index ``b`` of the declared bin ``[edges[b], edges[b + 1])`` (the last one closed)
+    that holds column ``bins.column``; NULL for NaN, NULL and values outside every bin."""
+    d = _as_double(column(bins.column))
+    edges = bins.edges
+    case = (
+        exp.Case()
+        .when(exp.IsNan(this=d), exp.Null(), copy=False)
+        .when(exp.LT(this=d, expression=double(edges[0])), exp.Null(), copy=False)
+    )
+    for b in range(1, len(edges) - 1):
+        case = case.when(
+            exp.LT(this=d, expression=double(edges[b])), exp.Literal.number(b - 1), copy=False
+        )
+    return case.when(
+        exp.LTE(this=d, expression=double(edges[-1])),
+        exp.Literal.number(len(edges) - 2),
+        copy=False,
+    ).else_(exp.Null(), copy=False)
+
+
+def _base_ctes(
+    plan: BoundedPlan, key_kinds: Sequence[ColumnKind | None], integers: set[str]
+) -> list[Cte]:
+    """``__base0`` and ``__base``: the rows that take part, with their grid integers.
+
+    ``__base0``: per row of ``__pre``, each scaled value rounded half up to its grid integer
+    (:func:`_grid_integer`; ``__v<j>``, or ``__r<j>`` when it is moved into allowed ranges
+    next) and the bin ``__b``; with a key set of several columns, joined with its rows.
+    ``__base``: the rows whose unit is not NULL, whose keys are among the public key set (one
+    column: a filter) and that fall in a bin; ``__v<j>`` is ``__r<j>`` moved to the nearest
+    integer of the allowed ranges (:func:`_project`).
+
+    Invariant: each row of ``__base`` has a unit, public keys (if declared) and a bin (if
+    binned), and every ``__v<j>`` is NULL or an integer within the grid image of ``[lower,
+    upper]`` (and of the allowed ranges): what a row adds to any output is bounded."""
     base_cols: list[exp.Expr] = [column("__u")]
     base_cols += [column(f"__k{i}") for i in range(len(plan.keys))]
-    for j in range(len(plan.values)):
-        a = column(f"__a{j}")
-        floor = exp.Floor(this=a)
-        rounded = exp.Add(
-            this=exp.cast(floor, "BIGINT"),
-            expression=exp.Case()
-            .when(
-                exp.GTE(this=exp.Sub(this=a, expression=floor), expression=double(0.5)),
-                exp.Literal.number(1),
-                copy=False,
-            )
-            .else_(exp.Literal.number(0), copy=False),
-        )
-        name = f"__r{j}" if plan.values[j].allowed else f"__v{j}"
-        base_cols.append(exp.alias_(rounded, name, quoted=True))
+    for j, spec in enumerate(plan.values):
+        name = f"__r{j}" if spec.allowed else f"__v{j}"
+        base_cols.append(exp.alias_(_grid_integer(column(f"__a{j}")), name, quoted=True))
     if plan.bins is not None:
-        source_bin = column("__b") if plan.bins.kind == "edges" else column(f"__v{plan.bins.value}")
-        base_cols.append(
-            exp.alias_(source_bin, "__b", quoted=True)
-            if plan.bins.kind == "edges"
-            else exp.alias_(_grid_bin(plan, column(f"__a{plan.bins.value}")), "__b", quoted=True)
-        )
+        edges = plan.bins.kind == "edges"
+        value = column("__b") if edges else _grid_integer(column(f"__a{plan.bins.value}"))
+        base_cols.append(exp.alias_(value, "__b", quoted=True))
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=column("__u"), expression=exp.Null()))]
-    base_from: exp.Expr = exp.to_table("__pre")
-    base = _select(*base_cols).from_(base_from, copy=False)
-    if plan.key_set is not None:
-        if len(plan.keys) == 1:
-            wanted = [r[0] for r in plan.key_set.rows]
-            conditions.append(
-                _key_filter(column("__k0"), wanted, key_kinds[0], plan.keys[0] in integers)
-            )
-        else:
-            tuples = [
-                exp.Tuple(
-                    expressions=[
-                        key_literal(v, kind) for v, kind in zip(row, key_kinds, strict=True)
-                    ]
-                )
-                for row in plan.key_set.rows
-            ]
-            values = exp.Values(
-                expressions=tuples,
-                alias=exp.TableAlias(
-                    this=ident("__keys"), columns=[ident(f"__x{i}") for i in range(len(plan.keys))]
-                ),
-            )
-            on: exp.Expr | None = None
-            for i in range(len(plan.keys)):
-                eq = exp.EQ(this=column(f"__k{i}", "__pre"), expression=column(f"__x{i}", "__keys"))
-                on = eq if on is None else exp.And(this=on, expression=eq)
-            base = base.join(values, on=on, join_type="INNER", copy=False)
+    base = _select(*base_cols).from_(exp.to_table("__pre"), copy=False)
+    if plan.key_set is not None and len(plan.keys) == 1:
+        wanted = [r[0] for r in plan.key_set.rows]
+        integral = plan.keys[0] in integers
+        conditions.append(_key_filter(column("__k0"), wanted, key_kinds[0], integral))
+    elif plan.key_set is not None:
+        values, on = _key_set_join(plan.key_set.rows, key_kinds)
+        base = base.join(values, on=on, join_type="INNER", copy=False)
     if plan.bins is not None:
         conditions.append(exp.Not(this=exp.Is(this=column("__b"), expression=exp.Null())))
-    where = conditions[0]
-    for cond in conditions[1:]:
-        where = exp.And(this=where, expression=cond)
-    ctes.append(("__base0", base))
     projected = [
         exp.alias_(_project(column(f"__r{j}"), spec.allowed), f"__v{j}", quoted=True)
         for j, spec in enumerate(plan.values)
         if spec.allowed
     ]
-    ctes.append(
-        (
-            "__base",
-            _select("*", *projected)
-            .from_(exp.to_table("__base0"), copy=False)
-            .where(where, copy=False),
-        )
-    )
+    kept = _select("*", *projected).from_(exp.to_table("__base0"), copy=False)
+    return [("__base0", base), ("__base", kept.where(_all_of(conditions), copy=False))]
 
-    keys = [column(f"__k{i}") for i in range(len(plan.keys))]
-    group = keys + ([column("__b")] if plan.bins is not None else [])
+
+def _key_set_join(
+    rows: Sequence[Sequence[Any]], key_kinds: Sequence[ColumnKind | None]
+) -> tuple[exp.Values, exp.Expr]:
+    """The public key set of several columns (its ``rows``) as ``VALUES (...) AS __keys(__x0,
+    ...)`` and the join condition ``__pre.__k<i> = __keys.__x<i>`` for every key: an inner join
+    keeps the rows whose keys are a declared tuple (a NULL key matches nothing)."""
+    tuples = [
+        exp.Tuple(expressions=[key_literal(v, k) for v, k in zip(row, key_kinds, strict=True)])
+        for row in rows
+    ]
+    values = exp.Values(
+        expressions=tuples,
+        alias=exp.TableAlias(
+            this=ident("__keys"), columns=[ident(f"__x{i}") for i in range(len(key_kinds))]
+        ),
+    )
+    on = [
+        exp.EQ(this=column(f"__k{i}", "__pre"), expression=column(f"__x{i}", "__keys"))
+        for i in range(len(key_kinds))
+    ]
+    return values, _all_of(on)
+
+
+def _all_of(conditions: Sequence[exp.Expr]) -> exp.Expr:
+    """``c0 AND c1 AND ...`` (left-nested)."""
+    out = conditions[0]
+    for cond in conditions[1:]:
+        out = exp.And(this=out, expression=cond)
+    return out
+
+
+def _any_of(conditions: Sequence[exp.Expr]) -> exp.Expr:
+    """``c0 OR c1 OR ...`` (left-nested)."""
+    out = conditions[0]
+    for cond in conditions[1:]:
+        out = exp.Or(this=out, expression=cond)
+    return out
+
+
+def _heavy_units(
+    plan: BoundedPlan, keys: Sequence[exp.Expr], candidates: exp.Expr | None
+) -> list[Cte]:
+    """``__heavy``: the units of ``__base`` that exceed a bound — more than ``max_rows`` rows,
+    rows in more than ``max_groups`` groups, or more than ``max_rows_per_group`` rows in one
+    group (counted per unit and group in ``__ug`` when either of the last two is set). Only
+    the rows of ``candidates`` units are read, when given (a superset of the heavy units).
+
+    Invariant: a unit not in ``__heavy`` is within every bound, so all of its rows are kept
+    as they are; only the heavy units' rows are cut (:func:`_bounding_cuts`)."""
     k, m, c = plan.max_rows, plan.max_groups, plan.max_rows_per_group
-    base_t = exp.to_table("__base")
-    light_only = isinstance(candidates, exp.Boolean) and not candidates.this
-    checked: exp.Select = _select("*").from_(base_t.copy(), copy=False)
+    checked: exp.Expr = exp.to_table("__base")
     if candidates is not None:
-        checked = checked.where(candidates, copy=False)
-    checked_t = checked.subquery("__checked") if candidates is not None else base_t
+        checked = (
+            _select("*")
+            .from_(checked, copy=False)
+            .where(candidates, copy=False)
+            .subquery("__checked")
+        )
     if m is None and c is None:
         heavy = (
             _select(column("__u"))
-            .from_(checked_t, copy=False)
+            .from_(checked, copy=False)
             .group_by(column("__u"), copy=False)
             .having(exp.GT(this=exp.Count(this=exp.Star()), expression=literal(k)), copy=False)
         )
-    else:
-        ug = _select(
-            column("__u"), *keys, exp.alias_(exp.Count(this=exp.Star()), "__n", quoted=True)
-        )
-        ug = ug.from_(checked_t, copy=False).group_by(column("__u"), *keys, copy=False)
-        ctes.append(("__ug", ug))
-        tests: list[exp.Expr] = []
-        if m is not None:
-            tests.append(exp.GT(this=exp.Count(this=exp.Star()), expression=literal(m)))
-        if c is not None:
-            tests.append(exp.GT(this=exp.Max(this=column("__n")), expression=literal(c)))
-        if k is not None:
-            tests.append(exp.GT(this=exp.Sum(this=column("__n")), expression=literal(k)))
-        having = tests[0]
-        for t in tests[1:]:
-            having = exp.Or(this=having, expression=t)
-        heavy = (
-            _select(column("__u"))
-            .from_(exp.to_table("__ug"), copy=False)
-            .group_by(column("__u"), copy=False)
-            .having(having, copy=False)
-        )
-    ctes.append(("__heavy", heavy))
+        return [("__heavy", heavy)]
+    ug = _select(column("__u"), *keys, exp.alias_(exp.Count(this=exp.Star()), "__n", quoted=True))
+    ug = ug.from_(checked, copy=False).group_by(column("__u"), *keys, copy=False)
+    tests: list[exp.Expr] = []
+    if m is not None:
+        tests.append(exp.GT(this=exp.Count(this=exp.Star()), expression=literal(m)))
+    if c is not None:
+        tests.append(exp.GT(this=exp.Max(this=column("__n")), expression=literal(c)))
+    if k is not None:
+        tests.append(exp.GT(this=exp.Sum(this=column("__n")), expression=literal(k)))
+    heavy = (
+        _select(column("__u"))
+        .from_(exp.to_table("__ug"), copy=False)
+        .group_by(column("__u"), copy=False)
+        .having(_any_of(tests), copy=False)
+    )
+    return [("__ug", ug), ("__heavy", heavy)]
 
-    aggs = _aggregates(plan, dialect)
-    total = _select(*group, *aggs).from_(base_t, copy=False)
-    if group:
-        total = total.group_by(*group, copy=False)
-    ctes.append(("__total", total))
-    if light_only:
-        # no unit can exceed a bound: every row is kept, the total is the result
-        del ctes[[n for n, _ in ctes].index("__heavy")]
-        return _finish(plan, ctes, group, _select("*").from_(exp.to_table("__total"), copy=False))
 
+def _per_group(
+    plan: BoundedPlan, group: Sequence[exp.Expr], table: str, dialect: Dialect
+) -> exp.Select:
+    """The exact per-group aggregates (:func:`_aggregates`: ``__n`` and ``__o<i>``) of the rows
+    of ``table``; one row in all when there is no group."""
+    node = _select(*group, *_aggregates(plan, dialect)).from_(exp.to_table(table), copy=False)
+    return node.group_by(*group, copy=False) if group else node
+
+
+def _heavy_rows(plan: BoundedPlan, keys: Sequence[exp.Expr]) -> exp.Select:
+    """``__h0``: the rows of ``__base`` whose unit is in ``__heavy``, with ``__h``, the md5 of
+    the salted row text (unit, keys, grid integers and bin), and with ``max_groups`` ``__gh``,
+    the md5 of the salted group text (unit and keys): the orders of the bounding
+    (:mod:`dpkit.analytics.engines.base`, step 3).
+
+    Invariant: a row's hashes depend on the secret salt and that row's own values only, so
+    which rows a unit keeps depends on its own rows alone; equal texts mean rows that
+    contribute identically, so ties do not matter."""
     salt = exp.Literal.string(str(plan.salt))
     unit_part = _text_part(column("__u"))
     key_parts = [_text_part(key) for key in keys]
@@ -823,18 +963,27 @@ def build_query(
         value_parts.append(_text_part(column("__b")))
     row_hash = _md5_of([salt, exp.Literal.string("r"), unit_part, *key_parts, *value_parts])
     hrows_cols: list[exp.Expr] = [exp.Star(), exp.alias_(row_hash, "__h", quoted=True)]
-    if m is not None:
+    if plan.max_groups is not None:
         group_hash = _md5_of([salt, exp.Literal.string("g"), unit_part, *key_parts])
         hrows_cols.append(exp.alias_(group_hash, "__gh", quoted=True))
-    ctes.append(
-        (
-            "__h0",
-            _select(*hrows_cols)
-            .from_(base_t, copy=False)
-            .where(_in_heavy(negate=False), copy=False),
-        )
+    return (
+        _select(*hrows_cols)
+        .from_(exp.to_table("__base"), copy=False)
+        .where(_in_heavy(negate=False), copy=False)
     )
-    current = "__h0"
+
+
+def _bounding_cuts(plan: BoundedPlan, keys: Sequence[exp.Expr]) -> list[Cte]:
+    """The heavy units' rows (``__h0``) cut to the bounds, each cut a ranked CTE and its filter
+    (:func:`_cut`), in the order of the plan's semantics: ``__h1f`` keeps each unit's
+    ``max_groups`` groups of smallest group hash, ``__h2f`` in each group its
+    ``max_rows_per_group`` rows of smallest row hash, ``__h3f`` its ``max_rows`` rows of
+    smallest row hash overall; a bound that is not set has no cut.
+
+    Invariant: after the last cut, each unit has rows in at most ``max_groups`` groups, at most
+    ``max_rows_per_group`` rows in each and at most ``max_rows`` rows in all."""
+    k, m, c = plan.max_rows, plan.max_groups, plan.max_rows_per_group
+    cuts: list[tuple[str, exp.Expr, str, int]] = []
     if m is not None:
         # ties of the group hash (an md5 collision) are broken by the key values: distinct
         # groups never share a rank, so a unit keeps at most max_groups groups
@@ -846,70 +995,42 @@ def build_query(
                 + [exp.Ordered(this=key.copy()) for key in keys]
             ),
         )
-        ctes.append(
-            (
-                "__h1",
-                _select("*", exp.alias_(rank, "__gr", quoted=True)).from_(
-                    exp.to_table(current), copy=False
-                ),
-            )
-        )
-        ctes.append(
-            (
-                "__h1f",
-                _select("*")
-                .from_(exp.to_table("__h1"), copy=False)
-                .where(exp.LTE(this=column("__gr"), expression=literal(m)), copy=False),
-            )
-        )
-        current = "__h1f"
+        cuts.append(("__h1", rank, "__gr", m))
     if c is not None:
         rank = _row_number(exp.RowNumber, [column("__u"), *keys], column("__h"))
-        ctes.append(
-            (
-                "__h2",
-                _select("*", exp.alias_(rank, "__rc", quoted=True)).from_(
-                    exp.to_table(current), copy=False
-                ),
-            )
-        )
-        ctes.append(
-            (
-                "__h2f",
-                _select("*")
-                .from_(exp.to_table("__h2"), copy=False)
-                .where(exp.LTE(this=column("__rc"), expression=literal(c)), copy=False),
-            )
-        )
-        current = "__h2f"
+        cuts.append(("__h2", rank, "__rc", c))
     if k is not None:
         rank = _row_number(exp.RowNumber, [column("__u")], column("__h"))
-        ctes.append(
-            (
-                "__h3",
-                _select("*", exp.alias_(rank, "__rk", quoted=True)).from_(
-                    exp.to_table(current), copy=False
-                ),
-            )
-        )
-        ctes.append(
-            (
-                "__h3f",
-                _select("*")
-                .from_(exp.to_table("__h3"), copy=False)
-                .where(exp.LTE(this=column("__rk"), expression=literal(k)), copy=False),
-            )
-        )
-        current = "__h3f"
-    heavy_agg = _select(*group, *_aggregates(plan, dialect)).from_(
-        exp.to_table(current), copy=False
+        cuts.append(("__h3", rank, "__rk", k))
+    ctes: list[Cte] = []
+    current = "__h0"
+    for name, rank, alias, limit in cuts:
+        ctes += _cut(current, name, rank, alias, limit)
+        current = ctes[-1][0]
+    return ctes
+
+
+def _cut(source: str, name: str, rank: exp.Expr, alias: str, limit: int) -> list[Cte]:
+    """``name``: the rows of ``source`` with their ``rank`` as ``alias``; ``name`` + ``f``: the
+    rows whose rank is at most ``limit`` (so at most ``limit`` rows, or groups for a dense
+    rank, per partition of the rank)."""
+    ranked = _select("*", exp.alias_(rank, alias, quoted=True)).from_(
+        exp.to_table(source), copy=False
     )
-    heavy_all = _select(*group, *_aggregates(plan, dialect)).from_(exp.to_table("__h0"), copy=False)
-    if group:
-        heavy_agg = heavy_agg.group_by(*group, copy=False)
-        heavy_all = heavy_all.group_by(*group, copy=False)
-    ctes.append(("__heavy_kept", heavy_agg))
-    ctes.append(("__heavy_all", heavy_all))
+    kept = (
+        _select("*")
+        .from_(exp.to_table(name), copy=False)
+        .where(exp.LTE(this=column(alias), expression=literal(limit)), copy=False)
+    )
+    return [(name, ranked), (name + "f", kept)]
+
+
+def _corrected(plan: BoundedPlan, group: Sequence[exp.Expr]) -> exp.Union:
+    """The parts whose per-group sums are the bounded result: ``__total`` (every row of
+    ``__base``), minus ``__heavy_all`` (every row of the heavy units), plus ``__heavy_kept``
+    (the heavy units' rows the cuts kept). Every aggregate is an exact integer sum and the
+    heavy and light units are disjoint, so the correction is exact (distinct-unit counts
+    included): the sums are those of the light units' rows and the kept rows."""
     inner_outputs = [f"__o{i}" for i in range(len(plan.outputs))]
     negated = _select(
         *group,
@@ -919,12 +1040,11 @@ def build_query(
         ],
     )
     negated = negated.from_(exp.to_table("__heavy_all"), copy=False)
-    union = exp.union(
+    return exp.union(
         exp.union(_select("*").from_(exp.to_table("__total"), copy=False), negated, distinct=False),
         _select("*").from_(exp.to_table("__heavy_kept"), copy=False),
         distinct=False,
     )
-    return _finish(plan, ctes, group, union)
 
 
 def _finish(
@@ -1066,8 +1186,9 @@ def _project(value: exp.Expr, allowed: Sequence[tuple[int, int]]) -> exp.Expr:
     return case.else_(literal(allowed[-1][1]), copy=False)
 
 
-def _grid_bin(plan: BoundedPlan, scaled: exp.Expr) -> exp.Expr:
-    """For grid bins the bin is the grid integer itself (computed like ``__v``)."""
+def _grid_integer(scaled: exp.Expr) -> exp.Expr:
+    """``scaled`` (a clamped, scaled value) rounded half up to an integer, as a BIGINT: a value's
+    grid integer ``__v``, and a grid bin (the same integer)."""
     floor = exp.Floor(this=scaled)
     return exp.Add(
         this=exp.cast(floor, "BIGINT"),

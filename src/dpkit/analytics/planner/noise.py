@@ -19,7 +19,7 @@ from dpkit.core.framework import Measurement
 from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.core.spaces import AtomDomain, L2Distance, VectorDomain
 from dpkit.errors import UnsupportedQueryError
-from dpkit.mechanisms import make_geometric
+from dpkit.mechanisms import AdditiveInfo, make_geometric
 from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace, GridNoise
 from dpkit.noise.grid import choose_exponent
 
@@ -112,7 +112,7 @@ def integer_gaussian(l2_squared: int, rho: Fraction) -> Measurement[Any]:
         name="discrete_gaussian",
         noise=GridNoise(lattice, 0),
         d_in=s,
-        info={"sigma2": sigma2},
+        info=AdditiveInfo(sigma2=sigma2),
     )
 
 

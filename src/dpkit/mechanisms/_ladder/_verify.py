@@ -27,7 +27,7 @@ import numpy as np
 from dpkit.errors import PrivacyCheckError
 from dpkit.mechanisms._ladder._levels import LevelSets
 from dpkit.mechanisms._ladder._sets import Ranges, is_subset, minkowski, normalize
-from dpkit.testing.exact import CheckResult
+from dpkit.testing._exact import CheckResult
 
 __all__ = ["check_levels", "realised_jump"]
 

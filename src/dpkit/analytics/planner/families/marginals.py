@@ -76,6 +76,7 @@ from dpkit.analytics.results import Accuracy
 from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import UnsupportedQueryError
 from dpkit.noise.distributions import DiscreteGaussian, LatticeNoise
+from dpkit.workloads._measure import matrix_info
 from dpkit.workloads._residual import _subsets
 
 __all__ = ["MarginalsPlan", "RangesPlan", "plan_marginals", "plan_ranges"]
@@ -369,8 +370,9 @@ class RangesPlan:
             epsilon=share.amount if self.pure else None,
             rho=None if self.pure else share.amount,
         )
-        self.quantised = self.measurement.info["quantised"]
-        self.lattice: LatticeNoise = self.measurement.info["lattice"]
+        info = matrix_info(self.measurement)
+        self.quantised = info.quantised
+        self.lattice: LatticeNoise = info.lattice
         self.loss: PrivacyLoss = self.measurement.loss
         self.index = {(canonical(v),): i for i, v in enumerate(agg.domain)}
         self.ratio = 1.0 if self.pure else _gaussian_ratio([self.lattice])

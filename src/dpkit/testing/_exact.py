@@ -722,13 +722,13 @@ def check_measurement_exact(
     at integer α is α·s²/(2σ²)).
 
     This is the one-coordinate case: it refuses measurements calibrated with
-    ``changed_coordinates`` > 1 (``info["changed_coordinates"]``), and measurements whose input
+    ``changed_coordinates`` > 1 (``info.changed_coordinates``), and measurements whose input
     metric is not an absolute/L1/L2 distance (e.g. a transformation chained in front: check the
     inner measurement at ``d_in = stability_map(d_in)`` instead), raising
     :class:`NotImplementedError`.
 
-    *Finite-output mechanisms* (``measurement.info["output_pmf"]``, a callable giving the exact
-    output probabilities for one input; ``info["exact_output_pmf"]``, giving Fractions, is
+    *Finite-output mechanisms* (``measurement.info.output_pmf``, a callable giving the exact
+    output probabilities for one input; ``info.exact_output_pmf``, giving Fractions, is
     preferred when present): pass ``neighbour_pairs``, pairs of inputs at distance <= ``d_in``;
     dispatches to :func:`check_finite_pure_dp` / ``_approx_dp`` / ``_zcdp``.
 
@@ -763,7 +763,7 @@ def check_measurement_exact(
     if sensitivity is not None:
         distance = sensitivity_of("sensitivity", sensitivity)
     noise = measurement.noise
-    output_pmf = measurement.info.get("exact_output_pmf") or measurement.info.get("output_pmf")
+    output_pmf = measurement.info.exact_output_pmf or measurement.info.output_pmf
     if isinstance(noise, GridNoise):
         return _check_additive(measurement, noise, distance, claim, shift_samples, alphas)
     if output_pmf is not None:
@@ -783,7 +783,7 @@ def check_measurement_exact(
         return check_finite_zcdp(output_pmf, pairs, claim.rho, alphas)
     raise NotImplementedError(
         f"no exact check for {measurement.name}: it declares neither additive grid noise "
-        "(measurement.noise) nor exact output probabilities (info['output_pmf']); audit it "
+        "(measurement.noise) nor exact output probabilities (info.output_pmf); audit it "
         "statistically with dpkit.testing.audit_measurement"
     )
 
@@ -802,7 +802,7 @@ def _check_additive(
     shift_samples: int | None,
     alphas: Sequence[float],
 ) -> CheckResult:
-    changed = measurement.info.get("changed_coordinates")
+    changed = measurement.info.changed_coordinates
     if changed is not None and int(changed) > 1:
         raise NotImplementedError(
             f"{measurement.name} is calibrated for changed_coordinates={changed}: the exact "

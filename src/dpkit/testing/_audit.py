@@ -331,7 +331,7 @@ def _releases(
                 "False for array inputs",
                 "Only a scalar input can be tiled into one call; arrays are released one by one.",
             )
-        many = measurement.info.get("release_many")
+        many = measurement.info.release_many
         try:
             if many is not None:  # the mechanism's own batch of independent scalar releases
                 out = np.asarray(many(data, n))

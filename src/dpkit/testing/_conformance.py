@@ -37,9 +37,9 @@ import numpy as np
 from dpkit._exact import Number, fraction_of
 from dpkit.core.framework import Measurement, make_postprocess
 from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckError
-from dpkit.testing.audit import AuditResult, audit_measurement
-from dpkit.testing.exact import CheckResult, check_measurement_exact
-from dpkit.testing.failures import EXTREME_FLOATS, FailureCheckResult, check_failure_behaviour
+from dpkit.testing._audit import AuditResult, audit_measurement
+from dpkit.testing._exact import CheckResult, check_measurement_exact
+from dpkit.testing._failures import EXTREME_FLOATS, FailureCheckResult, check_failure_behaviour
 
 if TYPE_CHECKING:
     import pytest
@@ -137,7 +137,7 @@ def edge_pairs(
     sample_input: Any, distance: Fraction, input_kind: Literal["elementwise", "vector"]
 ) -> list[tuple[Any, Any]]:
     """Neighbouring inputs at the edges of float64 and the grids: ``x`` and ``x ± d`` for every
-    finite value of :data:`~dpkit.testing.failures.EXTREME_FLOATS` (and off-grid values);
+    finite value of :data:`~dpkit.testing.EXTREME_FLOATS` (and off-grid values);
     vectors are filled with ``x`` and differ in their first coordinate."""
     step = float(distance)
     pairs: list[tuple[Any, Any]] = []
@@ -208,7 +208,7 @@ class _Subject:
     def pairs(self, measurement: Measurement[Any]) -> list[tuple[Any, Any]] | None:
         """The neighbour pairs of the exact check: as given, or, for a finite-output mechanism,
         the sample and neighbour inputs both ways."""
-        if self.neighbour_pairs is None and "output_pmf" in measurement.info:
+        if self.neighbour_pairs is None and measurement.info.output_pmf is not None:
             return [
                 (self.sample_input, self.neighbour_input),
                 (self.neighbour_input, self.sample_input),
@@ -294,7 +294,7 @@ def _check_data(subject: _Subject, measurement: Measurement[Any]) -> CheckOutcom
                 f"input {bad!r} raised {type(error).__name__} ({error}), expected InvalidDataError",
             ) from error
         raise _fail("data", f"input {bad!r} was accepted; expected InvalidDataError")
-    if "output_pmf" in measurement.info:
+    if measurement.info.output_pmf is not None:
         # a finite domain (categories, bits): its edges are the neighbour pairs themselves
         edges = list(subject.pairs(measurement) or [])
     else:
@@ -529,7 +529,7 @@ def check_mechanism(
             value the mechanism takes as is (0 for the grid mechanisms).
         neighbour_input: a neighbour of ``sample_input`` at distance ``d_in`` (for the audit).
         d_in: the distance the privacy check uses; default the measurement's own ``d_in``.
-        neighbour_pairs: for finite-output mechanisms (``info["output_pmf"]``), the pairs of
+        neighbour_pairs: for finite-output mechanisms (``info.output_pmf``), the pairs of
             neighbouring inputs the exact check compares; default: the sample and neighbour
             inputs, both ways.
         input_kind: ``"elementwise"`` (each element of an array is released independently:
