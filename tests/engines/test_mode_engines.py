@@ -1,6 +1,6 @@
 """The mode family counts a row at a candidate exactly when its value equals it (as a float64),
 alike on every engine: values between candidates, the next float after a candidate, ±inf, NaN
-and NULL count nowhere (planner/families/mode.py)."""
+and NULL count nowhere (planner/families/_mode.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session
-from dpkit.analytics.planner.families.mode import mode
+from dpkit.analytics.planner.families._mode import mode
 
 NEXT = math.nextafter(3.0, math.inf)
 VALUES = [2.5] * 5 + [3.0] * 2 + [NEXT] * 5 + [1.0] + [math.nan] * 5 + [None] * 5

@@ -1,4 +1,4 @@
-"""A family registered in one module (planner/families/mode.py) is offered by the service, in
+"""A family registered in one module (planner/families/_mode.py) is offered by the service, in
 SQL and in the JSON model, with no change to the service (docs/design.md, "The family
 registry")."""
 

@@ -1,4 +1,4 @@
-"""The mode family (planner/families/mode.py): its spec, every front end, and its privacy
+"""The mode family (planner/families/_mode.py): its spec, every front end, and its privacy
 calibration (an exact check of the constant and a neighbour check that fail on a mutant)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import dpkit as dp
 from dpkit.analytics import Session
 from dpkit.analytics._families import family_of
 from dpkit.analytics.bounding import Contribution
-from dpkit.analytics.planner.families import mode as mode_module
-from dpkit.analytics.planner.families.mode import Mode, mode, mode_edges, mode_measurement
+from dpkit.analytics.planner.families import _mode as mode_module
+from dpkit.analytics.planner.families._mode import Mode, mode, mode_edges, mode_measurement
 from dpkit.analytics.planner.noise import Share
 from dpkit.analytics.planner.registry import compiler_for
 from dpkit.analytics.querytext import parse_query
@@ -107,10 +107,10 @@ def test_the_calibration_constant_is_exactly_share_over_rows_l1(
     most rows one unit has in all groups), monotone. Doubling or halving Δ fails here."""
     measurement = mode_measurement(share, contrib)
     epsilon = share.epsilon()
-    assert measurement.info["epsilon"] == epsilon
-    assert measurement.info["sensitivity"] == contrib.rows_l1
-    assert measurement.info["monotonic"] is True
-    assert measurement.info["coefficient"] == epsilon / contrib.rows_l1
+    assert measurement.info.epsilon == epsilon
+    assert measurement.info.sensitivity == contrib.rows_l1
+    assert measurement.info.monotonic is True
+    assert measurement.info.coefficient == epsilon / contrib.rows_l1
     context = _Ctx(share, contrib)  # the compiler reads share, contrib and add_plan only
     _, uses, _ = mode_module.compile_mode(mode("x", [1, 2]), context)  # type: ignore[arg-type]
     assert [(u.mechanism, u.loss) for u in uses] == [("exponential", dp.PureDP(epsilon))]
@@ -132,7 +132,7 @@ def test_neighbouring_tables_change_no_output_probability_by_more_than_e_to_the_
     contrib = Contribution(rows_l1=2, rows_per_group=2, groups=2)
     epsilon = Fraction(1)
     measurement = mode_measurement(Share("pure", epsilon), contrib)
-    pmf = measurement.info["output_pmf"]
+    pmf = measurement.info.output_pmf
     base = [np.array([5.0, 3.0, 0.0]), np.array([1.0, 1.0, 4.0])]
     worst = 0.0
     # a unit adds x_g rows to group g (x_1 + x_2 <= 2), all at one candidate or split

@@ -74,6 +74,7 @@ from dpkit.analytics.results import Accuracy
 from dpkit.core.framework import Measurement
 from dpkit.core.losses import PureDP
 from dpkit.errors import InvalidParameterError
+from dpkit.mechanisms import SelectionInfo
 from dpkit.mechanisms.exponential import exponential_utility_bound, make_exponential
 
 __all__ = ["MAX_MODE_VALUES", "Mode", "mode", "mode_edges", "mode_measurement"]
@@ -153,12 +154,23 @@ def mode_measurement(share: Share, contrib: Contribution) -> Measurement[Any]:
     return make_exponential(share.epsilon(), contrib.rows_l1, monotonic=True)
 
 
+def _calibration(measurement: Measurement[Any]) -> tuple[Fraction, Fraction]:
+    """(ε, Δ): what the selection mechanism states it was built with (its typed info)."""
+    info = measurement.info
+    if not isinstance(info, SelectionInfo) or info.epsilon is None or info.sensitivity is None:
+        raise TypeError("the exponential mechanism states no ε or sensitivity")  # dpkit's bug
+    return info.epsilon, info.sensitivity
+
+
 def _mode_finisher(
-    agg: Mode, measurement: Measurement[Any], out: int, plan_index: int, bins: tuple[int, ...]
+    agg: Mode,
+    measurement: Measurement[Any],
+    out: int,
+    plan_index: int,
+    bins: tuple[int, ...],
 ) -> Finisher:
     floats = np.array([float(v) for v in agg.values], dtype=np.float64)
-    epsilon = measurement.info["epsilon"]
-    sensitivity = measurement.info["sensitivity"]
+    epsilon, sensitivity = _calibration(measurement)
     loss = PureDP(epsilon)
 
     def finish(ctx: Context) -> None:
@@ -193,7 +205,7 @@ def compile_mode(agg: Mode, ctx: FamilyContext) -> Compiled:
     edges, bins = mode_edges(agg.values)
     plan_index = ctx.add_plan(registry, BinSpec("edges", column=agg.column, edges=edges))
     measurement = mode_measurement(ctx.share, ctx.contrib)
-    epsilon = measurement.info["epsilon"]
+    epsilon, _ = _calibration(measurement)
     text = (
         f"exponential mechanism over {len(agg.values)} declared values, "
         f"ε={float(epsilon):.4g}, utility (rows at the value) sensitivity "
