@@ -238,6 +238,14 @@ def test_unknown_columns_and_bad_losses_are_refused_before_charging(api: Api) ->
     assert _spent(api, "ana") == 0
 
 
+def test_an_audit_page_past_any_row_id_is_a_422_not_a_500(api: Api) -> None:
+    """The fuzzer found ``before`` beyond 64 bits overflowing SQLite's integer (a 500)."""
+    api.register()
+    assert api.get(f"/api/v1/audit?before={2**63 - 1}", OFFICER).status_code == 200
+    assert api.get(f"/api/v1/audit?before={2**63}", OFFICER).status_code == 422
+    assert api.get(f"/api/v1/audit?before={10**40}", OFFICER).status_code == 422
+
+
 def test_audit_log_is_append_only_in_sqlite(api: Api, tmp_path: Path) -> None:
     import sqlite3
 

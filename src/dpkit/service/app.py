@@ -444,7 +444,7 @@ def audit(
     limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_PAGE)] = 200,
     actor: Annotated[str | None, Query(max_length=64)] = None,
     action: Annotated[str | None, Query(max_length=64)] = None,
-    before: Annotated[int | None, Query(ge=1)] = None,
+    before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,  # a 64-bit row id
 ) -> list[w.AuditOut]:
     """The append-only audit log, newest first: every query, refusal and budget change.
 
