@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dpkit.demos.ladder import PAPER_SETS, reproduce
-from dpkit.mechanisms.ladder import make_ladder
+from dpkit.mechanisms._ladder_mechanism import make_ladder
 
 
 def best_time(fn: Callable[[], object], repeat: int) -> float:

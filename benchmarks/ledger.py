@@ -41,7 +41,7 @@ from dpkit.accounting import (
     self_composed,
     zcdp_epsilon,
 )
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger, SQLiteStore
 
 QUIET = BudgetMonitor(log=False)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 _WORKER = r"""
 import multiprocessing as mp, sys, threading, time
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 
 def worker(url, seconds, threads, start, out):

@@ -5,7 +5,7 @@
 
 For each n, both engines fit the same data (a Gaussian mixture, one row per unit, ε = 1): one
 Lloyd step, a `lloyd` fit (5 steps) and an `lsh` fit (coreset + 1 step). Spark is the local
-SparkSession of `dpkit.analytics.engines.spark_engine.default_spark_session` (1 core, default
+SparkSession of `dpkit.analytics._engines._spark.default_spark_session` (1 core, default
 driver memory); its first query warms the JVM up (a tiny fit, not timed). The load average is
 printed beside each figure (the machine is shared).
 """
@@ -30,10 +30,10 @@ def mixture(n: int, d: int, k: int, rng: np.random.Generator) -> np.ndarray:
 
 def _engine(name: str, frame: Any, source: str, path: str) -> Any:
     if name == "duckdb":
-        from dpkit.analytics.engines.duckdb_engine import DuckDBEngine
+        from dpkit.analytics._engines._duckdb import DuckDBEngine
 
         return DuckDBEngine(path if source == "parquet" else frame)
-    from dpkit.analytics.engines.spark_engine import SparkEngine
+    from dpkit.analytics._engines._spark import SparkEngine
 
     return SparkEngine(path if source == "parquet" else frame)
 

@@ -44,11 +44,11 @@ import numpy as np
 import dpkit as dp
 from dpkit.analytics._em import em_quantile_index
 from dpkit.sensitivity import smooth_sensitivity
-from dpkit.sensitivity.centre import make_centre_of_attention
-from dpkit.sensitivity.inverse import make_inverse_sensitivity
-from dpkit.sensitivity.ptr import make_propose_test_release
-from dpkit.sensitivity.sample_aggregate import choose_m, make_sample_and_aggregate
-from dpkit.sensitivity.smooth import make_smooth_sensitivity
+from dpkit.sensitivity._centre import make_centre_of_attention
+from dpkit.sensitivity._inverse import make_inverse_sensitivity
+from dpkit.sensitivity._ptr import make_propose_test_release
+from dpkit.sensitivity._sample_aggregate import choose_m, make_sample_and_aggregate
+from dpkit.sensitivity._smooth import make_smooth_sensitivity
 
 LOW, HIGH = -1e6, 1e6
 
@@ -236,7 +236,7 @@ def speed() -> None:
     try:
         import duckdb
 
-        from dpkit.sensitivity.sample_aggregate import DuckDBBlocks
+        from dpkit.sensitivity._sample_aggregate import DuckDBBlocks
 
         con = duckdb.connect()
         con.register("frame", {"u": np.arange(10**6), "x": x})

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests" / "service"))
 sys.path.insert(0, str(ROOT / "src"))
 
 from conftest import OFFICER, start_server  # noqa: E402
-from dpkit.core.losses import PureDP  # noqa: E402
+from dpkit.core._losses import PureDP  # noqa: E402
 from dpkit.errors import BudgetExceededError  # noqa: E402
 from dpkit.ledger import BudgetMonitor, Ledger  # noqa: E402
 
@@ -209,7 +209,7 @@ def _ledger_processes(url: str, seconds: float, processes: int = 8, threads: int
 
 def _session_floor(root: Path, engine: str, n: int = 30) -> float:
     from dpkit.analytics import Session, count
-    from dpkit.analytics.query import Query
+    from dpkit.analytics._query import Query
 
     session = Session(str(root / "big.csv"), "person", PureDP(1000), engine=engine, max_rows=1)
     query = Query().agg(count())
@@ -224,7 +224,7 @@ def _warm_floor(root: Path, sql_sum: bool, n: int = 30) -> float:
     """The service's engine (warm data, cached SQL; dpkit.service._engine), in-process."""
     from dpkit.analytics import Session, count
     from dpkit.analytics import sum as dp_sum
-    from dpkit.analytics.query import Query
+    from dpkit.analytics._query import Query
     from dpkit.service._engine import WarmDuckDBEngine
 
     engine = WarmDuckDBEngine(root / "big.csv", schema={"age": "numeric"})

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dpkit.errors import DPError, InternalError, InvalidDataError, UnreadableDataError
 
 if TYPE_CHECKING:
-    from dpkit.core.losses import PrivacyLoss
+    from dpkit.core._losses import PrivacyLoss
     from dpkit.ledger import Ledger
 
 __all__ = [

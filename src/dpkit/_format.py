@@ -89,7 +89,7 @@ def shown(value: Any) -> str:
         return repr(value)
     if isinstance(value, int | Fraction):
         return number(value)
-    if type(value).__module__ == "dpkit.core.losses":
+    if type(value).__module__ == "dpkit.core._losses":
         return f"{type(value).__name__}({value})"
     if isinstance(value, tuple | list) and len(value) <= 10:
         inner = ", ".join(shown(v) for v in value)

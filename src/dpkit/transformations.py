@@ -1,6 +1,6 @@
 """Stable transformations: clamp, exact bounded sum, count.
 
-Each is a :class:`~dpkit.core.framework.Transformation` whose stability map is derived from the
+Each is a :class:`~dpkit.core._framework.Transformation` whose stability map is derived from the
 declared bounds, never from the data. The bounded sum is computed *exactly*: values are rounded
 to a grid of spacing 2^k and summed as integers, so the declared sensitivity holds under finite
 arithmetic — a float sum's rounding can otherwise exceed it (Casacuberta et al. 2022,
@@ -16,10 +16,10 @@ import numpy as np
 
 from dpkit._arrays import as_float64
 from dpkit._exact import Number, fraction_of, sensitivity_of
-from dpkit.core.framework import Transformation
-from dpkit.core.spaces import AbsoluteDistance, AtomDomain, SymmetricDistance, VectorDomain
+from dpkit.core._framework import Transformation
+from dpkit.core._spaces import AbsoluteDistance, AtomDomain, SymmetricDistance, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.noise.grid import choose_exponent, exact_index_sum, from_grid, grid_spacing, to_grid
+from dpkit.noise._grid import choose_exponent, exact_index_sum, from_grid, grid_spacing, to_grid
 
 __all__ = ["make_bounded_sum", "make_clamp", "make_count"]
 

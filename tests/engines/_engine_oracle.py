@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dpkit.analytics.engines.base import BoundedPlan
+from dpkit.analytics._engines._base import BoundedPlan
 
 
 def _nearest(x: float, allowed: tuple[tuple[int, int], ...]) -> float:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dpkit.analytics.engines import DuckDBEngine, Engine, PandasEngine
+from dpkit.analytics._engines import DuckDBEngine, Engine, PandasEngine
 
 ENGINES = ["pandas", "duckdb", "spark"]
 
@@ -58,7 +58,7 @@ def make(engine_name: str, request: pytest.FixtureRequest) -> Callable[..., Engi
             return PandasEngine(df, schema=schema)
         if engine_name == "duckdb":
             return DuckDBEngine(df, schema=schema)
-        from dpkit.analytics.engines.spark_engine import SparkEngine
+        from dpkit.analytics._engines._spark import SparkEngine
 
         return SparkEngine(df, spark=request.getfixturevalue("spark"), schema=schema)
 

@@ -146,7 +146,7 @@ def test_parquet_nanosecond_keys_are_floored_like_every_other_source(
 def test_arrow_and_pandas_floor_nanoseconds_alike_before_1970() -> None:
     """Arrow sources and pandas sources floor (toward −∞, not toward 0), so a pre-1970 key is
     the same microsecond whichever source carried it."""
-    from dpkit.analytics.engines._columns import floor_arrow_temporal, prepare_pandas
+    from dpkit.analytics._engines._columns import floor_arrow_temporal, prepare_pandas
 
     ns = [-1001, -1000, -999, -1, 0, 1, 999, 1000]
     arrow = floor_arrow_temporal(pa.table({"t": pa.array(ns, pa.timestamp("ns"))}))

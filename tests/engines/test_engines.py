@@ -19,7 +19,7 @@ from _engine_oracle import plain, result_dict
 import dpkit as dp
 from dpkit.analytics import Session, col, count, count_distinct_units, histogram, mean, median
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.engines import (
+from dpkit.analytics._engines import (
     BinSpec,
     BoundedPlan,
     Engine,
@@ -28,7 +28,7 @@ from dpkit.analytics.engines import (
     Step,
     ValueSpec,
 )
-from dpkit.analytics.query import KeySet
+from dpkit.analytics._query import KeySet
 from dpkit.noise import InsecureRandomnessWarning, insecure_deterministic_seed
 
 Make = Callable[[Any], Engine]

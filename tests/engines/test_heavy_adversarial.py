@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from _engine_oracle import result_dict
 
-from dpkit.analytics.engines import (
+from dpkit.analytics._engines import (
     BoundedPlan,
     DuckDBEngine,
     Engine,
@@ -29,7 +29,7 @@ from dpkit.analytics.engines import (
     ValueSpec,
     _heavy,
 )
-from dpkit.analytics.engines._heavy import MAX_RANGE
+from dpkit.analytics._engines._heavy import MAX_RANGE
 
 Make = Callable[[Any], Engine]
 I64 = np.iinfo(np.int64)
@@ -121,8 +121,8 @@ def test_a_memory_error_of_the_count_falls_back_to_the_same_result(
     def no_memory(*args: Any) -> Any:
         raise MemoryError
 
-    for module in ("_heavy", "duckdb_engine", "spark_engine"):
-        monkeypatch.setattr(f"dpkit.analytics.engines.{module}.heavy_candidates", no_memory)
+    for module in ("_heavy", "_duckdb", "_spark"):
+        monkeypatch.setattr(f"dpkit.analytics._engines.{module}.heavy_candidates", no_memory)
     assert _heavy.heavy_candidates is no_memory
     for source in (df, pa.Table.from_pandas(df, preserve_index=False)):
         assert result_dict(make(source).run(plan), plan) == expected
@@ -136,7 +136,7 @@ def test_spark_reads_the_range_before_collecting_ids(
     may exhaust the driver's memory where the exact (distributed) check would not."""
     from pyspark.sql import DataFrame
 
-    from dpkit.analytics.engines.spark_engine import SparkEngine
+    from dpkit.analytics._engines._spark import SparkEngine
 
     df = frame(IDS["range 2^26+1"])
     plan = plan_of(max_rows=2)
@@ -158,7 +158,7 @@ def test_spark_unsigned_ids_above_2_63(spark: Any) -> None:
     a pandas uint64 unit column reaches Spark as LongType with ids >= 2^63 turned to NULL, so
     those units are dropped. Dropping whole units by their id is stable (no privacy loss) but
     differs from the reference engine."""
-    from dpkit.analytics.engines.spark_engine import SparkEngine
+    from dpkit.analytics._engines._spark import SparkEngine
 
     df = frame(np.array([2**64 - 1] * 5 + [2**63] * 4 + [1, 1, 1], dtype=np.uint64))
     plan = plan_of(max_rows=2)

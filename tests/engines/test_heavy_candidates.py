@@ -18,7 +18,7 @@ import pytest
 from _engine_oracle import result_dict
 
 from dpkit.analytics import col
-from dpkit.analytics.engines import (
+from dpkit.analytics._engines import (
     BoundedPlan,
     DuckDBEngine,
     Engine,
@@ -28,8 +28,8 @@ from dpkit.analytics.engines import (
     ValueSpec,
     _heavy,
 )
-from dpkit.analytics.engines._heavy import MAX_RANGE, candidate_threshold, heavy_candidates
-from dpkit.analytics.query import KeySet
+from dpkit.analytics._engines._heavy import MAX_RANGE, candidate_threshold, heavy_candidates
+from dpkit.analytics._query import KeySet
 
 Make = Callable[[Any], Engine]
 
@@ -186,5 +186,5 @@ def test_a_candidate_set_missing_a_heavy_unit_fails(
     def broken(*args: Any) -> Any:
         return real(*args)[:0]  # no candidate at all
 
-    monkeypatch.setattr("dpkit.analytics.engines.duckdb_engine.heavy_candidates", broken)
+    monkeypatch.setattr("dpkit.analytics._engines._duckdb.heavy_candidates", broken)
     assert result_dict(DuckDBEngine(df).run(plan), plan) != expected

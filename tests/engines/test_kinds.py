@@ -23,9 +23,9 @@ from _engine_oracle import result_dict
 
 import dpkit as dp
 from dpkit.analytics import Session, col, count
-from dpkit.analytics.engines import BoundedPlan, Engine, Output, PandasEngine, Step, ValueSpec
-from dpkit.analytics.engines._columns import canonical
-from dpkit.analytics.query import KeySet
+from dpkit.analytics._engines import BoundedPlan, Engine, Output, PandasEngine, Step, ValueSpec
+from dpkit.analytics._engines._columns import canonical
+from dpkit.analytics._query import KeySet
 from dpkit.noise import InsecureRandomnessWarning, insecure_deterministic_seed
 
 Make = Callable[..., Engine]

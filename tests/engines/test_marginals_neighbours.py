@@ -24,10 +24,10 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session, marginals, ranges
-from dpkit.analytics.engines import Engine
-from dpkit.analytics.planner import _rows_by_group
-from dpkit.analytics.planner.families.marginals import plan_marginals, plan_ranges
-from dpkit.analytics.planner.noise import Share
+from dpkit.analytics._engines import Engine
+from dpkit.analytics._planner import _rows_by_group
+from dpkit.analytics._planner._noise import Share
+from dpkit.analytics._planner.families._marginals import plan_marginals, plan_ranges
 
 
 def _table() -> pd.DataFrame:

@@ -77,7 +77,7 @@ def test_kmeans_on_every_engine(make: Callable[..., Engine], engine_name: str, m
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["lsh", "grid_em"])
 def test_kmeans_every_method_on_spark(spark: Any, method: str) -> None:
-    from dpkit.analytics.engines.spark_engine import SparkEngine
+    from dpkit.analytics._engines._spark import SparkEngine
 
     fit_on(SparkEngine(table(), spark=spark), method)
 
@@ -175,8 +175,8 @@ def test_spark_runs_wide_lloyd_queries_like_duckdb(
     already at d = 4, k = 3 (filter pushdown expanded the derived columns into a tree), and at
     d = 50, k = 20 from pandas took a minute at n = 10^4 and ran out of heap at 10^5. Now it
     runs and its exact per-cluster aggregates are DuckDB's (edge values included)."""
-    from dpkit.analytics.engines.duckdb_engine import DuckDBEngine
-    from dpkit.analytics.engines.spark_engine import SparkEngine
+    from dpkit.analytics._engines._duckdb import DuckDBEngine
+    from dpkit.analytics._engines._spark import SparkEngine
     from dpkit.ml._kmeans import _public_spread
 
     df = _wide_table(60, d)
@@ -193,7 +193,7 @@ def test_spark_runs_wide_lloyd_queries_like_duckdb(
 def test_wide_plans_run_with_scoped_spark_settings(spark: Any) -> None:
     """The settings of a wide plan are set for its query only: the previous values (an
     excluded-rules list the user set, an unset key) are back afterwards."""
-    from dpkit.analytics.engines.spark_engine import _WIDE_SETTINGS, _scoped_conf
+    from dpkit.analytics._engines._spark import _WIDE_SETTINGS, _scoped_conf
 
     user_rule = "org.apache.spark.sql.catalyst.optimizer.CombineFilters"
     spark.conf.set("spark.sql.optimizer.excludedRules", user_rule)
@@ -213,7 +213,7 @@ def test_wide_plans_run_with_scoped_spark_settings(spark: Any) -> None:
 
 def test_which_plans_are_wide() -> None:
     """A Lloyd query at d = 2, k = 2 keeps Spark's defaults; at d = 4, k = 3 it is wide."""
-    from dpkit.analytics.engines.spark_engine import _WIDE, inlined_size
+    from dpkit.analytics._engines._spark import _WIDE, inlined_size
     from dpkit.ml._common import check_box
     from dpkit.ml._kmeans import _public_spread
     from dpkit.ml._session import _assignment, _counts_and_sums, _row_map
@@ -237,7 +237,7 @@ def test_concurrent_scoped_settings_are_restored() -> None:
     import threading
     import time
 
-    from dpkit.analytics.engines.spark_engine import _WIDE_SETTINGS, _scoped_conf
+    from dpkit.analytics._engines._spark import _WIDE_SETTINGS, _scoped_conf
 
     class Conf:
         def __init__(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session
-from dpkit.analytics.planner.families._mode import mode
+from dpkit.analytics._planner.families._mode import mode
 
 NEXT = math.nextafter(3.0, math.inf)
 VALUES = [2.5] * 5 + [3.0] * 2 + [NEXT] * 5 + [1.0] + [math.nan] * 5 + [None] * 5

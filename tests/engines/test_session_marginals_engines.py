@@ -16,10 +16,10 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session, marginals, ranges
-from dpkit.analytics.engines import Engine
-from dpkit.analytics.planner import _rows_by_group
-from dpkit.analytics.planner.families.marginals import plan_marginals, plan_ranges
-from dpkit.analytics.planner.noise import Share
+from dpkit.analytics._engines import Engine
+from dpkit.analytics._planner import _rows_by_group
+from dpkit.analytics._planner._noise import Share
+from dpkit.analytics._planner.families._marginals import plan_marginals, plan_ranges
 
 DOMAINS = {"age": ["young", "mid", "old"], "sex": ["f", "m"], "n": [0, 1, 2, 3]}
 
@@ -139,7 +139,7 @@ def test_temporal_and_bool_domains(make: Callable[..., Engine], engine_name: str
     session = Session(df, privacy_unit="uid", budget=dp.ZCDP(1), max_rows=1)
     query = session.query().agg(marginals("all_2way", domains=domains, name="m"))
     compiled = session.compile(query, rho=0.5)
-    from dpkit.analytics.planner.validate import validate
+    from dpkit.analytics._planner._validate import validate
 
     # the domains normalised to the column kinds, as the compiled plan has them
     agg = validate(query, session.schema, "uid").aggregate.aggregations[0]

@@ -23,7 +23,7 @@ from _engine_oracle import result_dict
 import dpkit as dp
 from dpkit.analytics import Session, count, count_distinct_units, mean, median
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.planner import CompiledQuery, compile_query
+from dpkit.analytics._planner import CompiledQuery, compile_query
 from dpkit.noise import InsecureRandomnessWarning, insecure_deterministic_seed
 
 KEYS = ["R&D", "Sales", "O'Brien"]

@@ -16,8 +16,8 @@ import pytest
 import dpkit as dp
 from dpkit.analytics import Engine, Session, col
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.engines.duckdb_engine import DuckDBEngine
-from dpkit.analytics.engines.sql import build_query
+from dpkit.analytics._engines._duckdb import DuckDBEngine
+from dpkit.analytics._engines._sql import build_query
 
 pytestmark = pytest.mark.usefixtures("seeded")
 

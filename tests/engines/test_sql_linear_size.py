@@ -17,7 +17,7 @@ import pytest
 import dpkit as dp
 from dpkit.analytics import Expr, Session, col
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.planner import compile_query
+from dpkit.analytics._planner import compile_query
 
 _FRAME = pd.DataFrame({"u": range(10), "x": [float(i) for i in range(10)]})
 

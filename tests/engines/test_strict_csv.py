@@ -17,7 +17,7 @@ import pytest
 import dpkit as dp
 from dpkit.analytics import Session, count
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.engines._csv import check_csv
+from dpkit.analytics._engines._csv import check_csv
 
 ROWS = 2000
 SECRET = "SECRET-4711"

@@ -22,7 +22,7 @@ from dpkit.accounting import (
     optimal_homogeneous_composition,
     weighted_split,
 )
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, compose
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, compose
 from dpkit.errors import BudgetExceededError
 from dpkit.ledger import BudgetMonitor, Ledger
 

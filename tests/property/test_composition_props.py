@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpkit.core.losses import ApproxDP, PureDP, compose, parallel
+from dpkit.core._losses import ApproxDP, PureDP, compose, parallel
 
 fractions = st.fractions(min_value=0, max_value=10, max_denominator=1000)
 deltas = st.fractions(min_value=0, max_value=Fraction(1, 100), max_denominator=10**6)

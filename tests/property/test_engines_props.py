@@ -14,8 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpkit.analytics import col
-from dpkit.analytics.engines import BoundedPlan, DuckDBEngine, Output, PandasEngine, Step, ValueSpec
-from dpkit.analytics.planner import merge_filters, prune_columns, push_filters, rewrite
+from dpkit.analytics._engines import (
+    BoundedPlan,
+    DuckDBEngine,
+    Output,
+    PandasEngine,
+    Step,
+    ValueSpec,
+)
+from dpkit.analytics._planner import merge_filters, prune_columns, push_filters, rewrite
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
 from _engine_oracle import plain, result_dict

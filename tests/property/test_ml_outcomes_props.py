@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 import dpkit as dp
 from dpkit.analytics import Session
-from dpkit.core.losses import ApproxDP, PrivacyLoss
+from dpkit.core._losses import ApproxDP, PrivacyLoss
 from dpkit.errors import DPError
 from dpkit.ledger import Ledger
 from dpkit.ledger._model import charge_of
@@ -253,7 +253,7 @@ def session_fits(draw: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {"estimator": estimator, "budget": budget, "features": features}
     params = budget_kwargs(draw, kind)
     # large budgets on a Session wait for the analytics fix of issue 21's "large ε fails after
-    # the charge" (noise/distributions.py): test_session_large_epsilon below tracks it
+    # the charge" (noise/_distributions.py): test_session_large_epsilon below tracks it
     for key in ("epsilon", "rho"):
         value = params.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool) and value > 30:

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from test_session_outcomes_props import _session, queries
 
 import dpkit as dp
-from dpkit.analytics.planner.measurement import QueryMeasurement
-from dpkit.core.framework import Measurement, Transformation
-from dpkit.core.losses import group_privacy
+from dpkit.analytics._planner._measurement import QueryMeasurement
+from dpkit.core._framework import Measurement, Transformation
+from dpkit.core._losses import group_privacy
 
 FAST = settings(
     max_examples=15,

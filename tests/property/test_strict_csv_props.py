@@ -1,6 +1,6 @@
 """Property tests of the strict CSV check (issue 21) and of identical reading.
 
-* The vectorised check (:func:`dpkit.analytics.engines._csv.csv_problem`), whatever its chunk
+* The vectorised check (:func:`dpkit.analytics._engines._csv.csv_problem`), whatever its chunk
   size, agrees with a plain character-by-character reference of the same rules on random byte
   strings built from the bytes that matter (quote, comma, CR, LF, NUL, bad UTF-8).
 * Every well-formed file (a random table written by Python's csv module, with commas, quotes,
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpkit.analytics.engines import _csv
+from dpkit.analytics._engines import _csv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engines"))
 from _engine_oracle import result_dict
@@ -123,9 +123,9 @@ TEXT = st.text(alphabet=st.sampled_from(list("ab ,\"\n'é\u00a0\u200b\U0001f600\
 def test_every_engine_reads_a_well_formed_file_alike(
     rows: list[tuple[int, str, int]], crlf: bool, bom: bool
 ) -> None:
-    from dpkit.analytics.engines import DuckDBEngine, PandasEngine
-    from dpkit.analytics.engines.base import BoundedPlan, Output, ValueSpec
-    from dpkit.analytics.query import KeySet
+    from dpkit.analytics._engines import DuckDBEngine, PandasEngine
+    from dpkit.analytics._engines._base import BoundedPlan, Output, ValueSpec
+    from dpkit.analytics._query import KeySet
 
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\r\n" if crlf else "\n")

@@ -15,8 +15,8 @@ import pandas as pd
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dpkit.analytics.engines._columns import text_timestamps
-from dpkit.analytics.engines.sql import converted
+from dpkit.analytics._engines._columns import text_timestamps
+from dpkit.analytics._engines._sql import converted
 
 PROPS = settings(
     max_examples=60,

@@ -27,12 +27,12 @@ import pandas as pd
 import pytest
 
 import dpkit as dp
-from dpkit.analytics.bounding import contribution
-from dpkit.analytics.engines import make_engine
-from dpkit.analytics.engines.base import Output
-from dpkit.analytics.expr import col
-from dpkit.analytics.planner import _rows_by_group, compile_query
-from dpkit.analytics.query import Bounding, Query, count, count_distinct_units
+from dpkit.analytics._bounding import contribution
+from dpkit.analytics._engines import make_engine
+from dpkit.analytics._engines._base import Output
+from dpkit.analytics._expr import col
+from dpkit.analytics._planner import _rows_by_group, compile_query
+from dpkit.analytics._query import Bounding, Query, count, count_distinct_units
 
 
 def _outputs(engine: str, df: pd.DataFrame, query: Query) -> tuple[dict[Any, list[int]], Any]:

@@ -27,7 +27,7 @@ import pytest
 import dpkit.noise
 import dpkit.sensitivity._noise as noise_mod
 from dpkit.analytics._dd_quantile import GroupCounts, run_lengths
-from dpkit.analytics.planner.families.quantile import SMOOTH_OUTPUT_SHIFT, build
+from dpkit.analytics._planner.families._quantile import SMOOTH_OUTPUT_SHIFT, build
 from dpkit.testing import check_finite_approx_dp, check_finite_pure_dp
 
 HALF = Fraction(1, 2)

@@ -22,7 +22,7 @@ import pytest
 import dpkit as dp
 from dpkit.analytics import Query, Session, col, count
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.planner.validate import MAX_PLAN_LEVELS, MAX_PLAN_STEPS
+from dpkit.analytics._planner._validate import MAX_PLAN_LEVELS, MAX_PLAN_STEPS
 from dpkit.errors import DPError, UnsupportedQueryError
 
 ENGINES = ("duckdb", "pandas")

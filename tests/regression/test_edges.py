@@ -14,12 +14,16 @@ import numpy as np
 import pytest
 
 import dpkit as dp
-from dpkit.mechanisms.exponential import (
+from dpkit.mechanisms._exponential import (
     make_exponential,
     make_permute_and_flip,
     make_report_noisy_max,
 )
-from dpkit.mechanisms.ladder import make_discrete_ladder, make_ladder, make_sum_in_intervals
+from dpkit.mechanisms._ladder_mechanism import (
+    make_discrete_ladder,
+    make_ladder,
+    make_sum_in_intervals,
+)
 from dpkit.testing import EXTREME_FLOATS, check_failure_behaviour
 from dpkit.transformations import make_bounded_sum, make_clamp
 

@@ -26,8 +26,8 @@ import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
 import dpkit as dp
-import dpkit.analytics.planner.families.quantile as family
-import dpkit.analytics.session as session_module
+import dpkit.analytics._planner.families._quantile as family
+import dpkit.analytics._session as session_module
 from dpkit.analytics import Session, median, quantile
 from dpkit.analytics._em import em_quantile_index, log_weights, utilities
 from dpkit.testing import check_finite_pure_dp

@@ -128,7 +128,7 @@ def test_list_inputs_with_none_and_huge_ints() -> None:
     pipeline = make_clamp((0, 100)) >> make_bounded_sum((0, 100)) >> dp.make_laplace(100, 1)
     check_failure_behaviour(pipeline, [(base, [*base, 10**400])]).raise_if_failed()
     assert not math.isnan(pipeline([*base, 1e308]))
-    from dpkit.mechanisms.exponential import make_exponential
+    from dpkit.mechanisms._exponential import make_exponential
 
     # utilities as Python ints: 2^64 - 1 fits uint64 and releases, 2^64 becomes dtype object
     pair = ([2**64 - 1, 0], [2**64, 0])
@@ -267,7 +267,7 @@ def test_randomized_response_out_of_domain_answers_are_refused_without_quoting()
     randomiser, and each answer is validated against the public domain by the client that holds
     it, before anything leaves the device; a batch call simulates many clients. The refusal
     therefore stays, but the review found its message quoted the answer ('z'): it must not."""
-    from dpkit.mechanisms.randomized_response import make_generalized_randomized_response
+    from dpkit.mechanisms._randomized_response import make_generalized_randomized_response
 
     grr = make_generalized_randomized_response(["a", "b", "c"], 1)
     with pytest.raises(dp.InvalidDataError) as info:

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import dpkit as dp
-from dpkit.mechanisms.ladder import make_ladder
-from dpkit.noise.grid import grid_spacing, release_on_grid
+from dpkit.mechanisms._ladder_mechanism import make_ladder
+from dpkit.noise._grid import grid_spacing, release_on_grid
 from dpkit.transformations import make_bounded_sum
 
 VALUES = [1.0, -3.5, 1e6, 2.0**70, -1e300]
@@ -130,7 +130,7 @@ def test_discrete_gaussian_delta_bounds_the_full_sum(
     where p or the excess is not negligible; the fast sum (|k| <= 40σ + 2) must bound it from
     above and stay within 1e-6 of it."""
     mpmath = pytest.importorskip("mpmath")
-    from dpkit.mechanisms.gaussian import discrete_gaussian_delta
+    from dpkit.mechanisms._gaussian import discrete_gaussian_delta
 
     mpmath.mp.dps = 60
     s2 = mpmath.mpf(sigma2.numerator) / sigma2.denominator

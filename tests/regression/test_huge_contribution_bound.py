@@ -13,7 +13,7 @@ import pandas as pd
 
 import dpkit as dp
 from dpkit.analytics import Session, ranges
-from dpkit.noise.distributions import DiscreteGaussian
+from dpkit.noise._distributions import DiscreteGaussian
 
 
 def test_a_huge_contribution_bound_is_answered() -> None:

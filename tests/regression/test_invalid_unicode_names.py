@@ -14,7 +14,7 @@ import pytest
 import dpkit as dp
 from dpkit.analytics import Session, col, count, histogram
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.query import Count, Sum
+from dpkit.analytics._query import Count, Sum
 from dpkit.errors import InvalidParameterError
 
 BAD = "\ud800"

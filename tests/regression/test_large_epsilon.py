@@ -36,7 +36,7 @@ from dpkit.analytics import (
     workload,
 )
 from dpkit.analytics import sum as dp_sum
-from dpkit.noise.distributions import DiscreteLaplace
+from dpkit.noise._distributions import DiscreteLaplace
 
 N = 400
 RNG = np.random.default_rng(21)
@@ -199,7 +199,7 @@ def test_losses_beyond_the_ceilings_are_refused_up_front() -> None:
     """Decision: a query may spend at most ε (or ρ) = 10^6 (QUERY_LOSS_CEILING), a budget hold
     at most 10^9 (BUDGET_CEILING); both refused with the limit named, before anything is
     reserved. A budget of ε = 1e308 used to be accepted without a word."""
-    from dpkit.analytics.session import QUERY_LOSS_CEILING
+    from dpkit.analytics._session import QUERY_LOSS_CEILING
     from dpkit.ledger import Ledger
 
     session = Session(FRAME, "u", dp.PureDP(10**9), max_rows=1)
@@ -220,7 +220,7 @@ def test_losses_beyond_the_ceilings_are_refused_up_front() -> None:
 def test_totals_beyond_int64_get_the_same_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     """The exact path of Noisy.apply (totals beyond int64) adds the measurement's own lattice
     noise: a mutant that returned the exact total there (no noise) would release it."""
-    from dpkit.analytics.planner.compiled import Noisy
+    from dpkit.analytics._planner._compiled import Noisy
     from dpkit.mechanisms import make_geometric
 
     noisy = Noisy(0, make_geometric(sensitivity=3, epsilon=1))

@@ -2,7 +2,7 @@
 parentheses crashed sqlglot's parser with a RecursionError, 400 ANDed conditions built a
 400-deep tree that failed in the engine after the reservation, and long IN lists, histograms
 and number literals cost seconds of CPU. ``dpkit query``, Session SQL users and the service all
-parse through :func:`dpkit.analytics.querytext.parse_query`."""
+parse through :func:`dpkit.analytics._querytext.parse_query`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 from dpkit.analytics import Session
-from dpkit.analytics.expr import Binary, Expr, Unary
-from dpkit.analytics.query import Query
-from dpkit.analytics.querytext import (
+from dpkit.analytics._expr import Binary, Expr, Unary
+from dpkit.analytics._query import Query
+from dpkit.analytics._querytext import (
     MAX_AGGREGATIONS,
     MAX_EXPRESSION_DEPTH,
     MAX_GROUP_BY,
@@ -27,7 +27,7 @@ from dpkit.analytics.querytext import (
     MAX_WHERE_NODES,
     parse_query,
 )
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import UnsupportedQueryError
 
 

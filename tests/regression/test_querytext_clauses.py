@@ -6,7 +6,7 @@ SELECT COUNT(*) FROM people`` answered the count of every row (2,000 against a t
 with exit 0 in ``dpkit query`` and 200 in the service. ``TABLESAMPLE``, ``USING SAMPLE``,
 ``GROUP BY ALL`` (an ungrouped count) and ``IN UNNEST(...)`` (an empty IN list) were ignored in
 the same way. Now every node of the parse tree, and every argument of every node, must be in
-:data:`dpkit.analytics.querytext.ALLOWED_ARGS`; these tests iterate sqlglot's own lists of
+:data:`dpkit.analytics._querytext.ALLOWED_ARGS`; these tests iterate sqlglot's own lists of
 arguments and node types, so that a clause a newer sqlglot adds cannot slip through either."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sqlglot
 from sqlglot import exp
 from typer.testing import CliRunner
 
-from dpkit.analytics.querytext import (
+from dpkit.analytics._querytext import (
     ALLOWED_ARGS,
     _from_select,
     _QueryDialect,

@@ -19,9 +19,9 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session
-from dpkit.analytics.blocks import BlockCall, canonical_order, engine_blocks
-from dpkit.analytics.planner import rewrite, validate
-from dpkit.analytics.query import Query, count
+from dpkit.analytics._blocks import BlockCall, canonical_order, engine_blocks
+from dpkit.analytics._planner import rewrite, validate
+from dpkit.analytics._query import Query, count
 
 M = 8
 SALT = 0x1234_5678_9ABC_DEF

@@ -11,7 +11,7 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session
-from dpkit.analytics.sample_aggregate import MAX_BLOCKS, MAX_OUTPUTS
+from dpkit.analytics._sample_aggregate import MAX_BLOCKS, MAX_OUTPUTS
 from dpkit.errors import InvalidParameterError
 
 _FRAME = pd.DataFrame({"u": np.arange(300), "x": np.linspace(0, 1, 300)})

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import dpkit.sensitivity.sample_aggregate as sa
+import dpkit.sensitivity._sample_aggregate as sa
 
 
 @pytest.mark.parametrize("m", [3, 4, 7])

@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 
 from dpkit.analytics import Session, col, count, lit, mean
-from dpkit.analytics.engines.base import BoundedPlan, Step
-from dpkit.analytics.expr import structural_key
-from dpkit.analytics.planner.validate import validate
-from dpkit.analytics.query import KeySet, Query
-from dpkit.analytics.querytext import parse_query
-from dpkit.core.losses import PureDP
+from dpkit.analytics._engines._base import BoundedPlan, Step
+from dpkit.analytics._expr import structural_key
+from dpkit.analytics._planner._validate import validate
+from dpkit.analytics._query import KeySet, Query
+from dpkit.analytics._querytext import parse_query
+from dpkit.core._losses import PureDP
 
 
 def _plan(where: object, keys: KeySet | None = None, salt: int = 7) -> BoundedPlan:

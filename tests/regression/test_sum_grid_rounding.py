@@ -23,7 +23,7 @@ import pytest
 import dpkit as dp
 from dpkit.analytics import Session, workload
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.planner import MAX_ROWS_FOR_INTERVALS, SumGrid, sum_grid
+from dpkit.analytics._planner import MAX_ROWS_FOR_INTERVALS, SumGrid, sum_grid
 
 
 def test_sum_interval_covers_the_accumulated_rounding() -> None:

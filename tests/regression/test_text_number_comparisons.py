@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 import dpkit as dp
 from dpkit.analytics import Session, col, count
-from dpkit.analytics.querytext import parse_query
+from dpkit.analytics._querytext import parse_query
 
 
 @pytest.fixture(scope="module")

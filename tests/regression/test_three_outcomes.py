@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 import dpkit as dp
 from dpkit.analytics import Session, col, count, mean
-from dpkit.analytics.planner import compiled as compiled_module
+from dpkit.analytics._planner import _compiled as compiled_module
 
 FRAME = pd.DataFrame({"u": np.arange(200), "x": np.linspace(0, 10, 200)})
 SECRET = "SECRET-31337"
@@ -120,7 +120,7 @@ def test_a_public_failure_of_the_release_is_refused_before_the_reservation(
 def test_a_planning_failure_is_a_refusal_not_a_raw_exception(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dpkit.analytics import session as session_module
+    from dpkit.analytics import _session as session_module
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise OverflowError("math range error")
@@ -152,7 +152,7 @@ def test_estimate_bounds_has_the_same_three_outcomes(monkeypatch: pytest.MonkeyP
 
 
 def test_sample_and_aggregate_classifies_its_failures(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dpkit.analytics.sample_aggregate as sa
+    import dpkit.analytics._sample_aggregate as sa
 
     session = _session()
 
@@ -325,7 +325,7 @@ def test_deep_expressions_are_refused_and_long_chains_balanced(engine: str, widt
     generator's recursion after the reservation (charged). The depth is measured first,
     without recursion, and refused beyond MAX_EXPRESSION_DEPTH; a long chain of & or | (the
     issue's "about 400 ANDed conditions") is balanced instead, and answers."""
-    from dpkit.analytics.expr import MAX_EXPRESSION_DEPTH
+    from dpkit.analytics._expr import MAX_EXPRESSION_DEPTH
 
     session = Session(
         FRAME.assign(level=np.arange(200) % 5), "u", dp.PureDP(100), max_rows=1, engine=engine

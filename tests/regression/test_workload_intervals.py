@@ -20,10 +20,10 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session
-from dpkit.analytics.planner import integer_gaussian, linear_noise_halfwidth
-from dpkit.analytics.query import workload
+from dpkit.analytics._planner import integer_gaussian, linear_noise_halfwidth
+from dpkit.analytics._query import workload
 from dpkit.mechanisms import make_geometric
-from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace
+from dpkit.noise._distributions import DiscreteGaussian, DiscreteLaplace
 
 
 @pytest.mark.parametrize("alpha", [0.05, 0.01, 0.001])

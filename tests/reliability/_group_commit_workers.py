@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import BudgetExceededError
 from dpkit.ledger import BudgetMonitor, Ledger, SQLiteStore
 

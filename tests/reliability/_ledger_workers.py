@@ -6,7 +6,7 @@ import os
 import threading
 from typing import Any
 
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import BudgetExceededError
 from dpkit.ledger import BudgetMonitor, Ledger
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _ledger_workers import QUIET, charge_threads, context, process_client, split
 
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.ledger import Ledger
 
 CHARGES = 10_000

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _ledger_workers import QUIET, charge_until_killed, context, reserve_then_die
 
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.ledger import Ledger
 
 CI_ROUNDS = 20

@@ -23,7 +23,7 @@ from _group_commit_workers import hold_the_fsync_forever, mixed_client
 from _ledger_workers import QUIET, charge_until_killed, context
 
 import dpkit.ledger._sqlite as sqlite_store
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.ledger import Ledger, LedgerError, SQLiteStore
 from dpkit.ledger._store import NewEntry, StoreTransaction
 

@@ -104,7 +104,7 @@ def api(data_root: Path, tmp_path: Path) -> Iterator[Api]:
     from fastapi.testclient import TestClient
 
     from dpkit.service import ServiceConfig
-    from dpkit.service.app import create_app
+    from dpkit.service._app import create_app
 
     app = create_app(
         ServiceConfig(
@@ -178,7 +178,7 @@ def start_server(
             "-m",
             "uvicorn",
             "--factory",
-            "dpkit.service.app:build_app",
+            "dpkit.service._app:build_app",
             "--host",
             "127.0.0.1",
             "--port",
@@ -240,7 +240,7 @@ def start_thread_server(database: str, data_root: Path, engine: str = "duckdb") 
     import uvicorn
 
     from dpkit.service import ServiceConfig
-    from dpkit.service.app import create_app
+    from dpkit.service._app import create_app
 
     app = create_app(
         ServiceConfig(

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from conftest import OFFICER
-from dpkit.core.losses import PrivacyLoss
+from dpkit.core._losses import PrivacyLoss
 from dpkit.ledger import BudgetMonitor, Ledger
 
 OFFICER_HEADERS = {"Authorization": f"Bearer {OFFICER}"}

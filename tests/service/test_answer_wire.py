@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from conftest import OFFICER, Api
-from dpkit.service import schemas as w
-from dpkit.service.app import _table_rows, query_dict, query_json
+from dpkit.service import _schemas as w
+from dpkit.service._app import _table_rows, query_dict, query_json
 
 QUERIES: list[dict[str, Any]] = [
     {"sql": "SELECT COUNT(*)"},
@@ -82,8 +82,8 @@ def test_table_rows_equal_the_records_of_the_frame() -> None:
 def test_query_json_is_strict_json(api: Api) -> None:
     """No NaN/inf tokens: non-finite values are sent as null, as before."""
     from dpkit.analytics import Session, count
-    from dpkit.analytics.query import Query
-    from dpkit.core.losses import PureDP
+    from dpkit.analytics._query import Query
+    from dpkit.core._losses import PureDP
     from dpkit.ledger import BudgetMonitor, Ledger
 
     ledger = Ledger.open("memory://", monitor=BudgetMonitor(log=False))
@@ -104,7 +104,7 @@ def test_the_served_app_freezes_its_heap_at_startup(data_root: Path, tmp_path: P
     from fastapi.testclient import TestClient
 
     from dpkit.service import ServiceConfig
-    from dpkit.service.app import create_app
+    from dpkit.service._app import create_app
 
     config = ServiceConfig(
         database=f"sqlite:///{tmp_path}/service.db", data_root=data_root, bootstrap_token=OFFICER

@@ -166,13 +166,13 @@ def test_missing_token_and_unreachable_server(remote: Remote) -> None:
 
 def test_rendering_is_the_local_renderers_on_the_same_release(tmp_path: Path) -> None:
     """The server-side Release and the one rebuilt from its JSON print the same text."""
+    from dpkit.analytics._querytext import parse_query
     from dpkit.analytics._render import render_release
-    from dpkit.analytics.querytext import parse_query
     from dpkit.cli.remote import release_from_answer
     from dpkit.client import Answer
-    from dpkit.core.losses import ApproxDP, PureDP
+    from dpkit.core._losses import ApproxDP, PureDP
     from dpkit.service import Service, ServiceConfig
-    from dpkit.service.app import query_out
+    from dpkit.service._app import query_out
 
     write_people(tmp_path / "data")
     service = Service(

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from conftest import Api, Server, ThreadServer
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 
 CLIENTS = 64

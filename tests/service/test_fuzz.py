@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 from conftest import OFFICER, write_people
 from dpkit.service import Service, ServiceConfig
-from dpkit.service.app import create_app
+from dpkit.service._app import create_app
 
 TOKENS: dict[str, str] = {}
 

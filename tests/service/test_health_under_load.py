@@ -18,9 +18,9 @@ import pytest
 from hostile import post_raw, setup
 
 from conftest import Server, database_url, start_serve, write_people
-from dpkit.analytics.querytext import MAX_LIST
+from dpkit.analytics._querytext import MAX_LIST
+from dpkit.service._app import MAX_BODY
 from dpkit.service._core import MAX_KEYS
-from dpkit.service.app import MAX_BODY
 
 SECONDS = 10
 HOSTILE_CLIENTS = 4

@@ -20,11 +20,11 @@ import pytest
 
 from conftest import OFFICER
 from dpkit.analytics import Session, count
-from dpkit.analytics.engines.duckdb_engine import DuckDBEngine
-from dpkit.analytics.expr import col
-from dpkit.analytics.query import KeySet, Query, count_distinct_units, histogram, mean
-from dpkit.analytics.query import sum as dp_sum
-from dpkit.core.losses import PureDP
+from dpkit.analytics._engines._duckdb import DuckDBEngine
+from dpkit.analytics._expr import col
+from dpkit.analytics._query import KeySet, Query, count_distinct_units, histogram, mean
+from dpkit.analytics._query import sum as dp_sum
+from dpkit.core._losses import PureDP
 from dpkit.errors import BudgetExceededError
 from dpkit.service import Service, ServiceConfig
 from dpkit.service._core import loss_from_parts

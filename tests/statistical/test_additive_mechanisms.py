@@ -22,7 +22,7 @@ from scipy import stats
 import dpkit as dp
 from dpkit import noise
 from dpkit.noise import _exact
-from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace, LatticeNoise
+from dpkit.noise._distributions import DiscreteGaussian, DiscreteLaplace, LatticeNoise
 
 pytestmark = pytest.mark.usefixtures("seeded")
 

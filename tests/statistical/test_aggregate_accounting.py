@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-import dpkit.sensitivity.centre as centre_module
-import dpkit.sensitivity.sample_aggregate as sa_module
+import dpkit.sensitivity._centre as centre_module
+import dpkit.sensitivity._sample_aggregate as sa_module
 from dpkit.sensitivity import SensitivityInfo
-from dpkit.sensitivity.centre import make_centre_of_attention
-from dpkit.sensitivity.sample_aggregate import make_sample_and_aggregate
+from dpkit.sensitivity._centre import make_centre_of_attention
+from dpkit.sensitivity._sample_aggregate import make_sample_and_aggregate
 
 
 class Spy:

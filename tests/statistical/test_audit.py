@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import dpkit as dp
-from dpkit.core.framework import Measurement, make_postprocess
-from dpkit.core.losses import ZCDP, PureDP
+from dpkit.core._framework import Measurement, make_postprocess
+from dpkit.core._losses import ZCDP, PureDP
 from dpkit.errors import InvalidParameterError, PrivacyCheckError
 from dpkit.testing import AuditResult, audit_measurement, audit_samples, audit_samples_zcdp
 

@@ -1,4 +1,4 @@
-"""Numerical verification of the Bun–Steinke zCDP calibrations (dpkit.sensitivity.bun_steinke).
+"""Numerical verification of the Bun–Steinke zCDP calibrations (dpkit.sensitivity._bun_steinke).
 
 For each offered family, with the (σ, s, t) that ``calibrate`` returns, the Rényi divergences
 D_α(Z ‖ e^{t'}Z + s') and D_α(e^{t'}Z + s' ‖ Z) are computed by quadrature (trapezoid in log|z|,
@@ -18,7 +18,7 @@ import pytest
 from scipy import special, stats
 
 from dpkit.errors import InvalidParameterError
-from dpkit.sensitivity.bun_steinke import calibrate
+from dpkit.sensitivity._bun_steinke import calibrate
 
 ALPHAS = np.geomspace(1.01, 100, 25)
 
@@ -157,7 +157,7 @@ ASN_GRID = [
 
 
 def test_asn_lipschitz_bound_holds_on_a_grid() -> None:
-    from dpkit.sensitivity.bun_steinke import asn_lipschitz_upper
+    from dpkit.sensitivity._bun_steinke import asn_lipschitz_upper
 
     for sig, s, t in ASN_GRID:
         bound = float(asn_lipschitz_upper(Fraction(sig), Fraction(s), Fraction(t)))
@@ -167,7 +167,7 @@ def test_asn_lipschitz_bound_holds_on_a_grid() -> None:
 def test_asn_lipschitz_without_the_dilation_term_fails() -> None:
     """Broken: the bound with the dilation's t-term dropped (treating the scale change as free,
     as a shift-only argument would) is exceeded."""
-    from dpkit.sensitivity.bun_steinke import asn_lipschitz_upper
+    from dpkit.sensitivity._bun_steinke import asn_lipschitz_upper
 
     exceeded = [
         (sig, s, t)
@@ -179,7 +179,7 @@ def test_asn_lipschitz_without_the_dilation_term_fails() -> None:
 
 
 def test_asn_calibration_is_its_lipschitz_bound() -> None:
-    from dpkit.sensitivity.bun_steinke import asn_lipschitz_upper
+    from dpkit.sensitivity._bun_steinke import asn_lipschitz_upper
 
     c = calibrate("arcsinh_normal", Fraction(1, 2), Fraction(1, 8))
     assert c.epsilon == asn_lipschitz_upper(c.sigma, c.s, c.t) and c.rho <= Fraction(1, 2)

@@ -1,4 +1,4 @@
-"""Every constant of dpkit.sensitivity.bun_steinke against a high-precision computation.
+"""Every constant of dpkit.sensitivity._bun_steinke against a high-precision computation.
 
 The Rényi checks of test_bun_steinke_calibration.py have a factor of about 3 of room in ρ, so a
 constant that is a few percent (or even 2×) too small passes them. Here each constant is compared
@@ -17,14 +17,14 @@ from fractions import Fraction
 import mpmath as mp
 import pytest
 
-from dpkit.sensitivity.bun_steinke import (
+from dpkit.sensitivity._bun_steinke import (
     _ASN_C2,
     asn_lipschitz_upper,
     epsilon_upper,
     lipschitz_upper,
     uln_score_sup_upper,
 )
-from dpkit.sensitivity.smooth import plan_zcdp
+from dpkit.sensitivity._smooth import plan_zcdp
 
 RHOS = [
     Fraction(1, 10**4),

@@ -29,8 +29,8 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-import dpkit.sensitivity.inverse as inverse_module
-from dpkit.sensitivity.inverse import make_inverse_sensitivity
+import dpkit.sensitivity._inverse as inverse_module
+from dpkit.sensitivity._inverse import make_inverse_sensitivity
 
 
 def path_length(values: tuple[float, ...], rank: int, c: float) -> int:

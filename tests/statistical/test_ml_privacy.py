@@ -22,8 +22,8 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session
-from dpkit.mechanisms.exponential import make_exponential
-from dpkit.mechanisms.laplace import make_laplace
+from dpkit.mechanisms._exponential import make_exponential
+from dpkit.mechanisms._laplace import make_laplace
 from dpkit.ml import KMeans, LinearRegression, _common, _kmeans, fit_kmeans
 from dpkit.ml._common import Budget
 from dpkit.testing import audit_samples, audit_samples_zcdp

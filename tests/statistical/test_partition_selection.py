@@ -30,9 +30,9 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session, count
-from dpkit.analytics.planner import CompiledQuery
-from dpkit.analytics.query import Query
-from dpkit.noise.distributions import DiscreteLaplace
+from dpkit.analytics._planner import CompiledQuery
+from dpkit.analytics._query import Query
+from dpkit.noise._distributions import DiscreteLaplace
 
 mpmath.mp.dps = 60
 

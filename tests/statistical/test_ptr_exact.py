@@ -29,10 +29,10 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-import dpkit.sensitivity.ptr as ptr_module
+import dpkit.sensitivity._ptr as ptr_module
 from dpkit.sensitivity._data import Bounds, make_statistic, prepare
-from dpkit.sensitivity.ptr import distance_to_instability, make_propose_test_release
-from dpkit.sensitivity.smooth import default_exponent, statistic_range
+from dpkit.sensitivity._ptr import distance_to_instability, make_propose_test_release
+from dpkit.sensitivity._smooth import default_exponent, statistic_range
 
 LOWER, UPPER, N = 0.0, 10.0, 5
 VALUES = (0.0, 1.1, 2.1, 3.1, 3.3, 10.0)  # gaps of 1 (= b) and less; not on the output grid

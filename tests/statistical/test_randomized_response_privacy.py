@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 import dpkit as dp
-from dpkit.core.framework import Measurement
-from dpkit.core.losses import PureDP
+from dpkit.core._framework import Measurement
+from dpkit.core._losses import PureDP
 from dpkit.errors import PrivacyCheckError
 from dpkit.testing import AuditResult, audit_measurement, check_measurement_exact
 

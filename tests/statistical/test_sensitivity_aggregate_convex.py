@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import dpkit as dp
+from dpkit.sensitivity._convexity import make_convex_combination
 from dpkit.sensitivity._noise import discrete_laplace_wide
-from dpkit.sensitivity.convexity import make_convex_combination
-from dpkit.sensitivity.sample_aggregate import make_sample_and_aggregate
+from dpkit.sensitivity._sample_aggregate import make_sample_and_aggregate
 from dpkit.testing import audit_samples
 
 RELEASES = 1500
@@ -67,7 +67,7 @@ def _encode(release: tuple[int, int]) -> float:
 def test_convexity_claim_is_the_maximum() -> None:
     parts = [dp.make_geometric(1, epsilon=3), dp.make_geometric(1, epsilon=Fraction(1, 4))]
     m = make_convex_combination(parts, [Fraction(9, 10), Fraction(1, 10)])
-    assert m.loss == dp.core.losses.PureDP(3)
+    assert m.loss == dp.PureDP(3)
     a = np.array([_encode(m(0)) for _ in range(8000)])
     b = np.array([_encode(m(1)) for _ in range(8000)])
     assert audit_samples(a, b, 3, events="discrete").passed

@@ -1,4 +1,4 @@
-"""The centre-of-attention aggregator (dpkit.sensitivity.centre): audits on hard neighbours.
+"""The centre-of-attention aggregator (dpkit.sensitivity._centre): audits on hard neighbours.
 
 x = (0, 0, 100, 100) and y = (0, 0, 0, 100) differ in one block value; the 3/4 quantile jumps
 from 100 to 0, so the clipped interval collapses on y. The broken variant clips to the
@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import InvalidParameterError
-from dpkit.sensitivity.centre import make_centre_of_attention
-from dpkit.sensitivity.sample_aggregate import make_sample_and_aggregate
+from dpkit.sensitivity._centre import make_centre_of_attention
+from dpkit.sensitivity._sample_aggregate import make_sample_and_aggregate
 from dpkit.testing import audit_samples
 
 SAMPLES = 10_000

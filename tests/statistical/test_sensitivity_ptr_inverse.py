@@ -12,8 +12,8 @@ import pytest
 import dpkit.noise._exact as exact_module
 from dpkit.noise import InsecureRandomnessWarning, insecure_deterministic_seed
 from dpkit.sensitivity._data import Bounds, make_statistic, prepare
-from dpkit.sensitivity.inverse import make_inverse_sensitivity, sample_levels
-from dpkit.sensitivity.ptr import distance_to_instability, make_propose_test_release
+from dpkit.sensitivity._inverse import make_inverse_sensitivity, sample_levels
+from dpkit.sensitivity._ptr import distance_to_instability, make_propose_test_release
 from dpkit.testing import audit_samples
 
 SAMPLES = 20_000

@@ -11,16 +11,16 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpkit.core.losses import ApproxDP, PureDP
+from dpkit.core._losses import ApproxDP, PureDP
 from dpkit.sensitivity import local_sensitivity
 from dpkit.sensitivity._data import Bounds, make_statistic
-from dpkit.sensitivity.smooth import (
+from dpkit.sensitivity._smooth import (
     SmoothPlan,
     build_smooth_measurement,
     make_smooth_sensitivity,
     plan_smooth,
 )
-from dpkit.sensitivity.teaching import make_local_laplace_unsafe
+from dpkit.sensitivity._teaching import make_local_laplace_unsafe
 from dpkit.testing import audit_samples
 
 X = np.array([0.0, 0.0, 1.0, 1.0, 100.0])

@@ -12,10 +12,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpkit.core.losses import ZCDP
+from dpkit.core._losses import ZCDP
 from dpkit.errors import InvalidParameterError
 from dpkit.sensitivity._data import Bounds, make_statistic
-from dpkit.sensitivity.smooth import (
+from dpkit.sensitivity._smooth import (
     SmoothPlan,
     build_smooth_measurement,
     make_smooth_sensitivity,

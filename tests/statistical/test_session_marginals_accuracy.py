@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from dpkit.analytics import marginals, ranges
-from dpkit.analytics.planner.families.marginals import plan_marginals, plan_ranges
-from dpkit.analytics.planner.noise import Share
+from dpkit.analytics._planner._noise import Share
+from dpkit.analytics._planner.families._marginals import plan_marginals, plan_ranges
 
 RUNS = 40_000  # relative standard error of one query's variance estimate: sqrt(2/RUNS) = 0.7 %
 

@@ -25,11 +25,11 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session, marginals, ranges
-from dpkit.analytics.engines import DuckDBEngine, PandasEngine
-from dpkit.analytics.planner import _rows_by_group
-from dpkit.analytics.planner.families.marginals import plan_marginals, plan_ranges
-from dpkit.analytics.planner.noise import Share
-from dpkit.core.losses import ZCDP, PureDP
+from dpkit.analytics._engines import DuckDBEngine, PandasEngine
+from dpkit.analytics._planner import _rows_by_group
+from dpkit.analytics._planner._noise import Share
+from dpkit.analytics._planner.families._marginals import plan_marginals, plan_ranges
+from dpkit.core._losses import ZCDP, PureDP
 from dpkit.testing import DEFAULT_ALPHAS, check_tiered_pure_dp
 from dpkit.testing._exact import _radius, _renyi
 from dpkit.workloads import verify_marginals_exact

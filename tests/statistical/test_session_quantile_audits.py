@@ -20,7 +20,7 @@ from dpkit.analytics._dd_quantile import (
     inverse_release,
     ptr_release,
 )
-from dpkit.analytics.planner.families.quantile import build
+from dpkit.analytics._planner.families._quantile import build
 from dpkit.sensitivity._noise import discrete_laplace_wide
 from dpkit.testing import audit_samples
 

@@ -29,10 +29,10 @@ from test_bun_steinke_calibration import worst_ratio
 import dpkit as dp
 from dpkit.analytics import Session, median, quantile
 from dpkit.analytics._dd_quantile import GroupCounts, smooth_release_many
-from dpkit.analytics.planner.families.quantile import build
-from dpkit.core.losses import ZCDP
+from dpkit.analytics._planner.families._quantile import build
+from dpkit.core._losses import ZCDP
 from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
-from dpkit.sensitivity.bun_steinke import calibrate
+from dpkit.sensitivity._bun_steinke import calibrate
 from dpkit.testing import EXTREME_FLOATS, add_one_unit, audit_samples_zcdp, check_session_failures
 
 HALF = Fraction(1, 2)
@@ -89,7 +89,7 @@ def test_session_calibration_passes_the_quadrature_check(noise: str) -> None:
 
 
 def test_auto_picks_the_smallest_sd() -> None:
-    from dpkit.sensitivity.bun_steinke import noise_sd
+    from dpkit.sensitivity._bun_steinke import noise_sd
 
     chosen = _plan("auto").params["plan"].zcdp
     sds = {f: noise_sd(_plan(f).params["plan"].zcdp) for f in FAMILIES}

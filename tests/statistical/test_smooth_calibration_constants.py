@@ -26,9 +26,9 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP
 from dpkit.errors import InvalidParameterError
-from dpkit.sensitivity.smooth import (
+from dpkit.sensitivity._smooth import (
     _BETA_SLACK,
     _INTEGRAL_LOWER,
     cauchy_slide_constant,

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import dpkit.sensitivity.smooth as smooth_module
-from dpkit.sensitivity.smooth import _BETA_SLACK, make_smooth_sensitivity
+import dpkit.sensitivity._smooth as smooth_module
+from dpkit.sensitivity._smooth import _BETA_SLACK, make_smooth_sensitivity
 
 VALUES = (0.0, 0.1, 0.3, 0.5, 0.6, 0.7, 1.0)
 N = 5

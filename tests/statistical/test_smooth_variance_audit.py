@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpkit.sensitivity import _variance as variance_module
 from dpkit.sensitivity import make_smooth_sensitivity
-from dpkit.sensitivity import variance as variance_module
 from dpkit.testing import audit_samples, audit_samples_zcdp
 
 X = np.array([50.0, 50, 50, 50, 50])

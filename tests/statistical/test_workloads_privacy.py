@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpkit.core.losses import ZCDP
+from dpkit.core._losses import ZCDP
 from dpkit.testing import audit_samples, audit_samples_zcdp
 from dpkit.workloads import (
     AllRange,

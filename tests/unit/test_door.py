@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dpkit._door import Books, Stage, release, watching
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import (
     BudgetExceededError,
     DPError,

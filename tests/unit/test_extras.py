@@ -93,7 +93,7 @@ def test_the_core_imports_with_every_extra_blocked() -> None:
         ("dpkit.demos", "cli", "rich"),
         ("dpkit.demos", "cli", "matplotlib"),
         ("dpkit.service", "service", "fastapi"),
-        ("dpkit.analytics.engines.spark_engine", "spark", "pyspark"),
+        ("dpkit.analytics._engines._spark", "spark", "pyspark"),
     ],
 )
 def test_an_extra_package_without_its_library_names_the_extra(

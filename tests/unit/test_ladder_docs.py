@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dpkit.mechanisms.ladder import ladder_optimal_delta
+from dpkit.mechanisms._ladder_mechanism import ladder_optimal_delta
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ladder.md"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dpkit.core.losses import ZCDP
+from dpkit.core._losses import ZCDP
 from dpkit.errors import PrivacyCheckError
-from dpkit.sensitivity import bun_steinke
+from dpkit.sensitivity import _bun_steinke as bun_steinke
 from dpkit.workloads import _residual
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "dpkit"
@@ -35,7 +35,7 @@ def test_residual_planner_refuses_a_plan_above_its_budget(monkeypatch: pytest.Mo
         _residual.plan_residuals([2, 3], [(0,), (0, 1)], Fraction(1, 2))
 
 
-@pytest.mark.parametrize("path", ["workloads/_residual.py", "sensitivity/bun_steinke.py"])
+@pytest.mark.parametrize("path", ["workloads/_residual.py", "sensitivity/_bun_steinke.py"])
 def test_no_assert_statements_on_losses(path: str) -> None:
     tree = ast.parse((SRC / path).read_text(encoding="utf-8"))
     asserts = [ast.unparse(node.test) for node in ast.walk(tree) if isinstance(node, ast.Assert)]

@@ -423,66 +423,11 @@ FACADE_OWN = {"Fraction", "__version__"}
 # Applications, not APIs: their modules are not pinned.
 APPLICATIONS = ("dpkit.cli", "dpkit.demos")
 
-# Public modules besides the packages pinned above and the applications: the modules that still
-# duplicate their package's exports and are to become private (``foo.py`` -> ``_foo.py``). Do not
-# add to this list: put new code in a private module and export it from its package.
-OTHER_PUBLIC_MODULES = {
-    # to make private (see docs/design.md "Public surface"):
-    "dpkit.analytics.blocks",
-    "dpkit.analytics.bounding",
-    "dpkit.analytics.engines",
-    "dpkit.analytics.engines.base",
-    "dpkit.analytics.engines.duckdb_engine",
-    "dpkit.analytics.engines.pandas_engine",
-    "dpkit.analytics.engines.spark_engine",
-    "dpkit.analytics.engines.sql",
-    "dpkit.analytics.expr",
-    "dpkit.analytics.planner",
-    "dpkit.analytics.planner.compile",
-    "dpkit.analytics.planner.compiled",
-    "dpkit.analytics.planner.families",
-    "dpkit.analytics.planner.families.count",
-    "dpkit.analytics.planner.families.histogram",
-    "dpkit.analytics.planner.families.marginals",
-    "dpkit.analytics.planner.families.moments",
-    "dpkit.analytics.planner.families.quantile",
-    "dpkit.analytics.planner.families.sums",
-    "dpkit.analytics.planner.families.workload",
-    "dpkit.analytics.planner.measurement",
-    "dpkit.analytics.planner.noise",
-    "dpkit.analytics.planner.registry",
-    "dpkit.analytics.planner.rewrite",
-    "dpkit.analytics.planner.validate",
-    "dpkit.analytics.query",
-    "dpkit.analytics.querytext",
-    "dpkit.analytics.results",
-    "dpkit.analytics.sample_aggregate",
-    "dpkit.analytics.session",
-    "dpkit.core.framework",
-    "dpkit.core.losses",
-    "dpkit.core.spaces",
-    "dpkit.mechanisms.exponential",
-    "dpkit.mechanisms.gaussian",
-    "dpkit.mechanisms.ladder",
-    "dpkit.mechanisms.laplace",
-    "dpkit.mechanisms.randomized_response",
-    "dpkit.mechanisms.staircase",
-    "dpkit.noise.distributions",
-    "dpkit.noise.grid",
-    "dpkit.sensitivity.bun_steinke",
-    "dpkit.sensitivity.centre",
-    "dpkit.sensitivity.convexity",
-    "dpkit.sensitivity.inverse",
-    "dpkit.sensitivity.local",
-    "dpkit.sensitivity.planning",
-    "dpkit.sensitivity.ptr",
-    "dpkit.sensitivity.sample_aggregate",
-    "dpkit.sensitivity.smooth",
-    "dpkit.sensitivity.teaching",
-    "dpkit.sensitivity.variance",
-    "dpkit.service.app",
-    "dpkit.service.schemas",
-}
+# Public modules besides the packages pinned above and the applications. Empty: every module that
+# duplicated its package's exports is private (``foo.py`` -> ``_foo.py``; analytics' engines and
+# planner packages are ``_engines`` and ``_planner``). Put new code in a private module and export
+# its public names from its package.
+OTHER_PUBLIC_MODULES: set[str] = set()
 
 
 def _load(name: str) -> object:
@@ -510,14 +455,8 @@ def test_every_exported_name_resolves(name: str) -> None:
     assert not missing, f"{name}.__all__ names what it does not define: {missing}"
 
 
-# Names two public packages export today, inside analytics (whose sub-packages are to become
-# private or to stop re-exporting): shrink this, never grow it.
-KNOWN_DUPLICATES = {
-    "CompiledQuery": ["dpkit.analytics", "dpkit.analytics.planner"],
-    "DuckDBEngine": ["dpkit.analytics", "dpkit.analytics.engines"],
-    "Engine": ["dpkit.analytics", "dpkit.analytics.engines"],
-    "PandasEngine": ["dpkit.analytics", "dpkit.analytics.engines"],
-}
+# Names two public packages export: none (keep it so).
+KNOWN_DUPLICATES: dict[str, list[str]] = {}
 
 
 def _public_packages() -> list[str]:

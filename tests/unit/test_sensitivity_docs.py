@@ -10,11 +10,11 @@ import pytest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sensitivity.md"
 MODULES = [
-    "dpkit.sensitivity.local",
-    "dpkit.sensitivity.smooth",
-    "dpkit.sensitivity.ptr",
-    "dpkit.sensitivity.inverse",
-    "dpkit.sensitivity.convexity",
+    "dpkit.sensitivity._local",
+    "dpkit.sensitivity._smooth",
+    "dpkit.sensitivity._ptr",
+    "dpkit.sensitivity._inverse",
+    "dpkit.sensitivity._convexity",
 ]
 
 

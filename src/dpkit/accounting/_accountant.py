@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 
 from dpkit._door import Books, release
 from dpkit._exact import Number, check_positive, fraction_of
+from dpkit.core._framework import Measurement
+from dpkit.core._losses import PrivacyLoss
 from dpkit.core._release import Release
-from dpkit.core.framework import Measurement
-from dpkit.core.losses import PrivacyLoss
 from dpkit.errors import InvalidParameterError
 from dpkit.ledger import Ledger
 
@@ -50,7 +50,7 @@ class Accountant:
     recorded ε = 0).
 
     Example:
-        >>> from dpkit.core.losses import PureDP
+        >>> from dpkit.core._losses import PureDP
         >>> from dpkit.ledger import Ledger
         >>> from dpkit.mechanisms import make_laplace
         >>> ledger = Ledger.open(":memory:")

@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Literal
 
 from dpkit._exact import Number, check_positive, fraction_of, sensitivity_of
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 from dpkit.ledger._model import check_loss
 
@@ -69,7 +69,7 @@ def explicit_split(
     """Split by explicit shares of the total (they must add up to at most 1, exactly).
 
     Example:
-        >>> from dpkit.core.losses import PureDP
+        >>> from dpkit.core._losses import PureDP
         >>> parts = explicit_split(PureDP(1), {"sum": 0.5, "mean": 0.3, "cluster": 0.2})
         >>> [str(p) for p in parts.values()]
         ['ε=0.5', 'ε=0.3', 'ε=0.2']

@@ -15,7 +15,7 @@
   *verify* the candidate with interval arithmetic on integers (every transcendental value is
   bracketed by exact fractions), raising it until the verification passes.
 * zCDP: ρ adds; ε-DP is ε²/2-zCDP; ρ-zCDP converts to (ε, δ) (Bun & Steinke 2016, Prop. 1.3;
-  Canonne, Kamath & Steinke 2020, Cor. 13), see :meth:`dpkit.core.losses.ZCDP.to_approx`.
+  Canonne, Kamath & Steinke 2020, Cor. 13), see :meth:`dpkit.core._losses.ZCDP.to_approx`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 
 from dpkit._exact import Number, check_delta, exp_upper, log_upper, sqrt_upper
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, compose, parallel
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, compose, parallel
 from dpkit.errors import InvalidParameterError
 
 __all__ = [

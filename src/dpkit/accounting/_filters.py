@@ -41,7 +41,7 @@ from dpkit._exact import (
     log_upper,
     sqrt_upper,
 )
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 from dpkit.ledger._model import check_loss
 

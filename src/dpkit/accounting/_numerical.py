@@ -11,7 +11,7 @@ accountant for ε at the given δ, round its floating-point answer *up*, and rep
   discretisation (an upper bound up to the package's floating point);
 * pure ε-DP, exact, for Laplace events (ε = Δ/b = 1/z each, basic composition);
 * zCDP, exact, for Gaussian events (ρ = 1/(2·z²) for noise multiplier z = σ/Δ, Bun & Steinke
-  2016, Prop. 1.6) and ``ZCDpEvent``, converted by :meth:`dpkit.core.losses.ZCDP.to_approx`;
+  2016, Prop. 1.6) and ``ZCDpEvent``, converted by :meth:`dpkit.core._losses.ZCDP.to_approx`;
 * μ-GDP, exact and tight, for compositions of Gaussian events (homogeneous or not): the
   composition of Gaussian mechanisms with sensitivities Δ_i and noise σ_i is exactly μ-GDP with
   μ = sqrt(Σ (Δ_i/σ_i)²) (Dong, Roth & Su 2022, Cor. 3.3), and a μ-GDP mechanism is
@@ -43,7 +43,7 @@ from dp_accounting.rdp import rdp_privacy_accountant  # type: ignore[import-unty
 from scipy import optimize, special
 
 from dpkit._exact import Number, check_delta
-from dpkit.core.losses import ZCDP, ApproxDP
+from dpkit.core._losses import ZCDP, ApproxDP
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 __all__ = [

@@ -21,11 +21,11 @@ from dpkit._extras import require
 
 require("analytics", by="dpkit.analytics")
 
-from dpkit.analytics.engines import DuckDBEngine, Engine, PandasEngine
-from dpkit.analytics.engines._csv import check_csv
-from dpkit.analytics.expr import Expr, col, lit
-from dpkit.analytics.planner import CompiledQuery
-from dpkit.analytics.query import (
+from dpkit.analytics._engines import DuckDBEngine, Engine, PandasEngine
+from dpkit.analytics._engines._csv import check_csv
+from dpkit.analytics._expr import Expr, col, lit
+from dpkit.analytics._planner import CompiledQuery
+from dpkit.analytics._query import (
     Bounding,
     KeySet,
     Query,
@@ -42,8 +42,8 @@ from dpkit.analytics.query import (
     variance,
     workload,
 )
-from dpkit.analytics.results import Accuracy, TableRelease
-from dpkit.analytics.session import BoundsEstimate, Session
+from dpkit.analytics._results import Accuracy, TableRelease
+from dpkit.analytics._session import BoundsEstimate, Session
 
 __all__ = [
     "Accuracy",

@@ -163,7 +163,7 @@ def smooth_bound(group: GroupCounts, q: Fraction, beta: float, k: int) -> float:
     the lower ends a: the best upper end b is non-decreasing in a (log(x_b − c) − β'b has
     increasing differences in (b, c)), so each level is one vectorised pass.
     """
-    from dpkit.sensitivity.local import monotone_level, monotone_split
+    from dpkit.sensitivity._local import monotone_level, monotone_split
 
     r = rank_of(group.n, q)
     a_rank, a_val = group.a_side(r)
@@ -296,9 +296,9 @@ def run_lengths(group: GroupCounts, q: Fraction) -> tuple[np.ndarray, np.ndarray
 def inverse_release(group: GroupCounts, q: Fraction, rate: Fraction) -> int:
     """The inverse sensitivity mechanism: a candidate index t with P(t) ∝ e^{−rate·len(x; t)}
     (rate = ε/(2Δ)), sampled exactly: a level by the certified inverse CDF of
-    :func:`dpkit.sensitivity.inverse.sample_levels`, then a uniform candidate of that level."""
+    :func:`dpkit.sensitivity._inverse.sample_levels`, then a uniform candidate of that level."""
     from dpkit.noise import uniform_integers
-    from dpkit.sensitivity.inverse import sample_levels
+    from dpkit.sensitivity._inverse import sample_levels
 
     first, count, length = run_lengths(group, q)
     levels, inverse = np.unique(length, return_inverse=True)
@@ -358,9 +358,9 @@ def smooth_release_many(
     steps per grid step), clamped to a public range (post-processing). S is the unit-level
     β-smooth bound inflated by 1 + 2^-30 (the plan charges β + 2^-29 for it).
 
-    * Cauchy-type plan (:func:`dpkit.sensitivity.smooth.plan_smooth`): Z from the exact lattice
+    * Cauchy-type plan (:func:`dpkit.sensitivity._smooth.plan_smooth`): Z from the exact lattice
       family, the scale at least the plan's lattice minimum.
-    * Bun–Steinke zCDP plan (``plan.zcdp``, :func:`dpkit.sensitivity.smooth.plan_zcdp`): the exact
+    * Bun–Steinke zCDP plan (``plan.zcdp``, :func:`dpkit.sensitivity._smooth.plan_zcdp`): the exact
       grid rounding ⌊(f·2^shift + 2^shift·(S/s)·Z)⌋ = f·2^shift + ⌊c·Z⌋ with c = 2^shift·S/s a
       Fraction, drawn by :func:`dpkit.sensitivity._lazy.floor_scaled_noise` (certified interval
       arithmetic, so the output is a deterministic function of the ideal continuous release and

@@ -4,7 +4,7 @@ Everything here reads public inputs only (the builders' arguments): a bad clique
 repeated domain, or a domain too large for the strategy's memory is refused with an
 :class:`~dpkit.errors.InvalidParameterError` that names the parameter, the value and what is
 allowed, before any data is read. The check of declared values against the table's schema
-(:func:`dpkit.analytics.planner.validate.check_against_schema`) is the planner's.
+(:func:`dpkit.analytics._planner._validate.check_against_schema`) is the planner's.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from fractions import Fraction
 from typing import Any
 
 from dpkit._exact import fraction_of
+from dpkit.analytics._engines._columns import canonical
 from dpkit.analytics._keys import check_key_value, check_name
-from dpkit.analytics.engines._columns import canonical
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -47,7 +47,7 @@ _WAYS = {"all_1way": 1, "all_2way": 2, "all_3way": 3}
 @dataclass(frozen=True, slots=True)
 class MarginalCounts:
     """Counts of every cell of each marginal (``cliques``, tuples of indices into ``columns``)
-    over declared, public domains; built by :func:`~dpkit.analytics.query.marginals`.
+    over declared, public domains; built by :func:`~dpkit.analytics._query.marginals`.
     Released as its own table."""
 
     columns: tuple[str, ...]
@@ -60,7 +60,7 @@ class MarginalCounts:
 @dataclass(frozen=True, slots=True)
 class RangeCounts:
     """Range counts over an ordered column with a declared domain (``kind``: ``"prefix"``,
-    ``"all_range"`` or ``"width"``); built by :func:`~dpkit.analytics.query.ranges`.
+    ``"all_range"`` or ``"width"``); built by :func:`~dpkit.analytics._query.ranges`.
     Released as its own table."""
 
     column: str

@@ -1,11 +1,11 @@
 """The family registry's specs: what each aggregate family declares once, for every front end.
 
 A :class:`Family` is registered once, in its own module under
-:mod:`dpkit.analytics.planner.families`, with
-:func:`dpkit.analytics.planner.registry.register_family`. It says:
+:mod:`dpkit.analytics._planner.families`, with
+:func:`dpkit.analytics._planner._registry.register_family`. It says:
 
 * the aggregation class it answers and its compiler (the planner reads it through
-  :func:`dpkit.analytics.planner.registry.compiler_for`);
+  :func:`dpkit.analytics._planner._registry.compiler_for`);
 * its :class:`Form` s, the ways a user writes it: the builder function (``count``, ``median``),
   the builder's arguments in the order the SQL text gives them (:attr:`Form.params`), the SQL
   function names (``AVG``, ``MEAN``) and the service's JSON ``op``;
@@ -15,8 +15,8 @@ A :class:`Family` is registered once, in its own module under
 * how it renders in the plan text (``explain()``, the ledger receipt, the CLI);
 * the cells it asks the engine for per group (the service bounds a request's work with it).
 
-The front ends read these specs: :class:`~dpkit.analytics.query.GroupedQuery` (known types, result
-columns, table names, render), :mod:`dpkit.analytics.querytext` (the SQL functions and their
+The front ends read these specs: :class:`~dpkit.analytics._query.GroupedQuery` (known types, result
+columns, table names, render), :mod:`dpkit.analytics._querytext` (the SQL functions and their
 arguments), :mod:`dpkit.service` (the JSON ops and fields) and ``dpkit.analytics.<builder>``.
 This module imports nothing of the analytics layer, so the user-facing query module can read it
 without an import circle; the families fill it when :mod:`dpkit.analytics` is imported.

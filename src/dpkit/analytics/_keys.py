@@ -1,7 +1,7 @@
 """Public group keys (:class:`KeySet`) and the checks of the names and key values a query declares.
 
-Below both the query builder (:mod:`dpkit.analytics.query`, which re-exports :class:`KeySet`)
-and the engines (:mod:`dpkit.analytics.engines.base`), so that an engine's plan can carry a key
+Below both the query builder (:mod:`dpkit.analytics._query`, which re-exports :class:`KeySet`)
+and the engines (:mod:`dpkit.analytics._engines._base`), so that an engine's plan can carry a key
 set without importing the builder.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from dpkit.analytics.expr import check_unicode
+from dpkit.analytics._expr import check_unicode
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["KeySet", "KeyValue", "check_key_value", "check_name"]

@@ -1,6 +1,6 @@
 """Printing a :class:`~dpkit.analytics.TableRelease` as a report people can read.
 
-* Values are post-processed for display (:func:`~dpkit.analytics.results.post_process`): counts
+* Values are post-processed for display (:func:`~dpkit.analytics._results.post_process`): counts
   rounded and clipped at 0, means and quantiles clipped into their declared bounds; a footnote
   says so. The raw, unbiased values stay in the Python ``TableRelease``.
 * One number style per column: fixed notation with thousands separators, the decimals chosen
@@ -21,8 +21,8 @@ from rich.table import Table
 
 from dpkit._format import format_loss
 from dpkit.analytics._families import family_of
-from dpkit.analytics.query import Quantile
-from dpkit.analytics.results import TableRelease, _aggregations_of, post_process
+from dpkit.analytics._query import Quantile
+from dpkit.analytics._results import TableRelease, _aggregations_of, post_process
 
 __all__ = ["column_decimals", "format_column", "key_text", "print_alerts", "render_release"]
 

@@ -3,7 +3,7 @@ can do to a group's sum, and which noise (geometric, staircase or ladder) to add
 
 On the grid of spacing g = 2^e, the declared set V becomes integer ranges U (each interval
 [a, b] widened outward to [⌊a/g⌋, ⌈b/g⌉]); the engines round each value to the grid and move it
-to the nearest integer of U (:attr:`~dpkit.analytics.engines.base.ValueSpec.allowed`), so every
+to the nearest integer of U (:attr:`~dpkit.analytics._engines._base.ValueSpec.allowed`), so every
 row adds an element of U to its group's exact integer sum, and a NULL (or a row that is not
 there) adds 0.
 
@@ -20,7 +20,7 @@ and touches at most m groups. Three pure-DP noises are compared, per group, in g
 * ``staircase`` — the lattice staircase with period D = max|S_c| = c·max|U| in each group at
   ε/m (a shift of at most D moves its level by at most one; at most m groups move);
 * ``ladder`` — the ladder on the integers for the neighbour set {|s| : s ∈ S_c}
-  (:func:`dpkit.mechanisms.ladder.make_discrete_ladder`) in each group at ε/m (a shift in ±S_c
+  (:func:`dpkit.mechanisms.make_discrete_ladder`) in each group at ε/m (a shift in ±S_c
   moves its level by at most one; at most m groups move).
 
 Each is ε-DP for one unit added or removed; the one with the smallest E|noise| is used, the
@@ -41,15 +41,15 @@ from typing import Any
 
 import numpy as np
 
-from dpkit.core.framework import Measurement, MechanismInfo
-from dpkit.core.losses import PureDP
-from dpkit.core.spaces import AtomDomain, SymmetricDistance, VectorDomain
+from dpkit.core._framework import Measurement, MechanismInfo
+from dpkit.core._losses import PureDP
+from dpkit.core._spaces import AtomDomain, SymmetricDistance, VectorDomain
 from dpkit.errors import DPError, InternalError
 from dpkit.mechanisms import LadderInfo, StaircaseInfo, make_geometric
-from dpkit.mechanisms.ladder import LadderLattice, make_discrete_ladder
-from dpkit.mechanisms.staircase import DiscreteStaircase, staircase_optimal_gamma
-from dpkit.noise.distributions import GridNoise
-from dpkit.noise.grid import grid_spacing
+from dpkit.mechanisms._ladder_mechanism import LadderLattice, make_discrete_ladder
+from dpkit.mechanisms._staircase import DiscreteStaircase, staircase_optimal_gamma
+from dpkit.noise._distributions import GridNoise
+from dpkit.noise._grid import grid_spacing
 
 __all__ = [
     "LADDER_MARGIN",

@@ -48,7 +48,7 @@ represents usefully (ε = 1e-300 overflowed while reading the data); such a quer
 return noise, so it is refused as a parameter error before anything is charged."""
 
 EPSILON_CEILING = 1e6
-"""The largest ε (and ρ) a query accepts (dpkit.analytics.session.QUERY_LOSS_CEILING); budgets
+"""The largest ε (and ρ) a query accepts (dpkit.analytics._session.QUERY_LOSS_CEILING); budgets
 may hold up to 1e9 (dpkit.ledger BUDGET_CEILING)."""
 
 DELTA_WARN = 1e-5

@@ -36,7 +36,7 @@ from dpkit.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from dpkit.core.losses import PrivacyLoss
+    from dpkit.core._losses import PrivacyLoss
     from dpkit.ledger import Ledger
 
 __all__ = ["budget_app", "write_consumption_plot"]
@@ -115,7 +115,7 @@ def create(
 ) -> None:
     """Create DATASET's privacy budget (a privacy officer's act; queries never create one)."""
     from dpkit._exact import fraction_of
-    from dpkit.core.losses import ZCDP, ApproxDP, PureDP
+    from dpkit.core._losses import ZCDP, ApproxDP, PureDP
 
     if rho is not None and (epsilon is not None or delta is not None):
         raise CLIError("give either --rho or --epsilon [--delta], not both")

@@ -34,8 +34,8 @@ from dpkit.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from dpkit.analytics.querytext import ParsedQuery
-    from dpkit.core.losses import PrivacyLoss
+    from dpkit.analytics._querytext import ParsedQuery
+    from dpkit.core._losses import PrivacyLoss
 
 __all__ = ["QUERY_HELP", "query_command"]
 
@@ -121,7 +121,7 @@ def _on_integers(parsed: ParsedQuery, specs: list[str]) -> tuple[ParsedQuery, li
     import dataclasses
     import math
 
-    from dpkit.analytics.query import Quantile, quantile
+    from dpkit.analytics._query import Quantile, quantile
     from dpkit.errors import InvalidParameterError
 
     integers = set()
@@ -154,7 +154,7 @@ def _query_loss(
     epsilon: float | None, delta: float | None, rho: float | None, allow_large_delta: bool
 ) -> PrivacyLoss:
     from dpkit._exact import fraction_of
-    from dpkit.core.losses import ZCDP, ApproxDP, PureDP
+    from dpkit.core._losses import ZCDP, ApproxDP, PureDP
 
     if rho is not None and epsilon is not None:
         raise CLIError(
@@ -203,7 +203,7 @@ def _check_source(parsed: ParsedQuery, data: Path, dataset: str) -> None:
 
 def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, unit: str) -> None:
     """Refuse unknown columns and non-numeric columns in numeric aggregates, up front."""
-    from dpkit.analytics.expr import columns_of, numeric_columns, text_number_orderings
+    from dpkit.analytics._expr import columns_of, numeric_columns, text_number_orderings
 
     known = ", ".join(schema)
     for agg in parsed.aggregations:
@@ -275,7 +275,7 @@ def _rehearse(
     from rich.console import Console
 
     from dpkit.analytics._render import render_release
-    from dpkit.analytics.results import TableRelease
+    from dpkit.analytics._results import TableRelease
     from dpkit.errors import DPError, InternalError
 
     compiled = session.compile(final, loss=query_loss)
@@ -479,7 +479,7 @@ def query_command(
         )
     declared = _declared_schema(schema or [])
 
-    from dpkit.analytics.querytext import parse_query
+    from dpkit.analytics._querytext import parse_query
 
     parsed = parse_query(query, unit)
     if max_rows is None and (not parsed.group_by or max_rows_per_group is None):
@@ -498,8 +498,8 @@ def query_command(
     where = resolve_ledger(ledger)
     check_ledger_file(where, must_exist=True)
 
-    from dpkit.analytics.query import KeySet, Query
-    from dpkit.analytics.session import Session
+    from dpkit.analytics._query import KeySet, Query
+    from dpkit.analytics._session import Session
     from dpkit.errors import UnreadableDataError
     from dpkit.ledger import BudgetMonitor, Ledger
 

@@ -19,7 +19,7 @@ from dpkit.cli._common import CLIError, check_key_columns, out_console, parse_ke
 
 if TYPE_CHECKING:
     from dpkit.client import Answer, Client
-    from dpkit.core.losses import PrivacyLoss
+    from dpkit.core._losses import PrivacyLoss
 
 __all__ = ["loss_from_json", "query_remote", "release_from_answer"]
 
@@ -28,7 +28,7 @@ TOKEN_ENV = "DPKIT_TOKEN"
 
 def loss_from_json(data: Mapping[str, Any] | None) -> PrivacyLoss | None:
     """The exact privacy loss of a service's loss JSON (``exact`` fractions; else the floats)."""
-    from dpkit.core.losses import ZCDP, ApproxDP, PureDP
+    from dpkit.core._losses import ZCDP, ApproxDP, PureDP
 
     if not data:
         return None
@@ -56,7 +56,7 @@ def release_from_answer(answer: Answer) -> Any:
     """A :class:`~dpkit.analytics.TableRelease` holding the service's answer (for printing)."""
     import pandas as pd  # type: ignore[import-untyped]
 
-    from dpkit.analytics.results import Accuracy, TableRelease
+    from dpkit.analytics._results import Accuracy, TableRelease
 
     tables = {
         name: pd.DataFrame(rows, columns=answer.columns.get(name) or None)
@@ -174,10 +174,10 @@ def query_remote(
     ``query_loss`` was checked by the caller (floors, δ); ``http`` is an optional ``httpx``
     client to send through (tests).
     """
+    from dpkit.analytics._querytext import parse_query
     from dpkit.analytics._render import render_release
-    from dpkit.analytics.querytext import parse_query
     from dpkit.client import Client, ServiceError
-    from dpkit.core.losses import ZCDP, ApproxDP
+    from dpkit.core._losses import ZCDP, ApproxDP
 
     if not token:
         raise CLIError(
@@ -248,7 +248,7 @@ def query_remote(
 
 
 def _loss_parts(loss: PrivacyLoss) -> dict[str, Fraction]:
-    from dpkit.core.losses import ApproxDP, PureDP
+    from dpkit.core._losses import ApproxDP, PureDP
 
     if isinstance(loss, PureDP):
         return {"epsilon": loss.epsilon}

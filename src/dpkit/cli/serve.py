@@ -1,7 +1,7 @@
 """``dpkit serve``: run the privacy-budget service (FastAPI + uvicorn).
 
 The command imports the service (and so needs the ``service`` extra) only when it runs; uvicorn
-builds each worker's app with :func:`dpkit.service.app.build_app`.
+builds each worker's app with :func:`dpkit.service._app.build_app`.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def serve_command(
     chosen = os.environ.get("DPKIT_BOOTSTRAP_TOKEN") or None
     if workers > 1:
         # create the schema and the first officer once, before the workers start
+        from dpkit.service._app import announce_token
         from dpkit.service._core import Service, ServiceConfig
-        from dpkit.service.app import announce_token
 
         first = Service(
             ServiceConfig(
@@ -85,7 +85,7 @@ def serve_command(
         flush=True,
     )
     uvicorn.run(
-        "dpkit.service.app:build_app",
+        "dpkit.service._app:build_app",
         factory=True,
         host=host,
         port=port,

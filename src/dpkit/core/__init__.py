@@ -1,7 +1,6 @@
 """The programming framework: privacy losses, spaces, transformations and measurements."""
 
-from dpkit.core._release import Release
-from dpkit.core.framework import (
+from dpkit.core._framework import (
     Measurement,
     MechanismInfo,
     Transformation,
@@ -10,7 +9,7 @@ from dpkit.core.framework import (
     make_postprocess,
     make_sequential_composition,
 )
-from dpkit.core.losses import (
+from dpkit.core._losses import (
     ZCDP,
     ApproxDP,
     PrivacyLoss,
@@ -19,7 +18,8 @@ from dpkit.core.losses import (
     group_privacy,
     parallel,
 )
-from dpkit.core.spaces import (
+from dpkit.core._release import Release
+from dpkit.core._spaces import (
     AbsoluteDistance,
     AtomDomain,
     ChangeOneDistance,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from dpkit.core.losses import PrivacyLoss
+from dpkit.core._losses import PrivacyLoss
 
 if TYPE_CHECKING:
     from dpkit.ledger import Receipt

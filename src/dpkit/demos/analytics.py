@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 from rich.console import Console
 
-from dpkit.analytics.expr import col
-from dpkit.analytics.query import (
+from dpkit.analytics._expr import col
+from dpkit.analytics._query import (
     count,
     count_distinct_units,
     histogram,
@@ -30,9 +30,9 @@ from dpkit.analytics.query import (
     median,
     quantile,
 )
-from dpkit.analytics.query import sum as dp_sum
-from dpkit.analytics.session import Session
-from dpkit.core.losses import ApproxDP
+from dpkit.analytics._query import sum as dp_sum
+from dpkit.analytics._session import Session
+from dpkit.core._losses import ApproxDP
 from dpkit.ledger import BudgetMonitor, Ledger
 
 __all__ = ["DEPARTMENTS", "GAP_NOTE", "PAY_GRADES", "payroll_demo", "payroll_table"]

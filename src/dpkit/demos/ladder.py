@@ -40,7 +40,11 @@ def _staircase(sensitivity: float, eps: np.ndarray) -> np.ndarray:
 
 def _profile(name: str) -> tuple[Any, Any]:
     """The δ-free continuous construction of a paper set, to convergence (unit 1)."""
-    from dpkit.mechanisms.ladder import _continuous_profile, _unit_of, normalize_neighbor_set
+    from dpkit.mechanisms._ladder_mechanism import (
+        _continuous_profile,
+        _unit_of,
+        normalize_neighbor_set,
+    )
 
     intervals = normalize_neighbor_set(PAPER_SETS[name])
     unit = _unit_of(intervals, None)
@@ -49,7 +53,7 @@ def _profile(name: str) -> tuple[Any, Any]:
 
 def heatmap(name: str, deltas: np.ndarray, epsilons: np.ndarray, profile: Any = None) -> np.ndarray:
     """rate[i, j] at (deltas[i], epsilons[j]) for the paper's set ``name`` (continuous ladder)."""
-    from dpkit.mechanisms.ladder import _continuous_expected_abs
+    from dpkit.mechanisms._ladder_mechanism import _continuous_expected_abs
 
     prof, unit = _profile(name) if profile is None else profile
     sensitivity = float(max(b for _, b in PAPER_SETS[name]))
@@ -104,7 +108,7 @@ def paper_cases(
     names: tuple[str, ...] = tuple(PAPER_SETS),
 ) -> list[Case]:
     """Every (V, ε) case of the table, with δ* optimised and n, N from the exact construction."""
-    from dpkit.mechanisms.ladder import ladder_density, ladder_optimal_delta
+    from dpkit.mechanisms._ladder_mechanism import ladder_density, ladder_optimal_delta
 
     cases = []
     for name in names:
@@ -220,7 +224,7 @@ def _plot_densities(path: Path, epsilon: float = 1.0) -> dict[str, float]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dpkit.mechanisms.ladder import ladder_density, ladder_optimal_delta
+    from dpkit.mechanisms._ladder_mechanism import ladder_density, ladder_optimal_delta
 
     intervals = PAPER_SETS["V5"]
     sensitivity = 101.0

@@ -22,12 +22,12 @@ from rich.console import Console
 from rich.table import Table
 from scipy.stats import norm
 
-from dpkit.core.framework import make_sequential_composition
-from dpkit.core.losses import PrivacyLoss, PureDP, compose
-from dpkit.mechanisms.exponential import exponential_utility_bound, make_exponential
-from dpkit.mechanisms.laplace import make_geometric, make_laplace
-from dpkit.mechanisms.randomized_response import estimate_proportion, make_randomized_response
-from dpkit.mechanisms.staircase import staircase_expected_abs, staircase_optimal_gamma
+from dpkit.core._framework import make_sequential_composition
+from dpkit.core._losses import PrivacyLoss, PureDP, compose
+from dpkit.mechanisms._exponential import exponential_utility_bound, make_exponential
+from dpkit.mechanisms._laplace import make_geometric, make_laplace
+from dpkit.mechanisms._randomized_response import estimate_proportion, make_randomized_response
+from dpkit.mechanisms._staircase import staircase_expected_abs, staircase_optimal_gamma
 from dpkit.transformations import make_bounded_sum, make_clamp, make_count
 
 __all__ = ["demo_dataset", "run_seed_examples"]

@@ -19,10 +19,10 @@ from rich.table import Table
 from scipy.stats import norm
 
 from dpkit.accounting import Accountant
-from dpkit.core.framework import make_sequential_composition
-from dpkit.core.losses import PureDP
+from dpkit.core._framework import make_sequential_composition
+from dpkit.core._losses import PureDP
 from dpkit.ledger import Ledger
-from dpkit.mechanisms.laplace import make_geometric, make_laplace
+from dpkit.mechanisms._laplace import make_geometric, make_laplace
 from dpkit.ml._kmeans import KMeans, objective
 from dpkit.transformations import make_bounded_sum, make_clamp, make_count
 

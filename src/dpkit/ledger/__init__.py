@@ -1,6 +1,6 @@
 """The privacy-budget ledger: exact budgets, atomic reservations, an append-only durable record.
 
->>> from dpkit.core.losses import PureDP
+>>> from dpkit.core._losses import PureDP
 >>> ledger = Ledger.open(":memory:")
 >>> _ = ledger.create_budget("visits", PureDP(1))
 >>> for _ in range(100):

@@ -18,7 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpkit._exact import Number, fraction_of
-from dpkit.core.losses import PrivacyLoss
+from dpkit.core._losses import PrivacyLoss
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["DEFAULT_THRESHOLDS", "AlertEvent", "BudgetMonitor"]

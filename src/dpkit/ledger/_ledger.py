@@ -35,7 +35,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dpkit.core.losses import PrivacyLoss
+from dpkit.core._losses import PrivacyLoss
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.ledger._alerts import AlertEvent, BudgetMonitor
 from dpkit.ledger._memory import MemoryStore

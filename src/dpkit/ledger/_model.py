@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, TypeAlias
 
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 
 __all__ = [
@@ -151,7 +151,7 @@ BUDGET_CEILING = Fraction(10**9)
 """The largest ε (or ρ) a budget may hold. Decision (issue 21): a budget of ε = 1e308 used to be
 accepted without a word. Any ε beyond a few units already promises next to nothing (e^ε), and a
 budget this large is only ever useful to check a pipeline against the truth — 1,000 queries at
-the largest query loss (:data:`dpkit.analytics.session.QUERY_LOSS_CEILING`, 10^6) fit in it. A
+the largest query loss (:data:`dpkit.analytics._session.QUERY_LOSS_CEILING`, 10^6) fit in it. A
 larger one is refused, naming this limit, rather than kept as a number no one meant."""
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from dpkit.core.losses import PrivacyLoss
+from dpkit.core._losses import PrivacyLoss
 from dpkit.ledger._model import EntryKind, LedgerEntry, LedgerError, Spend
 
 __all__ = ["BudgetRow", "GroupCommitStore", "LedgerStore", "NewEntry", "StoreTransaction"]

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from dpkit._exact import Number, check_delta, round_up
-from dpkit.core.losses import ApproxDP, PureDP
+from dpkit.core._losses import ApproxDP, PureDP
 from dpkit.errors import DomainMismatchError, InvalidDataError, InvalidParameterError
 from dpkit.local._core import Reports
 

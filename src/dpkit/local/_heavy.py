@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from dpkit._exact import Number
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.local._core import Reports, check_local_epsilon, check_reports
 from dpkit.local._oracles import LocalHashing, optimal_prime_g

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dpkit._exact import Number, fraction_of
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.local._core import Reports, check_local_epsilon, check_reports
 from dpkit.noise import bernoulli, bernoulli_exp, bernoulli_logistic, random_words, uniform_integers

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dpkit._exact import Number
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import InternalError, InvalidDataError, InvalidParameterError
 from dpkit.local._core import (
     FrequencyEstimate,
@@ -47,7 +47,7 @@ from dpkit.local._core import (
 )
 from dpkit.local._postprocess import postprocess as _postprocess
 from dpkit.mechanisms._info import RandomizedResponseInfo
-from dpkit.mechanisms.randomized_response import (
+from dpkit.mechanisms._randomized_response import (
     _k_ary_response,
     frequency_variance,
     make_generalized_randomized_response,

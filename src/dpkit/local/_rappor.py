@@ -11,7 +11,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from dpkit._exact import Number, check_probability, log_upper
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.local._core import (
     FrequencyEstimate,

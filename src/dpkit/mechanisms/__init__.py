@@ -1,5 +1,12 @@
-"""Mechanisms: ``make_*`` constructors returning :class:`~dpkit.core.framework.Measurement`."""
+"""Mechanisms: ``make_*`` constructors returning :class:`~dpkit.core._framework.Measurement`."""
 
+from dpkit.mechanisms._exponential import (
+    exponential_utility_bound,
+    make_exponential,
+    make_permute_and_flip,
+    make_report_noisy_max,
+)
+from dpkit.mechanisms._gaussian import make_discrete_gaussian, make_gaussian
 from dpkit.mechanisms._info import (
     AdditiveInfo,
     LadderInfo,
@@ -9,22 +16,15 @@ from dpkit.mechanisms._info import (
     StaircaseInfo,
     SumInIntervalsInfo,
 )
-from dpkit.mechanisms.exponential import (
-    exponential_utility_bound,
-    make_exponential,
-    make_permute_and_flip,
-    make_report_noisy_max,
-)
-from dpkit.mechanisms.gaussian import make_discrete_gaussian, make_gaussian
-from dpkit.mechanisms.ladder import (
+from dpkit.mechanisms._ladder_mechanism import (
     check_ladder_privacy,
     make_discrete_ladder,
     make_ladder,
     make_ladder_vector,
     make_sum_in_intervals,
 )
-from dpkit.mechanisms.laplace import make_geometric, make_laplace
-from dpkit.mechanisms.randomized_response import (
+from dpkit.mechanisms._laplace import make_geometric, make_laplace
+from dpkit.mechanisms._randomized_response import (
     CategoryFrequencies,
     Estimate,
     estimate_frequencies,
@@ -35,7 +35,7 @@ from dpkit.mechanisms.randomized_response import (
     make_randomized_response_epsilon,
     proportion_variance,
 )
-from dpkit.mechanisms.staircase import (
+from dpkit.mechanisms._staircase import (
     DiscreteStaircase,
     make_staircase,
     staircase_expected_abs,

@@ -3,7 +3,7 @@
 A grid mechanism rounds its input to multiples of g = 2^k (exactly), adds integer noise sampled
 exactly, and returns the result as exact floats (or int64 when g = 1 and the input is integer).
 Its privacy map turns a real input distance into a distance in grid steps and asks the noise's
-map for the loss. See :mod:`dpkit.noise.grid` for why this is safe on a real computer.
+map for the loss. See :mod:`dpkit.noise._grid` for why this is safe on a real computer.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpkit.core.framework import Measurement, MechanismInfo
-from dpkit.core.losses import PrivacyLoss
-from dpkit.core.spaces import AtomDomain, L1Distance, L2Distance, Measure, VectorDomain
+from dpkit.core._framework import Measurement, MechanismInfo
+from dpkit.core._losses import PrivacyLoss
+from dpkit.core._spaces import AtomDomain, L1Distance, L2Distance, Measure, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._info import AdditiveInfo
-from dpkit.noise.distributions import GridNoise, LatticeNoise
-from dpkit.noise.grid import SATURATION, add_saturating, grid_spacing, release_on_grid, to_grid
+from dpkit.noise._distributions import GridNoise, LatticeNoise
+from dpkit.noise._grid import SATURATION, add_saturating, grid_spacing, release_on_grid, to_grid
 
 __all__ = ["check_changed_coordinates", "integer_input", "make_grid_measurement"]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from dpkit.core.framework import MechanismInfo
+from dpkit.core._framework import MechanismInfo
 
 if TYPE_CHECKING:
     from dpkit.mechanisms._ladder._noise import LadderLattice

@@ -31,11 +31,11 @@ import scipy.sparse as sp
 
 from dpkit._arrays import as_float64
 from dpkit._exact import check_delta, check_epsilon, check_rho, sqrt_upper
-from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
+from dpkit.core._losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.mechanisms.gaussian import make_discrete_gaussian, make_gaussian
-from dpkit.mechanisms.laplace import make_geometric, make_laplace
-from dpkit.noise.grid import choose_exponent
+from dpkit.mechanisms._gaussian import make_discrete_gaussian, make_gaussian
+from dpkit.mechanisms._laplace import make_geometric, make_laplace
+from dpkit.noise._grid import choose_exponent
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ GRID_FLOOR = -10
 """The finest output grid (2^-10) of the fits' noisy sums: see :meth:`Budget.grid_exponent`."""
 LOSS_FLOOR = Fraction(1, 10**6)
 """The smallest ε (ρ) any one release of a fit may get; the same floor as a Session query's
-(:data:`dpkit.analytics.session.QUERY_LOSS_FLOOR`)."""
+(:data:`dpkit.analytics._session.QUERY_LOSS_FLOOR`)."""
 LOSS_CEILING = Fraction(10**9)
 """The largest ε (ρ) a fit may be given: every release is then exact to its grid (counts to
 the integer, sums to 2^-10), so no larger value changes an answer."""
@@ -189,7 +189,7 @@ def check_budget(epsilon: Any, rho: Any, delta: Any = None) -> Budget:
     """Exactly one of ``epsilon`` (pure DP; with ``delta``, (ε, δ)-DP) and ``rho`` (zCDP).
 
     An (ε, δ) budget is spent as ρ-zCDP (Gaussian noise) with ρ the largest (on a fine grid)
-    whose certified conversion (:meth:`dpkit.core.losses.ZCDP.to_approx`, rounded up) is at most
+    whose certified conversion (:meth:`dpkit.core._losses.ZCDP.to_approx`, rounded up) is at most
     ε at δ; the fit's loss is then reported and charged as that conversion, within (ε, δ)."""
     if (epsilon is None) == (rho is None):
         raise InvalidParameterError(

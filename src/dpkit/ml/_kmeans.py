@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 
-from dpkit.core.losses import PrivacyLoss, PureDP, compose
+from dpkit.core._losses import PrivacyLoss, PureDP, compose
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.mechanisms.exponential import make_exponential
+from dpkit.mechanisms._exponential import make_exponential
 from dpkit.ml._common import (
     Budget,
     charged,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dpkit._door import Stage, release
-from dpkit.core.losses import PrivacyLoss, compose
+from dpkit.core._losses import PrivacyLoss, compose
 from dpkit.errors import InvalidParameterError
 from dpkit.ml._common import check_box
 from dpkit.ml._kmeans import (
@@ -187,12 +187,12 @@ _STAGES = {
 _TERMS = 64
 """Terms per derived column (sums of more terms are split into partial sums, each a derived
 column). The SQL engines turn NaN into NULL with a CASE that repeats its operand, once per
-chain of + - * (:mod:`dpkit.analytics.engines.sql`), so a sum's expression is linear in its
+chain of + - * (:mod:`dpkit.analytics._engines._sql`), so a sum's expression is linear in its
 number of terms; a distance to a centre in d <= 63 dimensions is one derived column."""
 
 # Every helper below adds its columns in *stages*: all the columns of one stage read only
 # earlier stages, and they are added one after another, so the SQL engines compute a whole stage
-# in one SELECT (dpkit.analytics.engines.sql merges consecutive derived columns that do not read
+# in one SELECT (dpkit.analytics._engines._sql merges consecutive derived columns that do not read
 # one another). A Lloyd query is then about ten subquery levels deep whatever k and d (one level
 # per derived column, as before, was hundreds of levels at d = 50, k = 20).
 
@@ -442,9 +442,9 @@ def fit_kmeans(
     ``privacy_loss_`` the loss charged, ``receipt_`` the ledger receipt).
     """
     from dpkit.analytics import Session
-    from dpkit.analytics.bounding import contribution
-    from dpkit.analytics.engines.base import Output
-    from dpkit.analytics.query import Bounding
+    from dpkit.analytics._bounding import contribution
+    from dpkit.analytics._engines._base import Output
+    from dpkit.analytics._query import Bounding
 
     if not isinstance(session, Session):
         raise InvalidParameterError("session", session, "a dpkit.analytics.Session")

@@ -5,7 +5,7 @@
 * exact samplers: :func:`bernoulli`, :func:`bernoulli_exp`, :func:`bernoulli_logistic` (and
   :func:`bernoulli_logistic_bytes`, the same coin from ~1 byte), :func:`geometric_exp`,
   :func:`discrete_laplace`, :func:`discrete_gaussian`, :func:`uniform_integers`;
-* the output grid (:mod:`dpkit.noise.grid`) on which every continuous-valued mechanism releases.
+* the output grid (:mod:`dpkit.noise._grid`) on which every continuous-valued mechanism releases.
 """
 
 from dpkit.noise._exact import (

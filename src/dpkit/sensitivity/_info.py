@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from dpkit.core.framework import MechanismInfo
+from dpkit.core._framework import MechanismInfo
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from dpkit.sensitivity.bun_steinke import ZCDPNoise
+    from dpkit.sensitivity._bun_steinke import ZCDPNoise
 
 __all__ = ["SampleAggregateInfo", "SensitivityInfo"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from dpkit.service._app import create_app
     from dpkit.service._core import Service, ServiceConfig
-    from dpkit.service.app import create_app
 
 from dpkit._extras import require
 
@@ -29,7 +29,7 @@ def __getattr__(name: str) -> object:
 
         return getattr(_core, name)
     if name == "create_app":  # FastAPI is imported only when the app is wanted
-        from dpkit.service.app import create_app
+        from dpkit.service._app import create_app
 
         return create_app
     raise AttributeError(name)

@@ -25,20 +25,20 @@ from typing import Any
 
 from dpkit._door import watching
 from dpkit._exact import fraction_of
+from dpkit.analytics._expr import Expr
 from dpkit.analytics._families import Form, family_of, forms
-from dpkit.analytics.expr import Expr
-from dpkit.analytics.planner.measurement import QueryMeasurement
-from dpkit.analytics.query import Aggregation, KeySet, Query
-from dpkit.analytics.querytext import (
+from dpkit.analytics._planner._measurement import QueryMeasurement
+from dpkit.analytics._query import Aggregation, KeySet, Query
+from dpkit.analytics._querytext import (
     MAX_GROUP_BY,
     MAX_LIST,
     ParsedQuery,
     parse_query,
     parse_where,
 )
-from dpkit.analytics.results import TableRelease
-from dpkit.analytics.session import Session
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
+from dpkit.analytics._results import TableRelease
+from dpkit.analytics._session import Session
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
 from dpkit.ledger import (
     AlertEvent,
@@ -843,7 +843,7 @@ TEXTS_ALLOWED = (
 
 def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:
     """Bounds on the release work of a grouped query with ``keys`` public keys."""
-    from dpkit.analytics.query import Quantile
+    from dpkit.analytics._query import Quantile
 
     if keys > MAX_QUANTILE_KEYS and any(isinstance(a, Quantile) for a in aggregations):
         raise InvalidParameterError(
@@ -939,7 +939,7 @@ def _parse_sql_text(sql: str, dataset: str, privacy_unit: str) -> ParsedQuery:
     import sqlglot
     from sqlglot import exp
 
-    from dpkit.analytics.querytext import _QueryDialect, check_nesting
+    from dpkit.analytics._querytext import _QueryDialect, check_nesting
 
     check_nesting(sql)  # before sqlglot's recursive parser sees the text
     try:

@@ -1,6 +1,6 @@
 """A DuckDB engine for a long-running service: warm data, cached SQL texts, one cursor per thread.
 
-:class:`WarmDuckDBEngine` is :class:`~dpkit.analytics.engines.duckdb_engine.DuckDBEngine` over a
+:class:`WarmDuckDBEngine` is :class:`~dpkit.analytics._engines._duckdb.DuckDBEngine` over a
 registered file or Parquet directory, with three changes that touch only *how fast* a plan runs,
 never *what* it computes:
 
@@ -15,7 +15,7 @@ never *what* it computes:
   depends only on public information (the plan, the declared schema, the source's column
   names) and on the plan's contribution-bounding **salt**, which appears in it exactly as a
   string literal. The text is built once per plan shape (the plan with its salt zeroed, keyed
-  by its canonical :func:`~dpkit.analytics.expr.structural_key`) with two sentinel salts; if
+  by its canonical :func:`~dpkit.analytics._expr.structural_key`) with two sentinel salts; if
   the two texts differ exactly at the salt's places, the text is cached as the parts around
   the salt, and each later plan gets ``salt.join(parts)`` with **its own fresh
   salt** (the planner draws one per query; nothing here reuses a salt). Otherwise nothing is
@@ -59,10 +59,10 @@ import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 from sqlglot import exp
 
-from dpkit.analytics.engines.base import BoundedPlan
-from dpkit.analytics.engines.duckdb_engine import DuckDBEngine
-from dpkit.analytics.engines.sql import build_query, ident
-from dpkit.analytics.expr import Binary, Expr, IsIn, Unary, structural_key
+from dpkit.analytics._engines._base import BoundedPlan
+from dpkit.analytics._engines._duckdb import DuckDBEngine
+from dpkit.analytics._engines._sql import build_query, ident
+from dpkit.analytics._expr import Binary, Expr, IsIn, Unary, structural_key
 
 __all__ = ["LARGE_PLAN", "SqlBuilder", "WarmDuckDBEngine", "plan_size", "salt_free", "source_stamp"]
 
@@ -292,7 +292,7 @@ class WarmDuckDBEngine(DuckDBEngine):
 
     def _shape(self, plan: BoundedPlan) -> tuple[int, Any] | None:
         """The cache key of ``plan``'s shape (the plan with its salt zeroed) in this generation
-        of the data: :func:`~dpkit.analytics.expr.structural_key`, a canonical value whose
+        of the data: :func:`~dpkit.analytics._expr.structural_key`, a canonical value whose
         ``==`` is an exact bool (a plan's own ``==`` would compare its expressions, and an
         expression's ``==`` builds a predicate). None if the plan has no such key."""
         try:

@@ -38,10 +38,10 @@ import numpy as np
 from scipy.stats import beta
 
 from dpkit._exact import Number, fraction_of
-from dpkit.core.framework import Measurement
-from dpkit.core.losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
+from dpkit.core._framework import Measurement
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckError
-from dpkit.noise.distributions import GridNoise
+from dpkit.noise._distributions import GridNoise
 
 __all__ = ["AuditResult", "audit_measurement", "audit_samples", "audit_samples_zcdp"]
 

@@ -19,7 +19,7 @@ e. **post-processing** — ``make_postprocess`` (and ``measurement >> f``) keep 
 f. **immutability** — setting an attribute raises :class:`dataclasses.FrozenInstanceError`.
 
 A failing check raises :class:`~dpkit.errors.PrivacyCheckError` naming the check (a factory
-that does not build a :class:`~dpkit.core.framework.Measurement` fails every check as
+that does not build a :class:`~dpkit.core._framework.Measurement` fails every check as
 ``'construct'``); :func:`check_mechanism` stops at the first and otherwise returns a
 :class:`ConformanceReport`.
 """
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from dpkit._exact import Number, fraction_of
-from dpkit.core.framework import Measurement, make_postprocess
+from dpkit.core._framework import Measurement, make_postprocess
 from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckError
 from dpkit.testing._audit import AuditResult, audit_measurement
 from dpkit.testing._exact import CheckResult, check_measurement_exact

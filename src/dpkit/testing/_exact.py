@@ -13,7 +13,7 @@ of the mechanism's own privacy map, and compare it with the claim:
   of orders α;
 * :func:`check_finite_pure_dp`, :func:`check_finite_approx_dp`, :func:`check_finite_zcdp` —
   the same notions for mechanisms with finitely many outputs, from exact output probabilities;
-* :func:`check_measurement_exact` — reads a :class:`~dpkit.core.framework.Measurement`'s noise
+* :func:`check_measurement_exact` — reads a :class:`~dpkit.core._framework.Measurement`'s noise
   and claim and dispatches to the right check.
 
 Every check returns a :class:`CheckResult`; ``result.raise_if_failed()`` raises
@@ -37,12 +37,12 @@ from scipy.ndimage import maximum_filter1d, minimum_filter1d
 from scipy.special import logsumexp
 
 from dpkit._exact import Number, fraction_of, sensitivity_of
-from dpkit.core.framework import Measurement
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP
-from dpkit.core.spaces import AbsoluteDistance, L1Distance, L2Distance
+from dpkit.core._framework import Measurement
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP
+from dpkit.core._spaces import AbsoluteDistance, L1Distance, L2Distance
 from dpkit.errors import InvalidParameterError, PrivacyCheckError
-from dpkit.noise.distributions import GridNoise, LatticeNoise, TieredLatticeNoise
-from dpkit.noise.grid import grid_steps
+from dpkit.noise._distributions import GridNoise, LatticeNoise, TieredLatticeNoise
+from dpkit.noise._grid import grid_steps
 
 __all__ = [
     "DEFAULT_ALPHAS",
@@ -199,7 +199,7 @@ def check_tiered_pure_dp(
     it is a property of the distribution's code that the window check samples.
 
     Args:
-        lattice: the noise, following the :class:`~dpkit.noise.distributions.TieredLatticeNoise`
+        lattice: the noise, following the :class:`~dpkit.noise._distributions.TieredLatticeNoise`
             protocol.
         max_shift: the largest distance, in lattice steps, between the two inputs.
         claimed_epsilon: the ε the mechanism claims for that distance.
@@ -707,7 +707,7 @@ def check_measurement_exact(
     this one.
 
     *Additive grid mechanisms* (``measurement.noise`` is a
-    :class:`~dpkit.noise.distributions.GridNoise`: make_laplace, make_geometric, make_gaussian,
+    :class:`~dpkit.noise._distributions.GridNoise`: make_laplace, make_geometric, make_gaussian,
     make_discrete_gaussian): inputs ``d_in`` apart round to lattice points at most
     ``⌈d_in / 2^exponent⌉`` steps apart — the grid sensitivity the mechanisms' maps use — and the
     claim ``measurement.map(d_in)`` is checked for every shift up to that:

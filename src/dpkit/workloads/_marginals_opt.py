@@ -51,10 +51,10 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 
 from dpkit._exact import Number, check_epsilon, check_rho
-from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
+from dpkit.core._losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import integer_input
-from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace, LatticeNoise
+from dpkit.noise._distributions import DiscreteGaussian, DiscreteLaplace, LatticeNoise
 from dpkit.workloads._residual import (
     MarginalRelease,
     _subsets,

@@ -34,13 +34,13 @@ from scipy.optimize import lsq_linear
 from scipy.sparse.linalg import lsmr
 
 from dpkit._exact import Number, check_delta, check_epsilon, check_rho
+from dpkit.core._framework import Measurement, MechanismInfo
+from dpkit.core._losses import ZCDP, PrivacyLoss, PureDP
 from dpkit.core._release import Release
-from dpkit.core.framework import Measurement, MechanismInfo
-from dpkit.core.losses import ZCDP, PrivacyLoss, PureDP
-from dpkit.core.spaces import AtomDomain, L1Distance, VectorDomain
+from dpkit.core._spaces import AtomDomain, L1Distance, VectorDomain
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._additive import integer_input
-from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace, LatticeNoise
+from dpkit.noise._distributions import DiscreteGaussian, DiscreteLaplace, LatticeNoise
 from dpkit.workloads._ops import (
     DEFAULT_MAX_BYTES,
     Workload,

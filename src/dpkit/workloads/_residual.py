@@ -41,11 +41,11 @@ from typing import Any, Literal
 import numpy as np
 
 from dpkit._exact import Number, check_rho
+from dpkit.core._losses import ZCDP, PrivacyLoss
 from dpkit.core._release import Release
-from dpkit.core.losses import ZCDP, PrivacyLoss
 from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckError
 from dpkit.mechanisms._additive import integer_input
-from dpkit.noise.distributions import DiscreteGaussian
+from dpkit.noise._distributions import DiscreteGaussian
 
 __all__ = ["MarginalRelease", "ResidualPlan", "plan_residuals"]
 

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from dpkit.core.framework import Measurement
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP
-from dpkit.noise.distributions import DiscreteLaplace
+from dpkit.core._framework import Measurement
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP
+from dpkit.noise._distributions import DiscreteLaplace
 from dpkit.testing._exact import (
     DEFAULT_ALPHAS,
     CheckResult,

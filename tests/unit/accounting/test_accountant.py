@@ -8,7 +8,7 @@ import pytest
 
 from dpkit.accounting import Accountant
 from dpkit.core import Release
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 from dpkit.ledger import BudgetMonitor, Ledger, UnknownBudgetError
 from dpkit.mechanisms import make_laplace

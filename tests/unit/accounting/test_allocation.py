@@ -15,7 +15,7 @@ from dpkit.accounting import (
     explicit_split,
     weighted_split,
 )
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP, compose
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP, compose
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 
 

@@ -18,7 +18,7 @@ from dpkit.accounting import (
     sequential_composition,
     zcdp_composition,
 )
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP
 from dpkit.errors import InvalidParameterError
 
 

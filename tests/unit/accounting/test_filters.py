@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from dpkit.accounting import AdvancedFilter, BasicFilter, PrivacyOdometer, ZCDPFilter
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 
 

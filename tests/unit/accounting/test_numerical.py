@@ -27,7 +27,7 @@ from dpkit.accounting import (
     self_composed,
     zcdp_epsilon,
 )
-from dpkit.core.losses import ZCDP
+from dpkit.core._losses import ZCDP
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 

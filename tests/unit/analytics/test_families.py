@@ -9,10 +9,10 @@ from fractions import Fraction
 
 import pytest
 
-from dpkit.analytics import query
+from dpkit.analytics import _query as query
 from dpkit.analytics._families import Family, Form, add_family, families, family_of, forms
-from dpkit.analytics.planner.registry import register_family, registered
-from dpkit.analytics.querytext import parse_query
+from dpkit.analytics._planner._registry import register_family, registered
+from dpkit.analytics._querytext import parse_query
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 

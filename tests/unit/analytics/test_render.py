@@ -12,10 +12,10 @@ from rich.console import Console
 
 from dpkit._format import format_loss, friendly, human_number
 from dpkit.analytics import Session, count
+from dpkit.analytics._querytext import parse_query
 from dpkit.analytics._render import column_decimals, format_column, render_release
-from dpkit.analytics.querytext import parse_query
-from dpkit.analytics.results import Accuracy, TableRelease, post_process
-from dpkit.core.losses import ApproxDP, PureDP
+from dpkit.analytics._results import Accuracy, TableRelease, post_process
+from dpkit.core._losses import ApproxDP, PureDP
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import dpkit as dp
-import dpkit.analytics.sample_aggregate as sa_module
+import dpkit.analytics._sample_aggregate as sa_module
 from dpkit.analytics import Session, col
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.testing import add_one_unit, audit_samples, check_session_failures
@@ -251,11 +251,11 @@ def test_engine_error_after_reservation_stays_charged(monkeypatch: pytest.Monkey
 
 
 def test_rho_budget_is_charged_as_zcdp() -> None:
-    session = _session(_table(), budget=dp.core.losses.ZCDP(1))
+    session = _session(_table(), budget=dp.ZCDP(1))
     release = session.sample_and_aggregate(
         _mean_x, columns=["x"], output_range=(0, 10), n_range=(60, 60), m=4, rho=0.5
     )
-    assert isinstance(release.loss, dp.core.losses.ZCDP)
+    assert isinstance(release.loss, dp.ZCDP)
     assert release.loss.rho <= 0.5
 
 

@@ -27,7 +27,7 @@ from dpkit.analytics import (
     workload,
 )
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.engines import PandasEngine
+from dpkit.analytics._engines import PandasEngine
 from dpkit.errors import (
     BudgetExceededError,
     DPError,

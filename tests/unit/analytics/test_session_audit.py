@@ -19,8 +19,8 @@ import pytest
 import dpkit as dp
 from dpkit.analytics import Query, count, mean
 from dpkit.analytics import sum as dp_sum
-from dpkit.analytics.engines import PandasEngine
-from dpkit.analytics.planner import compile_query
+from dpkit.analytics._engines import PandasEngine
+from dpkit.analytics._planner import compile_query
 from dpkit.testing import audit_samples
 
 A = pd.DataFrame(

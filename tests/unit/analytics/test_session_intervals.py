@@ -13,6 +13,9 @@ import pytest
 import dpkit as dp
 from dpkit.analytics import Query, Session, count
 from dpkit.analytics import sum as dp_sum
+from dpkit.analytics._engines import PandasEngine
+from dpkit.analytics._engines._base import project_to_ranges
+from dpkit.analytics._planner import compile_query
 from dpkit.analytics._valueset import (
     MAX_FOLD,
     choose_noise,
@@ -21,12 +24,9 @@ from dpkit.analytics._valueset import (
     magnitudes,
     merge_ranges,
 )
-from dpkit.analytics.engines import PandasEngine
-from dpkit.analytics.engines.base import project_to_ranges
-from dpkit.analytics.planner import compile_query
 from dpkit.errors import InvalidParameterError
 from dpkit.ledger import Ledger
-from dpkit.mechanisms.ladder import LadderLattice, check_ladder_privacy
+from dpkit.mechanisms._ladder_mechanism import LadderLattice, check_ladder_privacy
 from dpkit.testing import audit_samples
 
 PAY = [(2_500, 3_000), (16_000, 17_500)]  # a polarised pay scale: two grades, nobody between

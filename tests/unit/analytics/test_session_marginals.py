@@ -172,9 +172,9 @@ def test_edges_release_without_data_dependent_errors(engine: str, case: str) -> 
 
 
 def test_histogram_counts_only_declared_values_and_bounds_units() -> None:
-    from dpkit.analytics.planner import _rows_by_group
-    from dpkit.analytics.planner.families.marginals import plan_marginals
-    from dpkit.analytics.planner.noise import Share
+    from dpkit.analytics._planner import _rows_by_group
+    from dpkit.analytics._planner._noise import Share
+    from dpkit.analytics._planner.families._marginals import plan_marginals
 
     df = _edge_tables()["heavy"]
     session = Session(df, privacy_unit="uid", budget=dp.ZCDP(1), max_rows=2)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from dpkit.cli.budget import budget_app
-from dpkit.core.losses import ApproxDP, PureDP
+from dpkit.core._losses import ApproxDP, PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 
 runner = CliRunner()

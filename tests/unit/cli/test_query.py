@@ -12,9 +12,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from dpkit.analytics import Session, count_distinct_units
-from dpkit.analytics.querytext import parse_query
+from dpkit.analytics._querytext import parse_query
 from dpkit.cli.query import query_command
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.demos.analytics import payroll_demo, payroll_table
 from dpkit.errors import UnsupportedQueryError
 
@@ -36,7 +36,7 @@ def payroll_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def ledger(tmp_path: Path) -> Path:
-    from dpkit.core.losses import PureDP
+    from dpkit.core._losses import PureDP
     from dpkit.ledger import BudgetMonitor, Ledger
 
     path = tmp_path / "ledger.sqlite"

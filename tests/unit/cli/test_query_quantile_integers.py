@@ -27,7 +27,7 @@ def other() -> None:  # keeps "query" a sub-command, as in the main app
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[Path, Path]:
-    from dpkit.core.losses import PureDP
+    from dpkit.core._losses import PureDP
     from dpkit.ledger import BudgetMonitor, Ledger
 
     rng = np.random.default_rng(0)

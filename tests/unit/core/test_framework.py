@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import dpkit as dp
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.transformations import make_bounded_sum, make_clamp, make_count
 
 

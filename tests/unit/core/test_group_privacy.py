@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from dpkit._exact import exp_upper
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP, group_privacy
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP, group_privacy
 from dpkit.errors import InvalidParameterError
 
 

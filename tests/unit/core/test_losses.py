@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 import dpkit as dp
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP, compose, parallel
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP, compose, parallel
 
 
 def test_floats_are_read_as_the_decimal_the_user_typed() -> None:

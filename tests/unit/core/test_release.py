@@ -12,7 +12,7 @@ import pytest
 import dpkit
 import dpkit.accounting
 import dpkit.analytics
-import dpkit.analytics.query
+import dpkit.analytics._query
 import dpkit.workloads
 from dpkit.accounting import Accountant
 from dpkit.analytics import Session, TableRelease, count
@@ -89,8 +89,8 @@ def test_releases_are_frozen() -> None:
 def test_workload_names_one_thing() -> None:
     """``dpkit.workloads.Workload`` is the matrix mechanism's workload; the analytics
     aggregation that :func:`dpkit.analytics.workload` builds is ``LinearQueries``."""
-    assert not hasattr(dpkit.analytics.query, "Workload")
-    assert "Workload" not in dpkit.analytics.query.__all__
+    assert not hasattr(dpkit.analytics._query, "Workload")
+    assert "Workload" not in dpkit.analytics._query.__all__
     agg = dpkit.analytics.workload([[1, 1]], name="w")
-    assert type(agg) is dpkit.analytics.query.LinearQueries
+    assert type(agg) is dpkit.analytics._query.LinearQueries
     assert not isinstance(agg, dpkit.workloads.Workload)

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import pytest
 
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import InvalidParameterError
 from dpkit.ledger import AlertEvent, BudgetMonitor, Ledger
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.ledger import (
     BudgetMonitor,

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 from dpkit.ledger import (
     BudgetMonitor,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import dpkit.ledger._ledger as ledger_module
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 from dpkit.ledger._postgres import PostgresStore
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import dpkit.ledger._ledger as ledger_module
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.ledger import BudgetMonitor, Ledger
 from dpkit.ledger._postgres import PostgresStore
 from dpkit.ledger._store import GroupCommitStore, _Request

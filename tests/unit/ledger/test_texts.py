@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import InvalidParameterError
 from dpkit.ledger import BudgetMonitor, Ledger
 

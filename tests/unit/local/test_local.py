@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpkit import local
-from dpkit.core.losses import ApproxDP
+from dpkit.core._losses import ApproxDP
 from dpkit.errors import DomainMismatchError, InvalidDataError, InvalidParameterError
 from dpkit.local._numeric import _NumericMean
 from dpkit.testing import check_finite_pure_dp

@@ -20,7 +20,7 @@ from fractions import Fraction
 import mpmath as mp
 import pytest
 
-from dpkit.core.losses import ApproxDP
+from dpkit.core._losses import ApproxDP
 from dpkit.local import shuffle_amplification
 
 DELTAS = [Fraction(1, 10**3), Fraction(1, 10**6), Fraction(1, 10**9)]

@@ -1,4 +1,4 @@
-"""dpkit.mechanisms.exponential: exact selection samplers and their privacy claims."""
+"""dpkit.mechanisms._exponential: exact selection samplers and their privacy claims."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpkit.core.framework import Measurement
-from dpkit.core.losses import PureDP
-from dpkit.core.spaces import AbsoluteDistance
+from dpkit.core._framework import Measurement
+from dpkit.core._losses import PureDP
+from dpkit.core._spaces import AbsoluteDistance
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.mechanisms import exponential as ex
-from dpkit.mechanisms.exponential import (
+from dpkit.mechanisms import _exponential as ex
+from dpkit.mechanisms._exponential import (
     exponential_utility_bound,
     make_exponential,
     make_permute_and_flip,

@@ -25,9 +25,9 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 import dpkit as dp
-from dpkit.core.framework import Measurement
-from dpkit.mechanisms.gaussian import analytic_gaussian_sigma
-from dpkit.noise.distributions import DiscreteGaussian
+from dpkit.core._framework import Measurement
+from dpkit.mechanisms._gaussian import analytic_gaussian_sigma
+from dpkit.noise._distributions import DiscreteGaussian
 
 TOLERANCE = 1e-3
 

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpkit.core.losses import PureDP
-from dpkit.core.spaces import SymmetricDistance
+from dpkit.core._losses import PureDP
+from dpkit.core._spaces import SymmetricDistance
 from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckError
-from dpkit.mechanisms.ladder import (
+from dpkit.mechanisms._ladder_mechanism import (
     LadderLattice,
     check_ladder_privacy,
     ladder_density,
@@ -24,8 +24,8 @@ from dpkit.mechanisms.ladder import (
     make_sum_in_intervals,
     normalize_neighbor_set,
 )
-from dpkit.mechanisms.staircase import staircase_expected_abs, staircase_optimal_gamma
-from dpkit.noise.grid import grid_spacing
+from dpkit.mechanisms._staircase import staircase_expected_abs, staircase_optimal_gamma
+from dpkit.noise._grid import grid_spacing
 
 V1 = [(0, 1), (1000, 1001)]
 V5 = [(0, 1), (100, 101)]
@@ -384,7 +384,7 @@ def test_continuous_density_summaries() -> None:
 
 # ------------------------------------------------------------------ batches of queries (k = 2)
 def test_vector_ladder_splits_the_budget_and_composes() -> None:
-    from dpkit.mechanisms.ladder import make_ladder_vector
+    from dpkit.mechanisms._ladder_mechanism import make_ladder_vector
 
     m = make_ladder_vector([V1, [(0, 10)]], 2)
     assert m.loss == PureDP(2) and m.map(2) == PureDP(4)
@@ -413,7 +413,7 @@ def test_vector_ladder_splits_the_budget_and_composes() -> None:
     ],
 )
 def test_vector_ladder_refuses_bad_input(kwargs: dict[str, Any]) -> None:
-    from dpkit.mechanisms.ladder import make_ladder_vector
+    from dpkit.mechanisms._ladder_mechanism import make_ladder_vector
 
     with pytest.raises(InvalidParameterError):
         make_ladder_vector(epsilon=1, **kwargs)

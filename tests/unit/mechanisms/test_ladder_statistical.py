@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from dpkit.mechanisms.ladder import LadderLattice, make_discrete_ladder, make_ladder
+from dpkit.mechanisms._ladder_mechanism import LadderLattice, make_discrete_ladder, make_ladder
 
 CASES: dict[str, Callable[[], Any]] = {
     "V1, eps=1": lambda: make_ladder([(0, 1), (1000, 1001)], 1),

@@ -1,4 +1,4 @@
-"""dpkit.mechanisms.randomized_response: claims, exact sampling, estimators, the seed survey."""
+"""dpkit.mechanisms._randomized_response: claims, exact sampling, estimators, the seed survey."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpkit.core.losses import PureDP
-from dpkit.core.spaces import ChangeOneDistance
+from dpkit.core._losses import PureDP
+from dpkit.core._spaces import ChangeOneDistance
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.mechanisms import randomized_response as rr
-from dpkit.mechanisms.randomized_response import (
+from dpkit.mechanisms import _randomized_response as rr
+from dpkit.mechanisms._randomized_response import (
     Estimate,
     estimate_frequencies,
     estimate_proportion,

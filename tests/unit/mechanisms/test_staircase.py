@@ -12,18 +12,18 @@ import pytest
 from scipy import integrate, optimize, stats
 
 import dpkit.noise._exact as exact_noise
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.mechanisms import staircase as staircase_module
-from dpkit.mechanisms.staircase import (
+from dpkit.mechanisms import _staircase as staircase_module
+from dpkit.mechanisms._staircase import (
     DiscreteStaircase,
     make_staircase,
     staircase_expected_abs,
     staircase_optimal_gamma,
     staircase_variance,
 )
-from dpkit.noise.distributions import GridNoise, TieredLatticeNoise
-from dpkit.noise.grid import grid_spacing
+from dpkit.noise._distributions import GridNoise, TieredLatticeNoise
+from dpkit.noise._grid import grid_spacing
 
 P_THRESHOLD = 1e-6  # goodness-of-fit tests fail only below this p-value: not flaky
 BAD_COST: Any = "linf"

@@ -8,7 +8,7 @@ realise that: coordinate i of x sits just below a half step ((1/2 - η/2)·g) an
 1/(2c) for L1; for L2 the largest η with c·(j + η)² <= (Δ/g)², j = ⌊Δ/(g√c)⌋).
 
 The realised loss is computed exactly from the lattice, from the rounded indices
-(:func:`dpkit.noise.grid.to_grid`) and the declared noise:
+(:func:`dpkit.noise._grid.to_grid`) and the declared noise:
 
 * Laplace (discrete Laplace of scale t on the lattice, independent coordinates): the pure loss
   between the two output distributions is exactly Σ|n_i - n'_i|/t. It must be at most the
@@ -32,9 +32,9 @@ import numpy as np
 import pytest
 
 import dpkit as dp
-from dpkit.core.framework import Measurement
-from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace
-from dpkit.noise.grid import to_grid
+from dpkit.core._framework import Measurement
+from dpkit.noise._distributions import DiscreteGaussian, DiscreteLaplace
+from dpkit.noise._grid import to_grid
 
 
 def _pair(exponent: int, js: list[int], eta: Fraction) -> tuple[np.ndarray, np.ndarray]:

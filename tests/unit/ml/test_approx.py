@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from dpkit.analytics import Session
-from dpkit.core.losses import ZCDP, ApproxDP
+from dpkit.core._losses import ZCDP, ApproxDP
 from dpkit.errors import InvalidParameterError
 from dpkit.ledger import Ledger
 from dpkit.ml import KMeans, fit_kmeans

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from dpkit.core.losses import PureDP
+from dpkit.core._losses import PureDP
 from dpkit.demos.ml import run_ml_demo
 
 pytestmark = pytest.mark.usefixtures("seeded")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from dpkit.core.losses import ZCDP, PureDP
+from dpkit.core._losses import ZCDP, PureDP
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
 from dpkit.ledger import Ledger
 from dpkit.ml import KMeans

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from dpkit.core.losses import ZCDP, PureDP
+from dpkit.core._losses import ZCDP, PureDP
 from dpkit.errors import BudgetExceededError, InvalidDataError, InvalidParameterError
 from dpkit.ledger import Ledger
 from dpkit.ml import LinearRegression

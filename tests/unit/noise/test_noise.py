@@ -12,7 +12,7 @@ import pytest
 
 from dpkit import noise
 from dpkit.noise import _exact
-from dpkit.noise.grid import choose_exponent, from_grid, grid_steps, to_grid
+from dpkit.noise._grid import choose_exponent, from_grid, grid_steps, to_grid
 
 
 def _draw_both_ways(seed: int, draw: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +107,7 @@ def test_grid_saturates_values_it_cannot_represent() -> None:
     """Regression (edges review): values beyond the grid's range saturate instead of raising, so
     neighbours straddling the edge both release; only NaN (never a neighbour) is refused."""
     from dpkit.errors import InvalidDataError
-    from dpkit.noise.grid import SATURATION
+    from dpkit.noise._grid import SATURATION
 
     assert to_grid([2.0**60], 0).tolist() == [2**60]
     assert to_grid([2.0**70, float("inf"), -float("inf")], 0).tolist() == [

@@ -22,10 +22,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpkit.core.losses import ZCDP
+from dpkit.core._losses import ZCDP
 from dpkit.sensitivity import make_smooth_sensitivity
-from dpkit.sensitivity.bun_steinke import asn_lipschitz_upper, calibrate
-from dpkit.sensitivity.variance import variance_ak_scaled
+from dpkit.sensitivity._bun_steinke import asn_lipschitz_upper, calibrate
+from dpkit.sensitivity._variance import variance_ak_scaled
 from dpkit.testing import audit_samples_zcdp
 
 

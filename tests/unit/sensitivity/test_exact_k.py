@@ -9,7 +9,7 @@ problem (values anywhere in [L, U]):
   one substituted value v, piecewise linear and monotone (range: also constant in between),
   monotone, and a quadratic (b − m)² − (a − m)² (m = mean of the others) respectively, so the
   largest |change| is at v ∈ {L, U}, or v = m for the variance, which the reference adds exactly.
-* The k-ball: the proofs in ``dpkit.sensitivity.local`` (and docs/sensitivity.md §2) show a
+* The k-ball: the proofs in ``dpkit.sensitivity._local`` (and docs/sensitivity.md §2) show a
   maximising y moves each substituted value to L or U (both in D) and keeps the others at data
   values. If some maximiser needed a value strictly inside (L, U), the reference, which also
   tries every value of D, would still give at most the true A^(k), and the finer-grid test below
@@ -24,7 +24,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from dpkit.sensitivity import distance_k_sensitivity, local, smooth_sensitivity
+from dpkit.sensitivity import _local as local
+from dpkit.sensitivity import distance_k_sensitivity, smooth_sensitivity
 from dpkit.sensitivity._data import Bounds, make_statistic, prepare
 
 L, U = 0.0, 6.0

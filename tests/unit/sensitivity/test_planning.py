@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpkit.errors import InvalidParameterError
-from dpkit.sensitivity.planning import choose_quantile_method, make_quantile
+from dpkit.sensitivity._planning import choose_quantile_method, make_quantile
 
 
 def test_default_method_from_public_parameters() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpkit.errors import DPError, InvalidParameterError
-from dpkit.sensitivity.sample_aggregate import assign_blocks, choose_m, make_sample_and_aggregate
+from dpkit.sensitivity._sample_aggregate import assign_blocks, choose_m, make_sample_and_aggregate
 
 BASE: dict[str, Any] = {
     "m": 4,
@@ -137,7 +137,7 @@ def test_vector_output_regression_slope() -> None:
 
 def test_duckdb_blocks_match_numpy_semantics() -> None:
     duckdb = pytest.importorskip("duckdb")
-    from dpkit.sensitivity.sample_aggregate import DuckDBBlocks
+    from dpkit.sensitivity._sample_aggregate import DuckDBBlocks
 
     con = duckdb.connect()
     con.execute(
@@ -153,7 +153,7 @@ def test_duckdb_blocks_match_numpy_semantics() -> None:
     assert np.isfinite(m(source)).all()
     # every unit's rows land in one block: per-block row counts are multiples of 3
     table, bounds = __import__(
-        "dpkit.sensitivity.sample_aggregate", fromlist=["_duckdb_blocks"]
+        "dpkit.sensitivity._sample_aggregate", fromlist=["_duckdb_blocks"]
     )._duckdb_blocks(DuckDBBlocks(con, "t", "unit", ("unit",)), 10)
     for b in range(10):
         units = table[bounds[b] : bounds[b + 1]]

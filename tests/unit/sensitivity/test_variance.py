@@ -1,4 +1,4 @@
-"""The variance released with smooth sensitivity (dpkit.sensitivity.variance), checked exactly.
+"""The variance released with smooth sensitivity (dpkit.sensitivity._variance), checked exactly.
 
 * The released function is the variance of the values clamped and rounded to the public grid,
   computed in exact integer arithmetic: it equals Fraction arithmetic on the rounded values.
@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 from dpkit.errors import InvalidParameterError
-from dpkit.sensitivity import local, make_smooth_sensitivity, smooth_sensitivity
+from dpkit.sensitivity import _local as local
+from dpkit.sensitivity import make_smooth_sensitivity, smooth_sensitivity
 from dpkit.sensitivity._data import Bounds
-from dpkit.sensitivity.variance import (
+from dpkit.sensitivity._variance import (
     grid_values,
     variance_ak_scaled,
     variance_smooth_sensitivity,

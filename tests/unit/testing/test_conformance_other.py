@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 
 import dpkit as dp
-from dpkit.core.framework import Measurement, make_postprocess
-from dpkit.core.losses import PureDP
+from dpkit.core._framework import Measurement, make_postprocess
+from dpkit.core._losses import PureDP
 from dpkit.errors import InvalidDataError, InvalidParameterError, PrivacyCheckError
 from dpkit.testing import (
     AuditResult,

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import dpkit as dp
-from dpkit.core.framework import Measurement, MechanismInfo, make_postprocess
-from dpkit.core.losses import ZCDP, ApproxDP, PureDP
-from dpkit.core.spaces import AtomDomain, SymmetricDistance
+from dpkit.core._framework import Measurement, MechanismInfo, make_postprocess
+from dpkit.core._losses import ZCDP, ApproxDP, PureDP
+from dpkit.core._spaces import AtomDomain, SymmetricDistance
 from dpkit.errors import InvalidParameterError, PrivacyCheckError
-from dpkit.noise.distributions import DiscreteGaussian, DiscreteLaplace
+from dpkit.noise._distributions import DiscreteGaussian, DiscreteLaplace
 from dpkit.testing import (
     CheckResult,
     check_finite_approx_dp,

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from dpkit.core.losses import ZCDP, PureDP
+from dpkit.core._losses import ZCDP, PureDP
 from dpkit.errors import InvalidParameterError
 from dpkit.workloads import (
     Marginals,
@@ -60,7 +60,7 @@ def test_between_residual_planner_optimum_and_exact_release():
 
 
 def _noise_free(monkeypatch):
-    import dpkit.noise.distributions as d
+    import dpkit.noise._distributions as d
 
     monkeypatch.setattr(d.DiscreteGaussian, "sample", lambda self, n: np.zeros(n, np.int64))
 

@@ -10,7 +10,7 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Session
-from dpkit.analytics.query import workload
+from dpkit.analytics._query import workload
 from dpkit.workloads._session import optimised_workload
 
 N = 32

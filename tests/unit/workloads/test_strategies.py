@@ -174,7 +174,7 @@ def test_residual_release_loss_with_contributions_is_exact() -> None:
     """ResidualPlan.release(contributions=c) scales each residual's noise to c²σ_A²: its
     reported loss (the plan's) must pass the exact per-marginal check at shift c, and fail it at
     c + 1 (the check can fail); it used to report c² times the loss."""
-    from dpkit.noise.distributions import DiscreteGaussian
+    from dpkit.noise._distributions import DiscreteGaussian
     from dpkit.workloads import verify_marginals_exact
 
     c = 3

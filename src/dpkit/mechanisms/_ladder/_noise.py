@@ -95,7 +95,7 @@ class LadderLattice:
 
     L is the ladder level of ``levels`` (multiplied out by ``scale``: the noise is ``scale``
     times a ladder on the integers; integers that are not multiples of ``scale`` are never
-    drawn). It follows the :class:`~dpkit.noise.distributions.TieredLatticeNoise` protocol:
+    drawn). It follows the :class:`~dpkit.noise._distributions.TieredLatticeNoise` protocol:
     ``rate`` ε, ``level``, and the periodic tail L(k + period) = L(k) + 1 for k >= tail_start.
 
     Compared by identity (the level sets are large arrays).

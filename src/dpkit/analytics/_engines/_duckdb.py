@@ -1,0 +1,330 @@
+"""The DuckDB engine (the default): runs the compiled SQL on an in-process DuckDB connection.
+
+Sources: a CSV or Parquet path (read in place), a pandas DataFrame, an Arrow table, a Polars
+frame (through Arrow) or a DuckDB relation. Each engine uses its own connection and registers the
+source under a generated view name; user text never reaches SQL except as quoted identifiers and
+literals built by sqlglot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
+from sqlglot import exp
+
+from dpkit.analytics._engines._base import BoundedPlan, Step
+from dpkit.analytics._engines._blocks import rows_select, split_sorted
+from dpkit.analytics._engines._columns import (
+    check_declared_schema,
+    csv_header,
+    floor_arrow_temporal,
+    floor_sql_temporal,
+    is_parquet_path,
+    kind_of_arrow,
+    kind_of_pandas,
+    pandas_float_columns,
+    prepare_pandas,
+    resolve_kinds,
+)
+from dpkit.analytics._engines._csv import StrictCSV
+from dpkit.analytics._engines._heavy import (
+    MAX_RANGE,
+    arrow_candidates,
+    candidate_threshold,
+    heavy_candidates,
+    unit_is_raw,
+)
+from dpkit.analytics._engines._sql import build_query, ident, sql_text
+from dpkit.analytics._expr import ColumnKind
+from dpkit.errors import InvalidDataError
+
+__all__ = ["DuckDBEngine"]
+
+_IN_LIST = 256
+"""Up to this many candidate units are written into the SQL as an IN list; more are registered
+as an Arrow table and semi-joined."""
+
+
+def _threads() -> int:
+    value = os.environ.get("DPKIT_DUCKDB_THREADS")
+    return int(value) if value and value.isdigit() and int(value) > 0 else 0
+
+
+class DuckDBEngine:
+    """Runs bounded plans with DuckDB.
+
+    Column kinds come from the source's metadata (a pandas frame's dtypes, an Arrow or Parquet
+    schema; every CSV column is text) and the declared ``schema``, never from the values: a CSV
+    file is read with every column as text (nothing is sniffed from its rows) and declared
+    columns are converted in the query, where a value that does not parse becomes NULL; a
+    pandas ``object`` column is converted in Python, by the same rules, when a plan first runs.
+    """
+
+    name = "duckdb"
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        schema: Mapping[str, str] | None = None,
+    ) -> None:
+        self._own = connection is None
+        self._con = connection if connection is not None else duckdb.connect(":memory:")
+        if _threads():
+            self._con.execute(f"SET threads = {_threads()}")
+        if self._own:
+            # timestamps with a time zone compare with (naive) temporal keys in UTC, as in the
+            # reference engine (engines._columns.canonical)
+            with contextlib.suppress(duckdb.Error):  # DuckDB built without ICU: no time zones
+                self._con.execute("SET TimeZone = 'UTC'")
+        self._view = f"dpkit_src_{secrets.token_hex(8)}"
+        self._keepalive: Any = None
+        self._integers: set[str] = set()  # columns stored as integers
+        self._csv: StrictCSV | None = None  # a CSV file is checked before a plan reads it
+        # a pandas source is registered when a plan first runs (see _prepare_pandas)
+        self._pandas: Any = source if isinstance(source, pd.DataFrame) else None
+        declared = check_declared_schema(schema)
+        self._source_sql, storage, floats = self._register(source)
+        self._columns = list(storage)
+        self._schema, self._conversions = resolve_kinds(storage, declared)
+        self._floats = floats
+        if self._pandas is not None:
+            # converted in Python when first run (prepare_pandas): the view holds the kinds
+            self._conversions = {}
+            self._floats = pandas_float_columns(self._pandas, self._schema)
+
+    def _register(self, source: Any) -> tuple[exp.Expr, dict[str, ColumnKind], set[str]]:
+        """The source as a table expression, its stored kinds and its float columns."""
+        if isinstance(source, str | Path):
+            path = str(source)
+            if not Path(path).exists():
+                raise InvalidDataError("source", f"no file at {path!r}")
+            if is_parquet_path(path):
+                call = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(path)])
+                return self._described(self._floored(exp.Table(this=call)))
+            header = csv_header(path)
+            self._csv = StrictCSV(path, len(header))
+            return (
+                exp.Table(this=_read_csv_as_text(path, header)),
+                dict.fromkeys(header, "string"),
+                set(),
+            )
+        if isinstance(source, pd.DataFrame):
+            storage = {str(n): kind_of_pandas(t) for n, t in source.dtypes.items()}
+            return exp.Table(this=ident(self._view)), storage, set()
+        if isinstance(source, duckdb.DuckDBPyRelation):
+            source = source.to_arrow_table()
+        elif hasattr(source, "to_arrow") and not isinstance(source, pa.Table):
+            source = source.to_arrow()  # Polars
+        if isinstance(source, pa.Table):
+            source = floor_arrow_temporal(source)  # group on the key that is released
+        self._keepalive = source
+        self._con.register(self._view, source)
+        return self._described(exp.Table(this=ident(self._view)))
+
+    def _floored(self, table: exp.Expr) -> exp.Expr:
+        """``table``, with nanosecond temporal columns floored to microseconds in a view (the
+        key grouped is the key released: see ``floor_arrow_temporal``)."""
+        described = self._con.sql(exp.select(exp.Star()).from_(table.copy()).limit(0).sql("duckdb"))
+        replaced = []
+        for name, sql_type in zip(described.columns, described.types, strict=True):
+            template = floor_sql_temporal(str(sql_type))
+            if template is not None:
+                quoted = ident(name).sql("duckdb")
+                replaced.append(f"{template.format(c=quoted)} AS {quoted}")
+        if not replaced:
+            return table
+        view = f"{self._view}_floored"
+        source = table.sql("duckdb")
+        self._con.execute(
+            f"CREATE TEMP VIEW {view} AS SELECT * REPLACE ({', '.join(replaced)}) FROM {source}"
+        )
+        return exp.Table(this=ident(view))
+
+    def _described(self, table: exp.Expr) -> tuple[exp.Expr, dict[str, ColumnKind], set[str]]:
+        described = self._con.sql(exp.select(exp.Star()).from_(table.copy()).limit(0).sql("duckdb"))
+        arrow_schema = described.to_arrow_table().schema
+        storage = {field.name: kind_of_arrow(field.type) for field in arrow_schema}
+        floats = {field.name for field in arrow_schema if pa.types.is_floating(field.type)}
+        self._integers = {field.name for field in arrow_schema if pa.types.is_integer(field.type)}
+        return table, storage, floats
+
+    def _prepare_pandas(self) -> None:
+        """Register a pandas source (on first use): columns whose dtype does not carry their
+        kind (``object``, or declared otherwise) are converted in Python, never failing."""
+        if self._pandas is None or self._keepalive is not None:
+            return
+        frame = prepare_pandas(self._pandas, self._schema)
+        self._integers = {
+            str(name)
+            for name, dtype in frame.dtypes.items()
+            if pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+        }
+        self._keepalive = frame
+        self._con.register(self._view, frame)
+
+    def schema(self) -> dict[str, ColumnKind]:
+        return dict(self._schema)
+
+    def sql(self, plan: BoundedPlan, candidates: exp.Expr | None = None) -> str:
+        """The SQL text that :meth:`run` executes (for inspection and tests); ``candidates``
+        as in :func:`~dpkit.analytics._engines._sql.build_query`."""
+        query = build_query(
+            plan,
+            self._source_sql.copy(),
+            self._columns,
+            self._schema,
+            self._floats,
+            "duckdb",
+            self._conversions,
+            candidates,
+            self._integers,
+        )
+        return sql_text(query, "duckdb")  # a fresh tree: no copy needed
+
+    def check(self, plan: BoundedPlan) -> None:
+        """Write the plan's SQL (public: no data is read), before anything is reserved: a plan
+        the generator cannot write is refused (:func:`~.sql.sql_text`)."""
+        self.sql(plan)
+
+    def check_blocks(self, steps: tuple[Step, ...], unit: str, columns: Sequence[str]) -> None:
+        """Write the blocks' SQL before anything is reserved (see :meth:`check`)."""
+        self._prepare_pandas()
+        source = self._source_sql.copy()
+        sql_text(rows_select(self, source, steps, unit, columns, 2, 0, "duckdb"), "duckdb")
+
+    def blocks(
+        self,
+        steps: tuple[Step, ...],
+        unit: str,
+        columns: Sequence[str],
+        m: int,
+        salt: int,
+        call: Any,
+    ) -> np.ndarray:
+        """Sample-and-aggregate: ``hash(unit, salt) % m`` in SQL, rows ordered by block, cut
+        into per-block frames for ``call`` (:mod:`dpkit.analytics._blocks`)."""
+        self._prepare_pandas()
+        select = rows_select(self, self._source_sql.copy(), steps, unit, columns, m, salt, "duckdb")
+        ordered = select.order_by(exp.column("__dpkit_block", quoted=True))
+        frame = self._con.sql(sql_text(ordered, "duckdb")).to_arrow_table().to_pandas()
+        blocks = frame["__dpkit_block"].to_numpy(dtype=np.int64)
+        return split_sorted(frame, blocks, m, call, columns)
+
+    def run(self, plan: BoundedPlan) -> pa.Table:
+        if self._csv is not None:
+            self._csv.ensure()  # the whole file, strictly, or UnreadableDataError
+        self._prepare_pandas()
+        candidates = self._candidates(plan)
+        view = None
+        predicate: exp.Expr | None = None
+        if candidates is not None:
+            if candidates.size == 0:
+                predicate = exp.false()
+            elif candidates.size <= _IN_LIST:
+                predicate = exp.In(
+                    this=exp.column("__u", quoted=True),
+                    expressions=[exp.Literal.number(int(u)) for u in candidates],
+                )
+            else:
+                view = f"{self._view}_heavy"
+                self._con.register(view, pa.table({"__u": candidates}))
+                sub = exp.select(exp.column("__u", quoted=True)).from_(exp.to_table(view))
+                predicate = exp.In(this=exp.column("__u", quoted=True), query=sub.subquery())
+        try:
+            result: pa.Table = self._con.sql(self.sql(plan, predicate)).to_arrow_table()
+        finally:
+            if view is not None:
+                self._con.unregister(view)
+        return result
+
+    def _candidates(self, plan: BoundedPlan) -> Any:
+        """The units that may exceed a bound (a sorted int64 array, a superset of those that
+        do: see :mod:`dpkit.analytics._engines._heavy`), or None when they cannot be found
+        more cheaply than by the query's own per-unit aggregate."""
+        self._prepare_pandas()
+        threshold = candidate_threshold(plan)
+        unit = plan.unit
+        if threshold is None or not unit_is_raw(plan) or unit in self._conversions:
+            return None
+        if isinstance(self._keepalive, pa.Table):
+            return arrow_candidates(self._keepalive.column(unit), threshold)
+        try:
+            return self._candidates_from_sql(unit, threshold)
+        except MemoryError:
+            return None  # the exact check over every unit: same result (see _heavy)
+
+    def _candidates_from_sql(self, unit: str, threshold: int) -> Any:
+        """:meth:`_candidates` for a source DuckDB reads (a file, a pandas frame): the unit's
+        range first, then its values streamed in batches."""
+        ref = exp.column(unit, quoted=True)
+        source = self._source_sql.copy()
+        probe = self._con.sql(exp.select(ref).from_(source.copy()).limit(0).sql("duckdb"))
+        if not pa.types.is_integer(probe.to_arrow_table().schema.field(0).type):
+            return None
+        bounds = exp.select(exp.Min(this=ref.copy()), exp.Max(this=ref.copy())).from_(source.copy())
+        low, high = self._con.sql(bounds.sql("duckdb")).fetchall()[0]
+        if low is None or high is None:
+            return heavy_candidates([], 0, 0, threshold)
+        if int(high) - int(low) + 1 > MAX_RANGE or int(high) >= 1 << 63:
+            return None
+        query = (
+            exp.select(ref.copy())
+            .from_(source)
+            .where(exp.Not(this=exp.Is(this=ref.copy(), expression=exp.Null())))
+        )
+        reader = self._con.sql(query.sql("duckdb")).to_arrow_reader(1 << 20)
+
+        def batches() -> Any:
+            for batch in reader:
+                yield np.asarray(batch.column(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+        return heavy_candidates(batches(), int(low), int(high), threshold)
+
+    def close(self) -> None:
+        if self._own:
+            self._con.close()
+        elif self._keepalive is not None:
+            self._con.unregister(self._view)
+
+
+def _read_csv_as_text(path: str, header: list[str]) -> exp.Expr:
+    """read_csv with the dialect fixed and every column as text: nothing is sniffed or inferred
+    from the rows (a later row that did not fit an inferred type would fail, quoting itself),
+    and nothing skipped (a malformed file is refused whole: engines._csv)."""
+
+    def named(name: str, value: exp.Expr) -> exp.Expr:
+        return exp.PropertyEQ(this=exp.to_identifier(name), expression=value)
+
+    columns = exp.Struct(
+        expressions=[
+            exp.PropertyEQ(this=exp.Literal.string(name), expression=exp.Literal.string("VARCHAR"))
+            for name in header
+        ]
+    )
+    return exp.Anonymous(
+        this="read_csv",
+        expressions=[
+            exp.Literal.string(path),
+            named("header", exp.true()),
+            named("auto_detect", exp.false()),
+            named("delim", exp.Literal.string(",")),
+            named("quote", exp.Literal.string('"')),
+            named("escape", exp.Literal.string('"')),
+            named("columns", columns),
+            # the file was checked (engines._csv) before a plan reads it; strict, so that a
+            # line DuckDB reads otherwise is an error rather than a different table
+            named("ignore_errors", exp.false()),
+            named("strict_mode", exp.true()),
+        ],
+    )
