@@ -15,8 +15,7 @@ from test_session_outcomes_props import _session, queries
 
 import dpkit as dp
 from dpkit.analytics._planner._measurement import QueryMeasurement
-from dpkit.core._framework import Measurement, Transformation
-from dpkit.core._losses import group_privacy
+from dpkit.core import Measurement, Transformation, compose, group_privacy
 
 FAST = settings(
     max_examples=15,
@@ -38,6 +37,16 @@ def _check(data: Any, engine: str) -> str:
     assert measurement.loss == charge == measurement.charge
     assert str(charge) in measurement.explain()
     per_unit = measurement.compiled.loss  # type: ignore[union-attr]
+    # the explanation is data: each part's loss composes its mechanisms' losses, the parts'
+    # losses are the split, the ledger's mechanisms are the parts' uses, and each part's text
+    # is in explain()
+    parts = measurement.parts
+    assert parts and {p.name: p.loss for p in parts} == dict(measurement.split)
+    for part in parts:
+        assert part.loss == compose(*(use.loss for use in part.uses))
+        assert part.text in measurement.explain()
+    used = {use.mechanism for part in parts for use in part.uses}
+    assert tuple(sorted(used)) == measurement.mechanisms
     asked_delta = Fraction(loss["delta"]) if loss.get("delta") else None
     if isinstance(per_unit, dp.ZCDP) and asked_delta:
         assert charge == per_unit.to_approx(asked_delta)

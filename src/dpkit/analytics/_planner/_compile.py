@@ -19,7 +19,7 @@ from dpkit.analytics._planner._compiled import CompiledQuery, Finisher, Noisy, O
 from dpkit.analytics._planner._noise import Share, rho_for, sqrt_down
 from dpkit.analytics._planner._registry import FamilyContext, compiler_for
 from dpkit.analytics._planner._rewrite import rewrite
-from dpkit.analytics._planner._types import Mechanism
+from dpkit.analytics._planner._types import Mechanism, Part, Use
 from dpkit.analytics._planner._validate import validate, value_columns
 from dpkit.analytics._query import (
     Bounding,
@@ -126,6 +126,7 @@ def compile_query(
     extra_plans: list[BoundedPlan] = []
     finishers: list[Finisher] = []
     split: dict[str, PrivacyLoss] = {}
+    parts: list[Part] = []
     mechanisms: set[str] = set()
     lines = [
         f"plan: {aggregate.render()}",  # the validated plan: & / | chains balanced
@@ -173,6 +174,7 @@ def compile_query(
         finishers.append(finisher)
         mechanisms.update(use.mechanism for use in uses)
         split[agg.name] = compose(*(use.loss for use in uses))
+        parts.append(Part(agg.name, tuple(uses), split[agg.name], text))
         lines.append(f"{agg.name}: {text}; loss {split[agg.name]}")
 
     selection: Noisy | None = None
@@ -187,9 +189,20 @@ def compile_query(
         selection = Noisy(units_out, measurement)
         mechanisms.add("partition_selection")
         split["partition selection"] = ApproxDP(selection_share.amount, selection_delta)
+        selection_text = (
+            f"release a group when its distinct-unit count + discrete Laplace(scale "
+            f"{float(t):.4g}) >= {threshold}"
+        )
+        parts.append(
+            Part(
+                "partition selection",
+                (Use("partition_selection", split["partition selection"]),),
+                split["partition selection"],
+                selection_text,
+            )
+        )
         lines.append(
-            f"partition selection: release a group when its distinct-unit count + discrete "
-            f"Laplace(scale {float(t):.4g}) >= {threshold}; loss {split['partition selection']}"
+            f"partition selection: {selection_text}; loss {split['partition selection']}"
             f" (δ = {m}·P[noise >= {h}] <= {float(selection_delta):.3g})"
         )
 
@@ -212,6 +225,7 @@ def compile_query(
         selection,
         threshold,
         tuple(sorted(mechanisms)),
+        tuple(parts),
     )
 
 

@@ -13,6 +13,7 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 from dpkit.analytics._engines._base import BoundedPlan, Output, ValueSpec
 from dpkit.analytics._engines._columns import canonical
 from dpkit.analytics._planner._noise import noise_expected_abs, noise_halfwidth, noise_variance
+from dpkit.analytics._planner._types import Part
 from dpkit.analytics._query import (
     KeySet,
 )
@@ -137,6 +138,8 @@ class CompiledQuery:
         loss: the total privacy loss of releasing this query (checked <= the query budget).
         split: the loss of each aggregation (and of partition selection).
         description: a readable account of bounds, sensitivities and mechanisms.
+        parts: the explanation as data: each aggregation's (and partition selection's)
+            mechanisms with their losses, its composed loss and its text.
     """
 
     plans: tuple[BoundedPlan, ...]
@@ -149,6 +152,7 @@ class CompiledQuery:
     selection: Noisy | None = None
     selection_threshold: int = 0
     mechanisms: tuple[str, ...] = ()
+    parts: tuple[Part, ...] = ()
 
     def explain(self) -> str:
         """How the query will be answered, without touching data."""

@@ -36,6 +36,7 @@ from typing import Any
 
 from dpkit.analytics._engines._base import BoundedPlan
 from dpkit.analytics._planner._compiled import CompiledQuery
+from dpkit.analytics._planner._types import Part
 from dpkit.core._framework import Measurement, Transformation, make_chain
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, group_privacy
 from dpkit.core._spaces import AtomDomain, Measure, TableDomain, UnitDistance, VectorDomain
@@ -75,6 +76,12 @@ class QueryMeasurement(Measurement[Any]):
     def split(self) -> Mapping[str, PrivacyLoss]:
         """Each aggregation's loss (and partition selection's), at one unit."""
         return self._parts().split
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """The explanation as data: per aggregation (and partition selection), the mechanisms
+        it runs with their losses (``Use`` records), its composed loss and its text."""
+        return self._parts().parts
 
     @property
     def mechanisms(self) -> tuple[str, ...]:

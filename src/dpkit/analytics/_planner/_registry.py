@@ -34,9 +34,8 @@ from dpkit.analytics._engines._base import BinSpec, BoundedPlan
 from dpkit.analytics._families import Family, Form, add_family, families, family_of
 from dpkit.analytics._planner._compiled import Finisher, OutputRegistry
 from dpkit.analytics._planner._noise import Share
-from dpkit.analytics._planner._types import Mechanism
+from dpkit.analytics._planner._types import Mechanism, Use
 from dpkit.analytics._query import Aggregation
-from dpkit.core._losses import PrivacyLoss
 from dpkit.errors import UnsupportedQueryError
 
 __all__ = [
@@ -54,15 +53,6 @@ __all__ = [
     "registered",
     "used",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Use:
-    """One mechanism an aggregation runs and the loss it spends: the structure the compiler
-    composes the losses from and the ledger records the mechanisms from (never the prose)."""
-
-    mechanism: str
-    loss: PrivacyLoss
 
 
 def used(noisy: Any) -> Use:
