@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -130,15 +130,15 @@ _PACKAGE = __file__.rsplit("/", 1)[0] if "/" in __file__ else ""
 
 
 def _dpkits_own(error: BaseException) -> bool:
-    """Whether ``error`` is a dpkit error raised by dpkit's own code: only then is its message
-    kept after the reservation (dpkit's messages never quote data; a third-party engine's
-    :class:`~dpkit.errors.DPError` could)."""
+    """Whether ``error`` is a dpkit error raised by dpkit's own code all the way down: only then
+    is its message kept after the reservation (dpkit's messages never quote data; a third-party
+    engine's :class:`~dpkit.errors.DPError`, or a dpkit helper it called on a value, could)."""
     if not isinstance(error, DPError):
         return False
     frames = traceback.extract_tb(error.__traceback__)
-    if not frames:  # built but never raised (a wrapper dpkit made): dpkit's own
-        return True
-    return bool(_PACKAGE) and frames[-1].filename.startswith(_PACKAGE + "/")
+    # every frame from the door down to the raise is dpkit's: a dpkit helper called by third-party
+    # code (an engine plugin, a custom measurement) on a data value would quote that value
+    return bool(_PACKAGE) and all(f.filename.startswith(_PACKAGE + "/") for f in frames)
 
 
 def _trace(error: BaseException) -> tuple[str, ...]:
@@ -187,7 +187,8 @@ def failed_after_reservation(
     (those never carry data), and the original is never chained. KeyboardInterrupt and friends
     pass through unchanged.
     """
-    ledger.fail(reservation, type(error).__name__)
+    with suppress(Exception):  # if the ledger cannot record the failure, the reservation stays
+        ledger.fail(reservation, type(error).__name__)  # pending, which counts in full
     if not isinstance(error, Exception) or isinstance(error, InternalError):
         return error
     if isinstance(error, UnreadableDataError):  # an engine's own: a malformed file, say

@@ -52,3 +52,26 @@ def test_an_unknown_op_lists_the_registered_ones(api: Api) -> None:
     )
     assert r.status_code == 400, r.text
     assert "mode" in r.text and "histogram" in r.text
+
+
+@pytest.mark.parametrize(
+    "aggregation",
+    [
+        {"op": "mode", "column": "age", "values": [1, 10**400]},
+        {"op": "histogram", "column": "age", "edges": [1, 10**400]},
+    ],
+)
+def test_a_number_beyond_float64_is_a_400_refusal(api: Api, aggregation: dict[str, object]) -> None:
+    """The reviewer's 10**400 candidate gave a 503 internal error (float() overflowed)."""
+    api.register()
+    ana = api.analyst("ana")
+    r = api.post(
+        "/api/v1/query",
+        ana,
+        json={
+            "dataset": "people",
+            "query": {"aggregations": [aggregation]},
+            "loss": {"epsilon": "0.1"},
+        },
+    )
+    assert r.status_code == 400, r.text

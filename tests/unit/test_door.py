@@ -206,18 +206,64 @@ def test_a_dpkit_error_raised_by_third_party_code_keeps_its_message_withheld(
     assert getattr(info.value, "charged", False)
 
 
+def _dpkit_function(source: str, name: str) -> Any:
+    """A function whose code lives, as far as tracebacks tell, in a dpkit module."""
+    import dpkit
+
+    namespace: dict[str, Any] = {}
+    filename = str(Path(dpkit.__file__).parent / "_door_test_body.py")
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
 def test_a_dpkit_error_raised_by_dpkit_keeps_its_message() -> None:
+    books = _books()
+    body = _dpkit_function(
+        "from dpkit._exact import check_epsilon\n"
+        "def body(stage):\n"
+        "    stage(False)\n"
+        "    check_epsilon(-7)\n",
+        "body",
+    )
+    with pytest.raises(InternalError) as info:
+        release(books, PureDP(0.5), body, query="q", mechanism="m")
+    assert "epsilon" in str(info.value) and info.value.charged
+
+
+def test_a_dpkit_helper_called_by_third_party_code_on_data_is_withheld() -> None:
+    """A plugin calling a dpkit check on a data value gets a dpkit-raised error that quotes the
+    value: a frame outside dpkit between the door and the raise withholds it."""
     from dpkit._exact import check_epsilon
 
     books = _books()
 
+    def plugin(stage: Stage) -> Any:
+        stage(True)
+        check_epsilon("alice-ssn-123")  # type: ignore[arg-type]
+
+    with pytest.raises(DPError) as info:
+        release(books, PureDP(0.5), plugin, query="q", mechanism="m")
+    assert "alice" not in str(info.value) and getattr(info.value, "charged", False)
+
+
+class _FailFails(Ledger):
+    def fail(self, reservation: Any, reason: str = "") -> None:
+        raise OSError("database is locked")
+
+
+def test_a_ledger_that_cannot_record_the_failure_still_gives_a_charged_dpkit_error() -> None:
+    ledger = _FailFails.open(":memory:")
+    ledger.create_budget("d", PureDP(1), privacy_unit="person")
+    books = Books(ledger, "d", privacy_unit="person")
+
     def body(stage: Stage) -> Any:
-        stage(False)
-        check_epsilon(-7)  # dpkit's own message: names the parameter, never data
+        raise ValueError("could not parse alice-ssn-123")
 
     with pytest.raises(InternalError) as info:
         release(books, PureDP(0.5), body, query="q", mechanism="m")
-    assert "epsilon" in str(info.value) and info.value.charged
+    assert info.value.charged and "alice" not in str(info.value)
+    assert info.value.__suppress_context__
+    assert ledger.remaining("d") == PureDP(0.5)  # the pending reservation counts in full
 
 
 class _CommitFails(Ledger):

@@ -121,6 +121,8 @@ class Accountant:
             lambda stage: measurement(data),
             query=query,
             mechanism=measurement.name,
+            rehearse=lambda: _check_input(measurement, data),
+            rehearsing="checking the measurement's input",
         )
         return Release(value, loss, receipt, remaining=self.remaining())
 
@@ -136,3 +138,11 @@ class Accountant:
     def __repr__(self) -> str:
         who = f", analyst={self.analyst!r}" if self.analyst else ""
         return f"Accountant({self.ledger!r}, {self.dataset!r}{who})"
+
+
+def _check_input(measurement: Measurement[Any], data: Any) -> None:
+    """A measurement that can tell its input is wrong (a compiled Session query given anything
+    but an engine) says so before the reservation: nothing is charged."""
+    check = getattr(measurement, "check_input", None)
+    if callable(check):
+        check(data)

@@ -620,6 +620,9 @@ def median(
     )
 
 
+_FLOAT_MAX = Fraction(np.finfo(np.float64).max)
+
+
 def histogram(
     column: str | Col, edges: Sequence[Number], name: str | None = None, *, weight: Number = 1
 ) -> Histogram:
@@ -628,6 +631,10 @@ def histogram(
     values = []
     for i, edge in enumerate(edges):
         exact = fraction_of(f"edges[{i}]", edge)
+        if abs(exact) > _FLOAT_MAX:  # float() would overflow (10**400)
+            raise InvalidParameterError(
+                f"edges[{i}]", edge, "a number of magnitude at most about 1.8e308 (a float64)"
+            )
         values.append(float(exact))
     if len(values) < 2 or any(b <= a for a, b in itertools.pairwise(values)):
         raise InvalidParameterError("edges", edges, "at least two strictly increasing numbers")

@@ -94,6 +94,10 @@ def _query_budget(
             "e.g. session.evaluate(query, epsilon=0.5)",
         )
     if loss is not None:
+        if delta is not None:
+            # the loss says its own δ: a second one would let the charge's conversion use a δ
+            # the budget did not ask for (1000x the loss's, or an ε above it)
+            raise InvalidParameterError("delta", delta, "not given with loss= (put δ in the loss)")
         if not isinstance(loss, PureDP | ApproxDP | ZCDP):
             raise InvalidParameterError("loss", loss, "a PureDP, ApproxDP or ZCDP value")
         _check_floor("loss", loss.rho if isinstance(loss, ZCDP) else loss.epsilon, loss)
@@ -386,7 +390,6 @@ class Session:
             )
             return make_query_measurement(
                 compiled,
-                self.engine.run,
                 self.schema,
                 self.privacy_unit,
                 as_charged_for(_charged_delta(delta, loss)),

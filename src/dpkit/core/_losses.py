@@ -251,8 +251,9 @@ def group_privacy(loss: PrivacyLoss, units: Number) -> PrivacyLoss:
     * ε-DP: kε (Dwork & Roth 2014, Thm. 2.2; the triangle inequality over k hops);
     * ρ-zCDP: k²ρ (Bun & Steinke 2016, Prop. 27);
     * (ε, δ)-DP: (kε, δ·Σ_{i<k} e^{iε}): chain the k hops, each adding δ scaled by the e^{ε}
-      factors of the hops after it (Vadhan 2017, Lemma 2.2). Each e^{iε} is rounded up; beyond
-      64 units the sum is bounded by k·e^{(k-1)ε}.
+      factors of the hops after it (Vadhan 2017, Lemma 2.2). Up to 64 units the sum adds
+      each e^{iε} rounded up; beyond, it is the closed form (e^{kε} - 1)/(e^ε - 1) with e^{kε}
+      rounded up and e^ε - 1 bounded below by ε + ε²/2 + ε³/6 (its Taylor terms are positive).
 
     ``units`` is a whole number >= 0 (a privacy unit is in the data or not); 0 gives a zero
     loss. A group guarantee whose δ reaches 1 says nothing and is refused.
@@ -271,18 +272,18 @@ def group_privacy(loss: PrivacyLoss, units: Number) -> PrivacyLoss:
     vacuous = InvalidParameterError(
         "d_in",
         units,
-        f"a group small enough that δ·Σe^(iε) < 1 (here ε = {_fmt(epsilon)}, δ = "
-        f"{_fmt(delta)}: the group guarantee says nothing)",
+        f"a group whose δ·Σ_(i<k) e^(iε) stays below 1 (here ε = {_fmt(epsilon)}, δ = "
+        f"{_fmt(delta)}: the group guarantee would say nothing)",
     )
-    # cheap first, in floats: e^{(k-1)ε} beyond e/δ makes δ' >= 1 whatever the rounding (and
-    # keeps the exact exponential below from growing without need)
-    log_inverse_delta = -math.log(float(delta)) if float(delta) > 0 else 1e6
-    if float(epsilon) * (k - 1) > log_inverse_delta + 1:
+    # cheap first, exactly: the sum is at least e^{(k-1)ε}, so (k-1)ε beyond ln(1/δ) makes
+    # δ' >= 1 whatever the rounding (and keeps the exact exponential below small)
+    if (k - 1) * epsilon > Fraction(log_upper(1 / delta)) + 1:
         raise vacuous
     if k <= _GROUP_EXACT_SUM:
         factor = sum((exp_upper(i * epsilon) for i in range(1, k)), Fraction(1))
     else:
-        factor = k * exp_upper((k - 1) * epsilon)
+        below = epsilon + epsilon**2 / 2 + epsilon**3 / 6  # <= e^ε - 1
+        factor = (exp_upper(k * epsilon) - 1) / below if epsilon > 0 else Fraction(k)
     group_delta = delta * factor
     if group_delta >= 1:
         raise vacuous

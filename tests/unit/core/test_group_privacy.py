@@ -50,7 +50,23 @@ def test_a_distance_that_is_not_a_whole_number_of_units_is_refused(units: object
 
 
 def test_a_vacuous_group_guarantee_is_refused() -> None:
-    with pytest.raises(InvalidParameterError, match="says nothing"):
+    with pytest.raises(InvalidParameterError, match="say nothing"):
         group_privacy(ApproxDP(1, Fraction(1, 10**6)), 40)
-    with pytest.raises(InvalidParameterError, match="says nothing"):
+    with pytest.raises(InvalidParameterError, match="say nothing"):
         group_privacy(ApproxDP(10**6, Fraction(1, 10**6)), 2)
+
+
+def test_beyond_64_units_the_closed_form_is_tight_and_never_below_the_sum() -> None:
+    for epsilon, k in ((Fraction(1, 10), 100), (Fraction(1, 1000), 5000), (Fraction(1, 5), 65)):
+        loss = group_privacy(ApproxDP(epsilon, Fraction(1, 10**12)), k)
+        exact = math.fsum(math.exp(i * float(epsilon)) for i in range(k)) * 1e-12
+        assert isinstance(loss, ApproxDP)
+        assert exact <= float(loss.delta) <= exact * (1 + float(epsilon) ** 2)
+    # ε = 0.1, δ = 1e-6 at 100 units: δ' is about 0.21, a real guarantee (not refused)
+    assert float(group_privacy(ApproxDP(Fraction(1, 10), Fraction(1, 10**6)), 100).delta) < 0.22
+
+
+def test_an_astronomic_group_is_refused_not_overflowed() -> None:
+    with pytest.raises(InvalidParameterError, match="d_in"):
+        group_privacy(ApproxDP(1, Fraction(1, 10**6)), 10**400)
+    assert group_privacy(PureDP(1), 10**400) == PureDP(10**400)

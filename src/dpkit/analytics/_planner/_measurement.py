@@ -23,7 +23,9 @@ what :meth:`Session.evaluate <dpkit.analytics.Session.evaluate>` charges and wha
 :meth:`explain` shows; a property test checks the three agree.
 
 Calling the measurement directly (``m(engine)``) releases without the ledger, like any
-measurement of the framework: it is the curator's tool. A Session charges through
+measurement of the framework: it is the curator's tool. Its input is an engine over the table
+(``session.engine``), never anything else: the function reads its argument, so a release charged
+to another dataset reads that dataset's engine. A Session charges through
 :func:`dpkit._door.release`.
 """
 
@@ -40,6 +42,7 @@ from dpkit.analytics._planner._types import Part
 from dpkit.core._framework import Measurement, Transformation, make_chain
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, group_privacy
 from dpkit.core._spaces import AtomDomain, Measure, TableDomain, UnitDistance, VectorDomain
+from dpkit.errors import DomainMismatchError
 
 __all__ = ["QueryMeasurement", "make_query_measurement"]
 
@@ -105,6 +108,10 @@ class QueryMeasurement(Measurement[Any]):
             )
         return text
 
+    def check_input(self, data: Any) -> None:
+        """Refuse an input this measurement cannot run on (before anything is reserved)."""
+        _engine(data)
+
     def release(self, results: Sequence[Any], alpha: float = 0.05) -> Any:
         """The noisy release from exact engine results (see :meth:`CompiledQuery.release`)."""
         return self._parts().release(results, alpha)
@@ -116,9 +123,19 @@ def _measure(loss: PrivacyLoss) -> Measure:
     return "approx" if isinstance(loss, ApproxDP) else "zcdp"
 
 
+def _engine(data: Any) -> Any:
+    """The input of a compiled Session query: an engine over a table of the declared schema
+    (``session.engine``, or an engine of the same kind over a neighbouring table)."""
+    if not callable(getattr(data, "run", None)):
+        raise DomainMismatchError(
+            f"a compiled Session query runs on an engine over the table (session.engine), not "
+            f"on a {type(data).__name__}: it reads the table through the engine's exact plans"
+        )
+    return data
+
+
 def make_query_measurement(
     compiled: CompiledQuery,
-    run: Callable[[BoundedPlan], Any],
     schema: Mapping[str, str],
     unit: str,
     as_charged: Callable[[PrivacyLoss], PrivacyLoss],
@@ -127,8 +144,6 @@ def make_query_measurement(
     """``bounding >> noise`` for ``compiled``.
 
     Args:
-        run: runs one bounded plan on the data (an engine's ``run``), returning its exact
-            results.
         schema: the table's declared columns (name -> kind), for the input domain.
         unit: the privacy unit's column.
         as_charged: the loss as the ledger is charged (identity, or zCDP -> (ε, δ) at the
@@ -142,7 +157,7 @@ def make_query_measurement(
         UnitDistance(unit),
         exact_outputs,
         UnitDistance(unit, bounded=True),
-        lambda data: [run(plan) for plan in plans],
+        lambda engine: [_engine(engine).run(plan) for plan in plans],
         lambda d_in: d_in,  # 1-stable: each unit's rows are bounded by the unit's own hash
         name="contribution bounding",
     )
@@ -182,7 +197,8 @@ def as_charged_for(delta: Fraction | None) -> Callable[[PrivacyLoss], PrivacyLos
 
     def convert(loss: PrivacyLoss) -> PrivacyLoss:
         if isinstance(loss, ZCDP) and delta is not None and delta > 0:
-            return loss.to_approx(delta)
+            # zero units apart cost nothing; the conversion would still carry its δ
+            return ApproxDP(0, 0) if loss.rho == 0 else loss.to_approx(delta)
         return loss
 
     return convert

@@ -119,9 +119,9 @@ def mode(
     if not 2 <= len(values) <= MAX_MODE_VALUES:
         raise InvalidParameterError("values", f"{len(values)} values", allowed)
     exact = sorted(fraction_of(f"values[{i}]", v) for i, v in enumerate(values))
-    floats = [float(v) for v in exact]
-    if any(not math.isfinite(f) or abs(f) >= 2.0**900 for f in floats):
+    if any(abs(v) >= 2**900 for v in exact):  # before float(): 10**400 would overflow it
         raise InvalidParameterError("values", values, "numbers of magnitude below 2^900")
+    floats = [float(v) for v in exact]
     if any(b <= a for a, b in itertools.pairwise(floats)):
         raise InvalidParameterError("values", values, allowed + ", distinct as float64 values")
     return Mode(

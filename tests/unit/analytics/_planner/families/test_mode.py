@@ -194,3 +194,14 @@ def test_the_cli_answers_it(tmp_path: Path) -> None:
     assert "top" in result.output and "exponential mechanism over 4 declared values" in (
         " ".join(result.output.split())
     )
+
+
+def test_builders_refuse_numbers_beyond_float64_before_converting() -> None:
+    """10**400 raised a raw OverflowError from float() (a 503 in the service)."""
+    from dpkit.analytics import histogram, mode
+    from dpkit.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="values"):
+        mode("r", [1, 10**400])
+    with pytest.raises(InvalidParameterError, match=r"edges\[1\]"):
+        histogram("r", [1, 10**400])
