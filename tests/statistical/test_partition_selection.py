@@ -45,7 +45,9 @@ def _compiled(m: int, epsilon: Fraction, delta: Fraction, mechanism: str) -> Com
     schema_frame = pd.DataFrame({"user": [1], "k": ["a"]})
     session = _session(schema_frame, dp.ApproxDP(epsilon, delta))
     query = Query().group_by("k").bound(max_groups=m, max_rows_per_group=1).agg(count())
-    return session.compile(query, epsilon=epsilon, delta=delta, mechanism=mechanism)  # type: ignore[arg-type]
+    measurement = session.compile(query, epsilon=epsilon, delta=delta, mechanism=mechanism)  # type: ignore[arg-type]
+    assert measurement.compiled is not None
+    return measurement.compiled
 
 
 def _release_probability(scale: Fraction, threshold: int) -> mpmath.mpf:
