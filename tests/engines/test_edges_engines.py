@@ -55,7 +55,10 @@ def test_private_group_by_on_nanosecond_keys(engine: str, request: pytest.Fixtur
 
 @pytest.mark.parametrize("engine", ["duckdb", "pandas"])
 @pytest.mark.parametrize(
-    "arrow_type", [pa.timestamp("ns"), pa.timestamp("ns", tz="Europe/Paris"), pa.time64("ns")]
+    # (a time64 key is refused now, alike on every engine: test_kinds.py::
+    # test_times_of_day_and_durations_are_refused_as_keys_on_every_engine)
+    "arrow_type",
+    [pa.timestamp("ns"), pa.timestamp("ns", tz="Europe/Paris")],
 )
 def test_arrow_nanosecond_keys(engine: str, arrow_type: Any) -> None:
     n = 300

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 from _engine_oracle import result_dict
 
 import dpkit as dp
@@ -186,6 +187,31 @@ def test_temporal_public_keys(engine_name: str, request: Any) -> None:
     counts = release.table["count"].tolist()
     assert abs(counts[0] - 30) <= 2 and abs(counts[1] - 30) <= 2 and abs(counts[2]) <= 2
     session.close()
+
+
+def test_times_of_day_and_durations_are_refused_as_keys_on_every_engine(
+    engine_name: str, request: Any
+) -> None:
+    """An Arrow time or duration column was "temporal": DuckDB grouped it, pandas merged every
+    value into one NULL group (a wrong answer). It is not a point in time: refused, before any
+    reservation, alike on every engine."""
+    import pyarrow as pa
+
+    spark = request.getfixturevalue("spark") if engine_name == "spark" else None
+    for values in (
+        [dt.time(1, 0), dt.time(2, 0)],
+        [dt.timedelta(seconds=1), dt.timedelta(seconds=2)],
+    ):
+        table = pa.table({"u": list(range(8)), "k": pa.array(values * 4)})
+        ledger = dp.Ledger.open(":memory:")
+        ledger.create_budget("t", dp.ApproxDP(10, 1e-3), privacy_unit="u")
+        session = Session(
+            table, "u", engine=engine_name, spark=spark, ledger=ledger, dataset="t", max_rows=1
+        )
+        with pytest.raises(dp.UnsupportedQueryError, match="group_by column 'k'"):
+            session.evaluate(session.query().group_by("k").agg(count()), epsilon=1, delta=1e-6)
+        assert ledger.spent("t") == dp.ApproxDP(0, 0)
+        session.close()
 
 
 def test_nan_keys_are_null(make: Make) -> None:

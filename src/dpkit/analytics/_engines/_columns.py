@@ -228,8 +228,9 @@ def kind_of_arrow(dtype: Any) -> ColumnKind:
         or pa.types.is_string_view(dtype)
     ):
         return "string"
-    if pa.types.is_temporal(dtype):
-        return "temporal"
+    if pa.types.is_date(dtype) or pa.types.is_timestamp(dtype):
+        return "temporal"  # a time of day, a duration or an interval is not a point in time:
+    # engines disagreed on them as keys (pandas merged them into one NULL group), so "other"
     if pa.types.is_dictionary(dtype):
         return kind_of_arrow(dtype.value_type)
     return "other"
