@@ -133,6 +133,10 @@ class Family:
         value_columns: the input columns it reads (checked numeric by the planner; default:
             the aggregation's ``column``).
         summary: one line for the docs and messages.
+        gaussian: whether Gaussian noise (a zCDP share) can serve it. False for a family that
+            only selects with a pure-ε mechanism (``mode``): under ``mechanism="auto"`` a query
+            whose families all say False gets a pure share of an (ε, δ) budget, instead of a
+            zCDP share it could only use as ε = √(2ρ).
     """
 
     kind: type
@@ -147,6 +151,7 @@ class Family:
     counts: Callable[[Any], tuple[str, ...]] | None = None
     value_columns: Callable[[Any], tuple[str, ...]] = lambda agg: (agg.column,)
     summary: str = ""
+    gaussian: bool = True
 
     @property
     def name(self) -> str:

@@ -15,6 +15,7 @@ from dpkit.analytics._engines._base import BinSpec, BoundedPlan
 from dpkit.analytics._expr import (
     ColumnKind,
 )
+from dpkit.analytics._families import family_of
 from dpkit.analytics._planner._compiled import CompiledQuery, Finisher, Noisy, OutputRegistry
 from dpkit.analytics._planner._noise import Share, rho_for, sqrt_down
 from dpkit.analytics._planner._registry import FamilyContext, compiler_for
@@ -38,8 +39,12 @@ def _family_for(
     contrib: Contribution,
     private_keys: bool,
     selection_share: Fraction,
+    gaussian_helps: bool = True,
 ) -> tuple[Share, Share | None, Fraction]:
-    """(aggregation share, selection share, selection δ)."""
+    """(aggregation share, selection share, selection δ).
+
+    ``gaussian_helps``: some aggregation can use Gaussian noise; when none can (e.g. only
+    ``mode``, a pure-ε selection), "auto" keeps an (ε, δ) budget's share pure."""
     if mechanism not in ("auto", "laplace", "gaussian"):
         raise InvalidParameterError("mechanism", mechanism, "'auto', 'laplace' or 'gaussian'")
     if isinstance(budget, PureDP):
@@ -77,7 +82,7 @@ def _family_for(
         agg_epsilon = epsilon - selection.amount
     use_gauss = mechanism == "gaussian"
     agg_delta = delta / 2 if private_keys else delta
-    if mechanism == "auto" and agg_delta > 0:
+    if mechanism == "auto" and agg_delta > 0 and gaussian_helps:
         rho = rho_for(agg_epsilon, agg_delta)
         laplace_std = math.sqrt(2) * contrib.rows_l1 / float(agg_epsilon)
         gauss_std = math.sqrt(contrib.rows_l2_squared / (2 * float(rho)))
@@ -110,8 +115,11 @@ def compile_query(
     # dropped before bounding): every family's sensitivity uses it
     contrib = contribution(bounding, grouped, len(key_set.rows) if key_set is not None else None)
     private_keys = grouped and key_set is None
+    gaussian_helps = any(
+        (found := family_of(a)) is None or found.gaussian for a in aggregate.aggregations
+    )
     agg_share, selection_share, selection_delta = _family_for(
-        budget, mechanism, contrib, private_keys, aggregate.selection_share
+        budget, mechanism, contrib, private_keys, aggregate.selection_share, gaussian_helps
     )
     needed = frozenset(
         {unit, *aggregate.keys, *(c for a in aggregate.aggregations for c in value_columns(a))}

@@ -232,5 +232,6 @@ register_family(
         columns=lambda agg: (agg.name,),
         cells=lambda agg: 2 * len(agg.values),
         summary="the most frequent of declared candidate values (exponential mechanism)",
+        gaussian=False,
     )
 )

@@ -205,3 +205,22 @@ def test_builders_refuse_numbers_beyond_float64_before_converting() -> None:
         mode("r", [1, 10**400])
     with pytest.raises(InvalidParameterError, match=r"edges\[1\]"):
         histogram("r", [1, 10**400])
+
+
+def test_a_mode_only_query_keeps_an_epsilon_delta_budget_pure() -> None:
+    """"auto" compared Gaussian and Laplace noise with count sensitivities and gave a mode-only
+    query a zCDP share, used as ε = √(2ρ): 0.22 of the ε = 1 asked for (4.5x the noise)."""
+    import pandas as pd
+
+    import dpkit as dp
+    from dpkit.analytics import Session, count, mode
+
+    keys = list(range(50))
+    frame = pd.DataFrame({"u": range(500), "g": [i % 50 for i in range(500)], "r": 1})
+    session = Session(frame, "u", budget=dp.ApproxDP(10, 1e-3), max_rows=50)
+    grouped = session.query().group_by("g", keys=keys).bound(max_groups=50, max_rows_per_group=1)
+    only_mode = session.compile(grouped.agg(mode("r", [1, 2, 3])), epsilon=1, delta=1e-6)
+    assert only_mode.map(1) == dp.PureDP(1)
+    # with an aggregation that Gaussian noise serves, "auto" still compares the two
+    both = session.compile(grouped.agg(mode("r", [1, 2, 3]), count()), epsilon=1, delta=1e-6)
+    assert both.map(1) <= dp.ApproxDP(1, 1e-6)
