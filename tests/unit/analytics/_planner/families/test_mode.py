@@ -208,8 +208,8 @@ def test_builders_refuse_numbers_beyond_float64_before_converting() -> None:
 
 
 def test_a_mode_only_query_keeps_an_epsilon_delta_budget_pure() -> None:
-    """"auto" compared Gaussian and Laplace noise with count sensitivities and gave a mode-only
-    query a zCDP share, used as ε = √(2ρ): 0.22 of the ε = 1 asked for (4.5x the noise)."""
+    """mechanism="auto" compared Gaussian and Laplace noise with count sensitivities and gave a
+    mode-only query a zCDP share, used as ε = √(2ρ): 0.22 of the ε = 1 asked (4.5x the noise)."""
     import pandas as pd
 
     import dpkit as dp
