@@ -148,7 +148,11 @@ def test_tables_of_counts_at_a_large_epsilon(budget: str) -> None:
             expected = by_k.cumsum().tolist()
         else:
             expected = by_k.tolist()
-        assert np.allclose(counts.to_numpy(dtype=float), expected, atol=1e-3), (name, table)
+        # a table that reports its noise's standard error (ranges: sums of several noisy
+        # counts, σ ~ 1e-3 at ρ = 10^6) is checked at 6 of them; a fixed 1e-3 failed ~2/3 of
+        # the time for ranges under ρ (seen once in CI)
+        atol = max(1e-3, 6 * float(table["std_error"].max())) if "std_error" in table else 1e-3
+        assert np.allclose(counts.to_numpy(dtype=float), expected, atol=atol), (name, table)
     grouped = session.query().group_by("k", keys=[0, 1, 2, 3])
     release = session.evaluate(grouped.agg(workload([[1, 1, 0, 0]])), **loss_of(10**6))
     assert np.allclose(release.tables["workload"]["value"], by_k[[0, 1]].sum(), atol=1e-3)
