@@ -42,7 +42,14 @@ CDFS = {
 
 @pytest.mark.parametrize("family", sorted(CDFS))
 def test_draws_follow_the_continuous_law(family: str) -> None:
-    draws = lazy.floor_scaled_noise(family, Fraction(SIGMA), 3, SCALE, -WIDE, WIDE, 4000)
+    # Seeded: unseeded, a correct sampler fails a p > 1e-3 test once in a thousand runs, and the
+    # four families run in every CI (one such failure was seen). Over 40 seeds the p-values of
+    # every family were uniform (KS p ≥ 0.1), so the fixed seed is not chosen to hide a bias; the
+    # next test shows the same check rejects a wrong law.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with insecure_deterministic_seed(0):
+            draws = lazy.floor_scaled_noise(family, Fraction(SIGMA), 3, SCALE, -WIDE, WIDE, 4000)
     values = (np.array(draws, dtype=np.float64) + 0.5) / float(SCALE)
     result = stats.kstest(values, CDFS[family])
     assert result.pvalue > 1e-3, result

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dpkit.errors import DPError, InvalidParameterError
+from dpkit.noise import insecure_deterministic_seed
 from dpkit.sensitivity._sample_aggregate import assign_blocks, choose_m, make_sample_and_aggregate
 
 BASE: dict[str, Any] = {
@@ -130,7 +131,8 @@ def test_vector_output_regression_slope() -> None:
         epsilon=4,
         probe=rng.normal(size=(5, 2)),
     )
-    out = m((np.arange(n), table))
+    with insecure_deterministic_seed(0):  # unseeded, this flaked once
+        out = m((np.arange(n), table))
     assert out.shape == (2,)
     assert math.isfinite(out[0]) and abs(out[0] - 2) < 1.5
 
