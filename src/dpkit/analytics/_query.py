@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -785,10 +785,68 @@ class Bounding:
 # ---------------------------------------------------------------------------------- plan nodes
 @dataclass(frozen=True, slots=True)
 class Source:
-    """The session's table."""
+    """A table of the session: its only table (``table`` None), or the one named."""
+
+    table: str | None = None
 
     def render(self) -> str:
-        return "source"
+        return "source" if self.table is None else f"table({self.table!r})"
+
+
+JoinHow: TypeAlias = Literal["inner", "left"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Join(Structural):
+    """``left JOIN right ON left.a = right.b AND ...`` (an equi-join, inner or left).
+
+    ``using``: the keys were named once (``USING``): each pair's right column is dropped from
+    the result (its left column holds the value)."""
+
+    left: PlanNode
+    right: PlanNode
+    on: tuple[tuple[str, str], ...]
+    how: JoinHow = "inner"
+    using: bool = False
+
+    def render(self) -> str:
+        keys = ", ".join(a if self.using else f"{a} = {b}" for a, b in self.on)
+        word = "using" if self.using else "on"
+        return f"{self.left.render()}.join({self.right.render()}, {word} {keys}, {self.how})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Alias(Structural):
+    """A name for a relation (a table or a subquery): a column both sides of a join have is
+    then known as ``name.column``."""
+
+    child: PlanNode
+    name: str
+
+    def render(self) -> str:
+        return f"{self.child.render()}.alias({self.name!r})"
+
+
+PerUnitFunction: TypeAlias = Literal[
+    "count_star", "count", "count_distinct", "sum", "min", "max", "avg"
+]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PerUnit(Structural):
+    """An exact aggregate per group whose keys hold the privacy unit (a subquery such as
+    ``SELECT c_custkey, COUNT(o_orderkey) AS n FROM ... GROUP BY c_custkey``): each output row
+    comes from one unit's rows, so it is a row of that unit. ``aggregates`` are ``(name,
+    function, column)``."""
+
+    child: PlanNode
+    keys: tuple[str, ...]
+    aggregates: tuple[tuple[str, PerUnitFunction, str], ...]
+
+    def render(self) -> str:
+        aggs = ", ".join(f"{n}={f}({c})" for n, f, c in self.aggregates)
+        keys = ", ".join(repr(k) for k in self.keys)
+        return f"{self.child.render()}.per_unit({keys}; {aggs})"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -854,7 +912,7 @@ class Aggregate(Structural):
         return f"{head}.bound({self.bounding.describe()}).agg({aggs})"
 
 
-PlanNode: TypeAlias = Source | Filter | WithColumn | Select | Aggregate
+PlanNode: TypeAlias = Source | Filter | WithColumn | Select | Aggregate | Join | Alias | PerUnit
 
 
 def render_plan(node: PlanNode) -> str:
@@ -895,6 +953,31 @@ def _unknown_aggregation(agg: object) -> InvalidParameterError:
         agg,
         f"aggregations built with one of the registered builders: {builders}",
     )
+
+
+def _join_keys(on: object) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """``on`` as (left, right) column pairs, and whether it named each key once (USING)."""
+    items: list[object] = list(on) if isinstance(on, list) else [on]
+    if not items:
+        raise InvalidParameterError("on", on, "one or more keys")
+    if all(isinstance(i, str) for i in items):
+        names = tuple(check_name(i, "on") for i in items)
+        return tuple((n, n) for n in names), True
+    pairs = []
+    for item in items:
+        if not (
+            isinstance(item, tuple)
+            and len(item) == 2
+            and all(isinstance(c, str) and c for c in item)
+        ):
+            raise InvalidParameterError(
+                "on",
+                on,
+                "a column name, a list of them, a pair (left column, right column) or a list "
+                "of pairs",
+            )
+        pairs.append((item[0], item[1]))
+    return tuple(pairs), False
 
 
 def _normalise_keys(columns: tuple[str, ...], keys: object) -> KeySet | None:
@@ -957,6 +1040,73 @@ class Query(Structural):
         return replace(
             self, bounding=self.bounding.merged(Bounding(max_rows, max_groups, max_rows_per_group))
         )
+
+    def join(self, other: Query | str, on: object, how: str = "inner") -> Query:
+        """Join another table of the session (by name) or query (an equi-join).
+
+        Args:
+            other: a table name (``"orders"``) or an unaggregated query
+                (``session.query("orders").filter(...)``).
+            on: the keys: a column both sides have (``"o_orderkey"``, like SQL's ``USING``),
+                a list of such, a pair ``("l_orderkey", "o_orderkey")`` (left column, right
+                column) or a list of pairs.
+            how: ``"inner"`` or ``"left"`` (every left row, with NULLs when nothing matches).
+
+        Joins are planned by :mod:`dpkit.analytics._joins`: each row of the result belongs to
+        one privacy unit, and contribution bounding (``max_rows``, ``max_groups``) applies
+        after the joins, per unit. A column both sides have is then ``alias.column`` (the
+        table's name, or the name given with :meth:`alias`).
+        """
+        right = Query(Source(other)) if isinstance(other, str) else other
+        if not isinstance(right, Query) or isinstance(right.plan, Aggregate):
+            raise InvalidParameterError(
+                "other", other, "a table name or an unaggregated query of the session"
+            )
+        if how not in ("inner", "left"):
+            raise InvalidParameterError(
+                "how", how, "'inner' or 'left'", "Right, full and cross joins are not supported."
+            )
+        pairs, using = _join_keys(on)
+        joined = Join(self._open(), right.plan, pairs, how, using)  # type: ignore[arg-type]
+        return replace(self, plan=joined, bounding=self.bounding.merged(right.bounding))
+
+    def alias(self, name: str) -> Query:
+        """Name this relation: after a join, a column both sides have is ``name.column``."""
+        return replace(self, plan=Alias(self._open(), check_name(name, "alias")))
+
+    def per_unit(self, *keys: str, **aggregates: tuple[str, str] | str) -> Query:
+        """An exact aggregate per group of ``keys``, which must hold the privacy unit (a
+        column equal to it, such as the unit column or a link to it): one row per unit and
+        group, a row of that unit. Each aggregate is ``name=(function, column)`` with function
+        ``count``, ``count_distinct``, ``sum``, ``min``, ``max`` or ``avg``, or
+        ``name="count"`` for ``COUNT(*)``. Use it as a table of per-person values, e.g. the
+        number of orders of each customer, then aggregate that with differential privacy.
+        """
+        names = tuple(check_name(k, "keys") for k in keys)
+        if not names:
+            raise InvalidParameterError("keys", keys, "one or more columns, one holding the unit")
+        specs: list[tuple[str, PerUnitFunction, str]] = []
+        for name, spec in aggregates.items():
+            if spec in ("count", "count_star", ("count_star", "")):
+                specs.append((name, "count_star", ""))
+                continue
+            functions = ("count", "count_distinct", "sum", "min", "max", "avg")
+            if (
+                not isinstance(spec, tuple)
+                or len(spec) != 2
+                or spec[0] not in functions
+                or not isinstance(spec[1], str)
+            ):
+                raise InvalidParameterError(
+                    name,
+                    spec,
+                    "'count' or a pair (function, column) with function one of "
+                    + ", ".join(functions),
+                )
+            specs.append((name, spec[0], check_name(spec[1], name)))  # type: ignore[arg-type]
+        if not specs:
+            raise InvalidParameterError("aggregates", aggregates, "at least one, e.g. n='count'")
+        return replace(self, plan=PerUnit(self._open(), names, tuple(specs)))
 
     def group_by(
         self,

@@ -22,10 +22,10 @@ been read, and a refund would let an attacker probe it with failing queries. The
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
@@ -35,18 +35,20 @@ from dpkit._door import internal_error as _internal
 from dpkit._exact import Number, check_delta, check_epsilon, check_rho
 from dpkit.analytics._bounding import bounds_candidates, contribution
 from dpkit.analytics._em import em_quantile_index, penalised_rank_error_bound
-from dpkit.analytics._engines import make_engine
+from dpkit.analytics._engines import Tables, make_engine, make_tables
 from dpkit.analytics._engines._base import BinSpec, BoundedPlan, Engine, Output
+from dpkit.analytics._joins import UNIT, Catalog, plan_relation, relation_schema, split_relation
+from dpkit.analytics._keys import check_name
 from dpkit.analytics._planner import CompiledQuery, Mechanism, compile_query, rewrite, validate
 from dpkit.analytics._planner._measurement import (
     QueryMeasurement,
     as_charged_for,
     make_query_measurement,
 )
-from dpkit.analytics._query import Bounding, Query, count
+from dpkit.analytics._query import Bounding, PlanNode, Query, Source, count
 from dpkit.analytics._results import TableRelease
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
-from dpkit.errors import DPError, InvalidParameterError
+from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
 from dpkit.ledger import Ledger
 from dpkit.noise import random_words
 
@@ -216,6 +218,14 @@ def _magnitude_penalty(edges: tuple[float, ...]) -> list[Fraction]:
     return out
 
 
+def _rebuilt(chain: list[PlanNode], root: PlanNode) -> PlanNode:
+    """The top chain of a query (outermost first) over another root."""
+    node = root
+    for item in reversed(chain):
+        node = replace(cast(Any, item), child=node)
+    return node
+
+
 def _default_dataset(source: Any) -> str:
     if isinstance(source, str | Path):
         return Path(source).stem or "table"
@@ -276,22 +286,31 @@ class Session:
         max_groups: int | None = None,
         max_rows_per_group: int | None = None,
         spark: Any = None,
-        schema: Mapping[str, str] | None = None,
+        schema: Mapping[str, Any] | None = None,
+        public: Mapping[str, Any] | None = None,
+        links: Any = None,
     ) -> None:
         if not isinstance(privacy_unit, str) or not privacy_unit:
             raise InvalidParameterError("privacy_unit", privacy_unit, "a column name")
         self.privacy_unit = privacy_unit
         self.defaults = Bounding(max_rows, max_groups, max_rows_per_group)
-        self.engine: Engine = make_engine(engine, source, spark=spark, schema=schema)
-        self.schema = self.engine.schema()
-        if privacy_unit not in self.schema:
+        self.catalog: Catalog | None = None
+        self.tables: Tables | None = None
+        if isinstance(source, Mapping) or public is not None or links is not None:
+            self._open_tables(source, privacy_unit, engine, spark, schema, public, links)
+        else:
+            self.engine = make_engine(engine, source, spark=spark, schema=schema)
+            self.schema = self.engine.schema()
+        if self.catalog is None and privacy_unit not in self.schema:
             raise InvalidParameterError(
                 "privacy_unit",
                 privacy_unit,
                 f"a column of the table ({', '.join(map(repr, self.schema))})",
                 "Name the column that identifies a person (or one privacy unit).",
             )
-        self.dataset = dataset or _default_dataset(source)
+        self.dataset = dataset or (
+            "+".join(source) if isinstance(source, Mapping) else _default_dataset(source)
+        )
         self.analyst = analyst
         private = ledger is None
         if ledger is None:
@@ -352,10 +371,88 @@ class Session:
                     "A session cannot change a budget; a privacy officer adjusts it.",
                 )
 
+    def _open_tables(
+        self,
+        source: Any,
+        privacy_unit: str,
+        engine: Any,
+        spark: Any,
+        schema: Mapping[str, Any] | None,
+        public: Mapping[str, Any] | None,
+        links: Any,
+    ) -> None:
+        """A session over several tables (see :mod:`dpkit.analytics._joins`)."""
+        if not isinstance(source, Mapping) or not source:
+            raise InvalidParameterError(
+                "source",
+                type(source).__name__,
+                "a mapping of private tables {name: source} when public= or links= is given",
+            )
+        public = dict(public or {})
+        overlap = set(source) & set(public)
+        if overlap:
+            raise InvalidParameterError(
+                "public", sorted(overlap)[0], "a name that is not also a private table"
+            )
+        schemas = dict(schema or {})
+        for name, declared in schemas.items():
+            if name not in source and name not in public:
+                raise InvalidParameterError(
+                    "schema", name, "a table name of the session, mapping to its column kinds"
+                )
+            if not isinstance(declared, Mapping):
+                raise InvalidParameterError(
+                    "schema", declared, f"the kinds of table {name!r}: {{column: kind}}"
+                )
+        self.tables = make_tables(engine, {**source, **public}, spark=spark, schemas=schemas)
+        kinds = {name: e.schema() for name, e in self.tables.engines.items()}
+        self.catalog = Catalog.build(kinds, public, privacy_unit, links)
+        self.engine = self.tables.engines[self.catalog.unit_table]
+        self.schema = kinds[self.catalog.unit_table]
+
+    def _resolve(self, query: Query) -> tuple[Query, dict[str, Any], str, str, Engine]:
+        """(the query over one relation, its schema, its unit column, the unit's label, the
+        engine that runs it): joins are planned here (:mod:`dpkit.analytics._joins`)."""
+        chain, root = split_relation(query.plan)
+        if self.catalog is None:
+            if isinstance(root, Source) and root.table in (None, self.dataset):
+                if root.table is None:
+                    return (
+                        query,
+                        dict(self.schema),
+                        self.privacy_unit,
+                        self.privacy_unit,
+                        (self.engine),
+                    )
+                return (
+                    replace(query, plan=_rebuilt(chain, Source())),
+                    dict(self.schema),
+                    self.privacy_unit,
+                    self.privacy_unit,
+                    self.engine,
+                )
+            raise UnsupportedQueryError(
+                f"this session has one table ({self.dataset!r}): joins and other tables need a "
+                "session over several tables, Session({name: source, ...}, "
+                "privacy_unit='table.column', links=..., public=...)"
+            )
+        planned = plan_relation(self.catalog, root)
+        assert self.tables is not None
+        return (
+            replace(query, plan=_rebuilt(chain, Source())),
+            relation_schema(self.catalog, planned),
+            UNIT,
+            self.catalog.label,
+            self.tables.relation(planned.node),
+        )
+
     # ------------------------------------------------------------------ queries
-    def query(self) -> Query:
-        """A new query over the whole table (bounded by the session's defaults)."""
-        return Query()
+    def query(self, table: str | None = None) -> Query:
+        """A new query over the whole table, or over table ``table`` of a session over
+        several tables (bounded by the session's defaults)."""
+        if table is not None:
+            check_name(table, "table")
+        return Query(Source(table))
 
     table = query
 
@@ -380,18 +477,20 @@ class Session:
         """
         budget = _query_budget(epsilon, delta, rho, loss)
         try:
+            single, schema, unit, label, _ = self._resolve(query)
             compiled = compile_query(
-                query,
-                self.schema,
-                self.privacy_unit,
+                single,
+                schema,
+                unit,
                 budget,
                 mechanism=mechanism,
                 defaults=self.defaults,
+                unit_label=label,
             )
             return make_query_measurement(
                 compiled,
-                self.schema,
-                self.privacy_unit,
+                schema,
+                unit,
                 as_charged_for(_charged_delta(delta, loss)),
                 alpha,
             )
@@ -440,9 +539,11 @@ class Session:
         charge = measurement.map(1)
         explanation = measurement.explain()
 
+        engine = self._resolve(query)[4]
+
         def body(stage: Stage) -> Any:
             stage(reading=True)
-            results = bounding(self.engine)
+            results = bounding(engine)
             stage(reading=False)
             return noisy(results)
 
@@ -668,7 +769,10 @@ class Session:
         """Release the engine's resources (the ledger stays open: it may be shared). A closed
         session refuses every query before anything is reserved."""
         self._closed = True
-        self.engine.close()
+        if self.tables is not None:
+            self.tables.close()
+        else:
+            self.engine.close()
 
     @property
     def _books(self) -> Books:

@@ -26,8 +26,10 @@ __all__ = [
     "PandasEngine",
     "SparkEngine",
     "Step",
+    "Tables",
     "ValueSpec",
     "make_engine",
+    "make_tables",
 ]
 
 
@@ -76,3 +78,87 @@ def make_engine(
 
         return SparkEngine(source, spark=spark, schema=schema)
     raise InvalidParameterError("engine", engine, "'duckdb', 'pandas' or 'spark'")
+
+
+class Tables:
+    """The engines of a session over several tables: one per table, all on one DuckDB
+    connection (or one Spark session), and the engines over their relations (joins)."""
+
+    def __init__(self, kind: str, engines: dict[str, Engine], connection: Any = None) -> None:
+        self.kind = kind
+        self.engines = engines
+        self._connection = connection
+        self._relations: dict[Any, Engine] = {}
+
+    def relation(self, node: Any) -> Engine:
+        """An engine over relation ``node`` (:mod:`._relation`); nothing is read until a plan
+        runs. Engines are kept per relation (a relation asked twice gets the same engine)."""
+        found = self._relations.get(node)
+        if found is not None:
+            return found
+        made: Engine
+        if self.kind == "duckdb":
+            from dpkit.analytics._engines._duckdb import relation_engine as duckdb_relation
+
+            made = duckdb_relation(node, self.engines, self._connection)  # type: ignore[arg-type]
+        elif self.kind == "pandas":
+            from dpkit.analytics._engines._pandas import relation_engine as pandas_relation
+
+            made = pandas_relation(node, self.engines)  # type: ignore[arg-type]
+        else:
+            from dpkit.analytics._engines._spark import relation_engine as spark_relation
+
+            made = spark_relation(node, self.engines)  # type: ignore[arg-type]
+        self._relations[node] = made
+        return made
+
+    def close(self) -> None:
+        for engine in [*self._relations.values(), *self.engines.values()]:
+            engine.close()
+        self._relations.clear()
+        if self._connection is not None:
+            self._connection.close()
+
+
+def make_tables(
+    engine: Any,
+    sources: Mapping[str, Any],
+    *,
+    spark: Any = None,
+    schemas: Mapping[str, Mapping[str, str]] | None = None,
+) -> Tables:
+    """Engines over several tables (``name -> source``), of one kind: ``"duckdb"`` (one
+    connection), ``"pandas"`` or ``"spark"`` (one Spark session)."""
+    if engine not in ("duckdb", "pandas", "spark"):
+        raise InvalidParameterError(
+            "engine",
+            engine,
+            "'duckdb', 'pandas' or 'spark' (by name) for a session over several tables",
+        )
+    schemas = schemas or {}
+    if engine == "duckdb":
+        import duckdb
+
+        connection = duckdb.connect(":memory:")
+        import contextlib
+
+        with contextlib.suppress(duckdb.Error):  # DuckDB built without ICU: no time zones
+            connection.execute("SET TimeZone = 'UTC'")
+        engines: dict[str, Engine] = {}
+        for name, source in sources.items():
+            if _is_spark_frame(source):
+                source = source.toArrow()
+            engines[name] = DuckDBEngine(source, connection=connection, schema=schemas.get(name))
+        return Tables("duckdb", engines, connection)
+    if engine == "pandas":
+        return Tables(
+            "pandas",
+            {n: make_engine("pandas", s, schema=schemas.get(n)) for n, s in sources.items()},
+        )
+    from dpkit.analytics._engines._spark import SparkEngine, default_spark_session
+
+    session = spark if spark is not None else default_spark_session()
+    return Tables(
+        "spark",
+        {n: SparkEngine(s, spark=session, schema=schemas.get(n)) for n, s in sources.items()},
+    )

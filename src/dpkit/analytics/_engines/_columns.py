@@ -68,6 +68,10 @@ __all__ = [
 RESERVED_PREFIX = "__dpkit_"
 """Engines return their results under names with this prefix; user columns may not use it."""
 
+RELATION_UNIT = f"{RESERVED_PREFIX}unit"
+"""The column of a joined relation that holds each row's privacy unit
+(:mod:`dpkit.analytics._joins`)."""
+
 _NUMBER = " *[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)? *"
 NUMBER_PATTERN = "^" + _NUMBER + "\\z"
 """Text that converts to a number (anything else converts to NULL), in every engine (RE2 and

@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,12 @@ from dpkit.analytics._engines._heavy import (
     heavy_candidates,
     unit_is_raw,
 )
-from dpkit.analytics._engines._sql import build_query, ident, sql_text
+from dpkit.analytics._engines._relation import Relation, sql_relation, sql_steps
+from dpkit.analytics._engines._sql import build_query, ident, source_select, sql_text
 from dpkit.analytics._expr import ColumnKind
 from dpkit.errors import InvalidDataError
 
-__all__ = ["DuckDBEngine"]
+__all__ = ["DuckDBEngine", "relation_engine"]
 
 _IN_LIST = 256
 """Up to this many candidate units are written into the SQL as an IN list; more are registered
@@ -88,6 +90,8 @@ class DuckDBEngine:
             with contextlib.suppress(duckdb.Error):  # DuckDB built without ICU: no time zones
                 self._con.execute("SET TimeZone = 'UTC'")
         self._view = f"dpkit_src_{secrets.token_hex(8)}"
+        self._members: tuple[DuckDBEngine, ...] = ()  # the tables a relation reads
+        self._relation = False
         self._keepalive: Any = None
         self._integers: set[str] = set()  # columns stored as integers
         self._csv: StrictCSV | None = None  # a CSV file is checked before a plan reads it
@@ -105,6 +109,10 @@ class DuckDBEngine:
 
     def _register(self, source: Any) -> tuple[exp.Expr, dict[str, ColumnKind], set[str]]:
         """The source as a table expression, its stored kinds and its float columns."""
+        if isinstance(source, _SQLRelation):
+            self._members = source.members
+            self._relation = True
+            return self._described(source.select.subquery(self._view, copy=False))
         if isinstance(source, str | Path):
             path = str(source)
             if not Path(path).exists():
@@ -214,17 +222,31 @@ class DuckDBEngine:
     ) -> np.ndarray:
         """Sample-and-aggregate: ``hash(unit, salt) % m`` in SQL, rows ordered by block, cut
         into per-block frames for ``call`` (:mod:`dpkit.analytics._blocks`)."""
-        self._prepare_pandas()
+        self._ensure_readable()
         select = rows_select(self, self._source_sql.copy(), steps, unit, columns, m, salt, "duckdb")
         ordered = select.order_by(exp.column("__dpkit_block", quoted=True))
         frame = self._con.sql(sql_text(ordered, "duckdb")).to_arrow_table().to_pandas()
         blocks = frame["__dpkit_block"].to_numpy(dtype=np.int64)
         return split_sorted(frame, blocks, m, call, columns)
 
-    def run(self, plan: BoundedPlan) -> pa.Table:
+    def typed_select(self) -> tuple[exp.Select, dict[str, ColumnKind]]:
+        """This table as a SELECT of its columns, each converted to its kind, and the kinds
+        (what a relation over several tables reads: :func:`relation_engine`)."""
+        self._prepare_pandas()
+        select = source_select(self._source_sql.copy(), self._columns, self._conversions, "duckdb")
+        return select, dict(self._schema)
+
+    def _ensure_readable(self) -> None:
+        """Check a CSV file whole (or UnreadableDataError) and register a pandas source, for
+        this table and every table of a relation."""
+        for member in self._members:
+            member._ensure_readable()
         if self._csv is not None:
             self._csv.ensure()  # the whole file, strictly, or UnreadableDataError
         self._prepare_pandas()
+
+    def run(self, plan: BoundedPlan) -> pa.Table:
+        self._ensure_readable()
         candidates = self._candidates(plan)
         view = None
         predicate: exp.Expr | None = None
@@ -255,6 +277,8 @@ class DuckDBEngine:
         self._prepare_pandas()
         threshold = candidate_threshold(plan)
         unit = plan.unit
+        if self._relation:
+            return None  # finding them would compute the joins once more
         if threshold is None or not unit_is_raw(plan) or unit in self._conversions:
             return None
         if isinstance(self._keepalive, pa.Table):
@@ -296,6 +320,29 @@ class DuckDBEngine:
             self._con.close()
         elif self._keepalive is not None:
             self._con.unregister(self._view)
+
+
+@dataclass(frozen=True, slots=True)
+class _SQLRelation:
+    """A relation over tables of one connection, as the source of a new engine."""
+
+    select: exp.Select
+    members: tuple[DuckDBEngine, ...]
+
+
+def relation_engine(
+    node: Relation, tables: Mapping[str, DuckDBEngine], connection: duckdb.DuckDBPyConnection
+) -> DuckDBEngine:
+    """An engine over relation ``node`` (:mod:`._relation`) of ``tables``, which all use
+    ``connection``. Nothing is read: the relation is a subquery the plans run over."""
+    members = {}
+
+    def source(name: str) -> tuple[exp.Select, Mapping[str, ColumnKind]]:
+        members[name] = tables[name]
+        return tables[name].typed_select()
+
+    select, _ = sql_relation(node, source, sql_steps("duckdb"))
+    return DuckDBEngine(_SQLRelation(select, tuple(members.values())), connection=connection)
 
 
 def _read_csv_as_text(path: str, header: list[str]) -> exp.Expr:

@@ -10,6 +10,7 @@ import datetime as _dt
 import decimal
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,18 @@ from dpkit.analytics._engines._columns import (
     text_of,
 )
 from dpkit.analytics._engines._csv import StrictCSV
+from dpkit.analytics._engines._relation import Relation, pandas_relation, relation_kinds
 from dpkit.analytics._expr import Binary, Col, ColumnKind, Expr, IsIn, Lit, Unary
 from dpkit.errors import InvalidDataError, UnsupportedQueryError
 
-__all__ = ["PandasEngine", "evaluate", "grid_indices", "md5_text", "sql_text"]
+__all__ = [
+    "PandasEngine",
+    "evaluate",
+    "grid_indices",
+    "md5_text",
+    "relation_engine",
+    "sql_text",
+]
 
 sql_text = text_of
 """The text SQL engines give ``CAST(value AS VARCHAR)`` (None for NULL/NaN)."""
@@ -281,6 +290,25 @@ def _cast_like(values: Any, like: Any) -> Any:
 
 
 # ------------------------------------------------------------------------ engine
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    """A frame computed when a plan first runs (a relation over several tables)."""
+
+    load: Callable[[], pd.DataFrame]
+    kinds: Mapping[str, ColumnKind]
+
+
+def relation_engine(node: Relation, tables: Mapping[str, PandasEngine]) -> PandasEngine:
+    """An engine over relation ``node`` (:mod:`._relation`) of ``tables``; the frames are
+    read and joined only when a plan first runs."""
+    kinds = relation_kinds(node, lambda name: tables[name].schema())
+
+    def load() -> pd.DataFrame:
+        return pandas_relation(node, lambda name: tables[name]._data(), apply_steps)
+
+    return PandasEngine(_Deferred(load, kinds))
+
+
 class PandasEngine:
     """The reference engine over a pandas DataFrame (kept as given; never modified).
 
@@ -298,6 +326,8 @@ class PandasEngine:
         self._csv: StrictCSV | None = None  # a CSV file is checked before it is read
         if isinstance(source, pd.DataFrame):
             storage = {str(n): kind_of_pandas(t) for n, t in source.dtypes.items()}
+        elif isinstance(source, _Deferred):
+            storage = dict(source.kinds)
         elif isinstance(source, pa.Table):
             storage = {f.name: kind_of_arrow(f.type) for f in source.schema}
         elif isinstance(source, str | Path):
@@ -327,6 +357,9 @@ class PandasEngine:
         if self._loaded is not None:
             return self._loaded
         source = self._source
+        if isinstance(source, _Deferred):
+            self._loaded = source.load()  # its tables' frames, already converted
+            return self._loaded
         if isinstance(source, pa.Table):
             df = floor_arrow_temporal(source).to_pandas(date_as_object=False)
         elif isinstance(source, str | Path):

@@ -47,13 +47,14 @@ from dpkit.analytics._engines._heavy import (
     heavy_candidates,
     unit_is_raw,
 )
-from dpkit.analytics._engines._sql import build_query, ident, sql_text
+from dpkit.analytics._engines._relation import Relation, sql_relation, sql_steps
+from dpkit.analytics._engines._sql import build_query, ident, source_select, sql_text
 from dpkit.analytics._expr import Binary, Col, ColumnKind, Expr, IsIn, Unary
 from dpkit.errors import InvalidDataError
 
 require("spark", by="dpkit.analytics._engines._spark")
 
-__all__ = ["SparkEngine", "default_spark_session", "inlined_size"]
+__all__ = ["SparkEngine", "default_spark_session", "inlined_size", "relation_engine"]
 
 _IN_LIST = 256
 """Up to this many candidate units are written into the SQL as an IN list; more are a temporary
@@ -206,6 +207,8 @@ class SparkEngine:
         self._spark = spark if spark is not None else default_spark_session()
         declared = check_declared_schema(schema)
         self._view = f"dpkit_src_{secrets.token_hex(8)}"
+        self._members: tuple[SparkEngine, ...] = ()  # the tables a relation reads
+        self._relation = False
         self._frame: Any = None
         self._pandas: Any = None
         self._csv: StrictCSV | None = None  # a CSV file is checked before a plan reads it
@@ -342,12 +345,24 @@ class SparkEngine:
         select = self._blocks_select(steps, unit, columns, m, salt)
         return spark_blocks(self._spark.sql(sql_text(select, "spark")), columns, m, call)
 
-    def run(self, plan: BoundedPlan) -> pa.Table:
+    def typed_select(self) -> tuple[exp.Select, dict[str, ColumnKind]]:
+        """This table as a SELECT of its columns, each converted to its kind, and the kinds
+        (what a relation over several tables reads: :func:`relation_engine`)."""
+        self._prepare()
+        table = exp.Table(this=ident(self._view))
+        return source_select(table, self._columns, self._conversions, "spark"), dict(self._schema)
+
+    def _ensure_readable(self) -> None:
+        for member in self._members:
+            member._ensure_readable()
         if self._csv is not None:
             # the whole file, strictly, or UnreadableDataError (engines._csv): Spark's own
             # reader skips or swallows malformed lines whatever its mode
             self._csv.ensure()
         self._prepare()
+
+    def run(self, plan: BoundedPlan) -> pa.Table:
+        self._ensure_readable()
         candidates = self._candidates(plan)
         view = None
         predicate: exp.Expr | None = None
@@ -387,6 +402,8 @@ class SparkEngine:
         self._prepare()
         threshold = candidate_threshold(plan)
         unit = plan.unit
+        if self._relation:
+            return None  # finding them would compute the joins once more
         if threshold is None or not unit_is_raw(plan) or unit in self._conversions:
             return None
         if unit not in self._integers() or not hasattr(self._frame, "toArrow"):
@@ -415,3 +432,23 @@ class SparkEngine:
     def close(self) -> None:
         if self._frame is not None:
             self._spark.catalog.dropTempView(self._view)
+
+
+def relation_engine(
+    node: Relation, tables: Mapping[str, SparkEngine], spark: Any = None
+) -> SparkEngine:
+    """An engine over relation ``node`` (:mod:`._relation`) of ``tables`` (one Spark session).
+    Nothing is read: the relation is a lazy DataFrame the plans run over."""
+    members: dict[str, SparkEngine] = {}
+
+    def source(name: str) -> tuple[exp.Select, Mapping[str, ColumnKind]]:
+        members[name] = tables[name]
+        return tables[name].typed_select()
+
+    select, _ = sql_relation(node, source, sql_steps("spark"))
+    first = next(iter(tables.values()))
+    session = spark if spark is not None else first._spark
+    engine = SparkEngine(session.sql(sql_text(select, "spark")), spark=session)
+    engine._members = tuple(members.values())
+    engine._relation = True
+    return engine

@@ -104,8 +104,12 @@ def compile_query(
     mechanism: Mechanism = "auto",
     defaults: Bounding | None = None,
     salt: int | None = None,
+    unit_label: str | None = None,
 ) -> CompiledQuery:
-    """Validate, rewrite, bound and calibrate ``query`` for ``budget``; no data is read."""
+    """Validate, rewrite, bound and calibrate ``query`` for ``budget``; no data is read.
+
+    ``unit_label``: how the explanation names the unit (a joined relation's unit column is an
+    internal name; its label is the declared ``table.column``)."""
     checked = validate(query, schema, unit)
     aggregate = checked.aggregate
     key_set = checked.key_set
@@ -136,9 +140,10 @@ def compile_query(
     split: dict[str, PrivacyLoss] = {}
     parts: list[Part] = []
     mechanisms: set[str] = set()
+    label = unit_label or unit
     lines = [
         f"plan: {aggregate.render()}",  # the validated plan: & / | chains balanced
-        f"privacy unit: {unit!r}; bounds: {bounding.describe()} -> one unit adds at most "
+        f"privacy unit: {label!r}; bounds: {bounding.describe()} -> one unit adds at most "
         f"{contrib.rows_l1} rows, {contrib.rows_per_group} per group, in "
         f"{contrib.groups} group(s)",
     ]

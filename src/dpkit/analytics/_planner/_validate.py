@@ -14,7 +14,7 @@ import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit.analytics._declared import MarginalCounts, RangeCounts
 from dpkit.analytics._engines._base import Step
-from dpkit.analytics._engines._columns import RESERVED_PREFIX, canonical
+from dpkit.analytics._engines._columns import RELATION_UNIT, RESERVED_PREFIX, canonical
 from dpkit.analytics._expr import (
     Col,
     ColumnKind,
@@ -127,9 +127,11 @@ class Validated(Structural):
 def _flatten(node: PlanNode) -> list[PlanNode]:
     chain: list[PlanNode] = []
     current: PlanNode = node
-    while not isinstance(current, Source):
+    while isinstance(current, Filter | WithColumn | Select | Aggregate):
         chain.append(current)
         current = current.child
+    if not isinstance(current, Source):  # pragma: no cover - the Session plans joins first
+        raise UnsupportedQueryError("a join reached the single-table validator")
     return list(reversed(chain))
 
 
@@ -259,7 +261,8 @@ def validate(query: Query, schema: Mapping[str, ColumnKind], unit: str) -> Valid
             f"a column of the table ({', '.join(map(repr, schema))})",
             "Name the column that identifies a person (or whatever one privacy unit is).",
         )
-    _check_not_reserved(unit, "privacy_unit")
+    if unit != RELATION_UNIT:  # a joined relation's unit column (dpkit.analytics._joins)
+        _check_not_reserved(unit, "privacy_unit")
     check_names(unit, "privacy_unit")
     check_names(query.plan.keys, "group_by")
     for agg in query.plan.aggregations:

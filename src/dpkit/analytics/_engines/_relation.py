@@ -1,0 +1,432 @@
+"""Relations over several tables: the join plans every engine runs before contribution bounding.
+
+A :data:`Relation` is a small tree the planner (:mod:`dpkit.analytics._joins`) builds from a
+query's ``FROM`` part. Every node has a fixed list of output columns (distinct names, decided
+by the planner), and every engine computes the same multiset of rows:
+
+* :class:`Scan` — a table's columns (as its engine converts them to their declared kinds),
+  renamed.
+* :class:`Steps` — derived columns, filters and selections over the child (the same
+  :class:`~dpkit.analytics._engines._base.Step` semantics as a bounded plan's steps).
+* :class:`Join` — an inner or left equi-join. A key that is NULL (or a float NaN) matches
+  nothing, as in SQL; numeric keys compare as numbers (``1 = 1.0``, ``-0.0 = 0.0``). A left
+  join keeps every left row, extended with NULLs when no right row matches.
+* :class:`KeyUnit` — for each non-NULL key of the child, the privacy unit its rows belong to,
+  when they all belong to one unit (``GROUP BY key HAVING MIN(unit) = MAX(unit)`` over rows
+  with a unit). A key whose rows belong to several units gets none: the rows that reach the
+  unit through it are then dropped (see :mod:`dpkit.analytics._joins` for why this keeps each
+  unit's rows its own).
+* :class:`PerUnit` — an exact aggregate per group of the child (``GROUP BY``), whose keys hold
+  the unit: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT col)``, ``SUM``, ``MIN``, ``MAX``,
+  ``AVG``. ``SUM`` of an empty (or all-NULL) group is NULL, as in SQL. Sums and averages are
+  computed in double precision (the engines may add in different orders: results can differ
+  in the last bits between engines; counts, minima and maxima are exact everywhere).
+
+Nothing here draws noise or reads a privacy budget: the privacy argument (each unit's rows of
+the relation come from that unit's rows of the tables and the public tables only) is the
+planner's, in :mod:`dpkit.analytics._joins`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+from sqlglot import exp
+
+from dpkit.analytics._engines._base import Step
+from dpkit.analytics._engines._sql import Dialect, _select, expr_compiler, step_levels
+from dpkit.analytics._expr import ColumnKind, Structural, infer_kind
+
+__all__ = [
+    "Join",
+    "KeyUnit",
+    "PerUnit",
+    "Relation",
+    "Scan",
+    "Steps",
+    "pandas_relation",
+    "relation_kinds",
+    "sql_relation",
+    "sql_steps",
+]
+
+AggFunction: TypeAlias = Literal[
+    "count_star", "count", "count_distinct", "sum", "min", "max", "avg"
+]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Scan(Structural):
+    """Table ``table``'s columns ``(source name, output name)``."""
+
+    table: str
+    columns: tuple[tuple[str, str], ...]
+
+    @property
+    def output(self) -> tuple[str, ...]:
+        return tuple(out for _, out in self.columns)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Steps(Structural):
+    """Steps over ``child``; ``output`` is the columns after them (the planner's list)."""
+
+    child: Relation
+    steps: tuple[Step, ...]
+    output: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Join(Structural):
+    """``left JOIN right ON left.a = right.b AND ...``; ``output`` is the left's columns then
+    the right's (the planner makes all names distinct first)."""
+
+    left: Relation
+    right: Relation
+    on: tuple[tuple[str, str], ...]
+    how: Literal["inner", "left"]
+
+    @property
+    def output(self) -> tuple[str, ...]:
+        return (*self.left.output, *self.right.output)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class KeyUnit(Structural):
+    """``SELECT key AS key_out, MIN(unit) AS unit_out FROM child WHERE key IS NOT NULL AND
+    unit IS NOT NULL GROUP BY key HAVING MIN(unit) = MAX(unit)``."""
+
+    child: Relation
+    key: str
+    unit: str
+    key_out: str
+    unit_out: str
+
+    @property
+    def output(self) -> tuple[str, ...]:
+        return (self.key_out, self.unit_out)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PerUnit(Structural):
+    """``SELECT keys, aggregates FROM child GROUP BY keys``; ``aggregates`` are
+    ``(output name, function, column)`` (column ``""`` for ``count_star``)."""
+
+    child: Relation
+    keys: tuple[str, ...]
+    aggregates: tuple[tuple[str, AggFunction, str], ...]
+
+    @property
+    def output(self) -> tuple[str, ...]:
+        return (*self.keys, *(name for name, _, _ in self.aggregates))
+
+
+Relation: TypeAlias = Scan | Steps | Join | KeyUnit | PerUnit
+
+
+def relation_kinds(
+    node: Relation, tables: Callable[[str], Mapping[str, ColumnKind]]
+) -> dict[str, ColumnKind]:
+    """Each output column's kind, from the tables' kinds (no data is read)."""
+    if isinstance(node, Scan):
+        kinds = tables(node.table)
+        return {dst: kinds[src] for src, dst in node.columns}
+    if isinstance(node, Steps):
+        schema = relation_kinds(node.child, tables)
+        for step in node.steps:
+            if step.kind == "derive" and step.expr is not None:
+                schema[step.name] = infer_kind(step.expr, schema) or "numeric"
+        return {c: schema[c] for c in node.output}
+    if isinstance(node, Join):
+        return {**relation_kinds(node.left, tables), **relation_kinds(node.right, tables)}
+    child = relation_kinds(node.child, tables)
+    if isinstance(node, KeyUnit):
+        return {node.key_out: child[node.key], node.unit_out: child[node.unit]}
+    out = {k: child[k] for k in node.keys}
+    for name, function, column in node.aggregates:
+        out[name] = child[column] if function in ("min", "max") else "numeric"
+    return out
+
+
+# ---------------------------------------------------------------------------------------- SQL
+def sql_steps(
+    dialect: Dialect,
+) -> Callable[
+    [exp.Select, Sequence[Step], Sequence[str], Mapping[str, ColumnKind]],
+    tuple[exp.Select, dict[str, ColumnKind]],
+]:
+    """The steps of a :class:`Steps` node as SELECTs over the child's (engines' shared step
+    compiler; every numeric column is read as one that may hold NaN, which is always sound)."""
+
+    def build(
+        select: exp.Select,
+        steps: Sequence[Step],
+        columns: Sequence[str],
+        kinds: Mapping[str, ColumnKind],
+    ) -> tuple[exp.Select, dict[str, ColumnKind]]:
+        floats = {c for c, k in kinds.items() if k == "numeric"}
+        compiler = expr_compiler(dict(kinds), floats, {}, dialect)
+        current = select
+        for expressions, where in step_levels(steps, compiler, columns):
+            node = _select(*expressions).from_(current.subquery("__s", copy=False), copy=False)
+            current = node if where is None else node.where(where, copy=False)
+        return current, dict(compiler.schema)
+
+    return build
+
+
+def _q(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def _col(name: str, table: str | None = None) -> exp.Column:
+    return exp.Column(this=_q(name), table=_q(table) if table else None)
+
+
+def _key(value: exp.Expr, kind: ColumnKind | None) -> exp.Expr:
+    """A join key as SQL compares it: a float NaN is NULL (it matches nothing)."""
+    if kind != "numeric":
+        return value
+    return exp.If(
+        this=exp.EQ(this=value.copy(), expression=exp.cast(exp.Literal.string("NaN"), "DOUBLE")),
+        true=exp.Null(),
+        false=value,
+    )
+
+
+def sql_relation(
+    node: Relation,
+    source: Callable[[str], tuple[exp.Select, Mapping[str, ColumnKind]]],
+    steps: Callable[[exp.Select, Sequence[Step], Sequence[str], Mapping[str, ColumnKind]], Any],
+) -> tuple[exp.Select, dict[str, ColumnKind]]:
+    """The relation as one SELECT (and its columns' kinds).
+
+    ``source(table)`` gives a table's typed SELECT and kinds; ``steps(select, steps, columns,
+    kinds)`` the SELECT of steps over a relation (the engine's own step compiler)."""
+    if isinstance(node, Scan):
+        select, kinds = source(node.table)
+        inner = select.subquery("__t", copy=False)
+        out = exp.select(
+            *(exp.alias_(_col(src, "__t"), dst, quoted=True) for src, dst in node.columns)
+        ).from_(inner)
+        return out, {dst: kinds[src] for src, dst in node.columns}
+    if isinstance(node, Steps):
+        child, kinds = sql_relation(node.child, source, steps)
+        select, new_kinds = steps(child, node.steps, node.child.output, kinds)
+        return select, {c: new_kinds[c] for c in node.output}
+    if isinstance(node, Join):
+        left, lk = sql_relation(node.left, source, steps)
+        right, rk = sql_relation(node.right, source, steps)
+        conditions = [
+            exp.EQ(this=_key(_col(a, "__l"), lk[a]), expression=_key(_col(b, "__r"), rk[b]))
+            for a, b in node.on
+        ]
+        on: exp.Expr = conditions[0]
+        for c in conditions[1:]:
+            on = exp.And(this=on, expression=c)
+        columns = [_col(c, "__l") for c in node.left.output]
+        columns += [_col(c, "__r") for c in node.right.output]
+        out = (
+            exp.select(*columns)
+            .from_(left.subquery("__l", copy=False))
+            .join(
+                right.subquery("__r", copy=False),
+                on=on,
+                join_type="left" if node.how == "left" else "inner",
+            )
+        )
+        return out, {**lk, **rk}
+    if isinstance(node, KeyUnit):
+        child, kinds = sql_relation(node.child, source, steps)
+        key, unit = _col(node.key, "__c"), _col(node.unit, "__c")
+        out = (
+            exp.select(
+                exp.alias_(key.copy(), node.key_out, quoted=True),
+                exp.alias_(exp.Min(this=unit.copy()), node.unit_out, quoted=True),
+            )
+            .from_(child.subquery("__c", copy=False))
+            .where(
+                exp.and_(
+                    exp.Not(
+                        this=exp.Is(this=_key(key.copy(), kinds[node.key]), expression=exp.Null())
+                    ),
+                    exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())),
+                )
+            )
+            .group_by(key.copy())
+            .having(exp.EQ(this=exp.Min(this=unit.copy()), expression=exp.Max(this=unit.copy())))
+        )
+        return out, {node.key_out: kinds[node.key], node.unit_out: kinds[node.unit]}
+    child, kinds = sql_relation(node.child, source, steps)
+    items: list[exp.Expr] = [_col(k, "__c") for k in node.keys]
+    out_kinds: dict[str, ColumnKind] = {k: kinds[k] for k in node.keys}
+    for name, function, column in node.aggregates:
+        value: exp.Expr
+        if function == "count_star":
+            value = exp.Count(this=exp.Star())
+        elif function == "count":
+            value = exp.Count(this=_col(column, "__c"))
+        elif function == "count_distinct":
+            value = exp.Count(this=exp.Distinct(expressions=[_col(column, "__c")]))
+        elif function in ("sum", "avg"):
+            cls = exp.Sum if function == "sum" else exp.Avg
+            value = cls(this=exp.cast(_col(column, "__c"), "DOUBLE"))
+        else:
+            value = (exp.Min if function == "min" else exp.Max)(this=_col(column, "__c"))
+        if function in ("count_star", "count", "count_distinct"):
+            value = exp.cast(value, "BIGINT")
+        items.append(exp.alias_(value, name, quoted=True))
+        out_kinds[name] = kinds[column] if function in ("min", "max") else "numeric"
+    grouped = exp.select(*items).from_(child.subquery("__c", copy=False))
+    if node.keys:
+        grouped = grouped.group_by(*(_col(k, "__c") for k in node.keys))
+    return grouped, out_kinds
+
+
+# ------------------------------------------------------------------------------------- pandas
+def _null_keys(frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    """Rows with a NULL (or NaN) key in any of ``columns``."""
+    mask = np.zeros(len(frame), dtype=bool)
+    for c in columns:
+        mask |= frame[c].isna().to_numpy(dtype=bool)
+    return mask
+
+
+def _merge_key(series: pd.Series, other: pd.Series) -> pd.Series:
+    """A key as SQL compares it with ``other``: numbers of different types as doubles (as the
+    SQL engines do), ``-0.0`` as ``0.0``; other kinds as they are."""
+    numeric = pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(
+        series.dtype
+    )
+    other_numeric = pd.api.types.is_numeric_dtype(other.dtype) and not pd.api.types.is_bool_dtype(
+        other.dtype
+    )
+    if numeric and other_numeric:
+        both_int = pd.api.types.is_integer_dtype(series.dtype) and pd.api.types.is_integer_dtype(
+            other.dtype
+        )
+        if both_int:
+            return series.astype("int64")
+        return series.astype("float64") + 0.0
+    if isinstance(series.dtype, pd.StringDtype) or series.dtype == object:
+        return series.astype(object)
+    return series
+
+
+def pandas_relation(
+    node: Relation,
+    source: Callable[[str], pd.DataFrame],
+    steps: Callable[[pd.DataFrame, Sequence[Step]], pd.DataFrame],
+) -> pd.DataFrame:
+    """The relation as a frame (the reference semantics of :func:`sql_relation`)."""
+    if isinstance(node, Scan):
+        frame = source(node.table)
+        out = pd.DataFrame({dst: frame[src].reset_index(drop=True) for src, dst in node.columns})
+        return out
+    if isinstance(node, Steps):
+        child = pandas_relation(node.child, source, steps)
+        return steps(child, node.steps)[list(node.output)].reset_index(drop=True)
+    if isinstance(node, Join):
+        left = pandas_relation(node.left, source, steps)
+        right = pandas_relation(node.right, source, steps)
+        lcols, rcols = [a for a, _ in node.on], [b for _, b in node.on]
+        lnull, rnull = _null_keys(left, lcols), _null_keys(right, rcols)
+        lkeys = [f"__dpkit_jl{i}" for i in range(len(lcols))]
+        rkeys = [f"__dpkit_jr{i}" for i in range(len(rcols))]
+        lwork = left[~lnull].reset_index(drop=True)
+        rwork = right[~rnull].reset_index(drop=True)
+        lwork = lwork.assign(
+            **{
+                k: _merge_key(lwork[a], rwork[b])
+                for k, a, b in zip(lkeys, lcols, rcols, strict=True)
+            }
+        )
+        rwork = rwork.assign(
+            **{
+                k: _merge_key(rwork[b], lwork[a])
+                for k, a, b in zip(rkeys, lcols, rcols, strict=True)
+            }
+        )
+        rwork = _nullable(rwork)
+        merged = lwork.merge(rwork, how=node.how, left_on=lkeys, right_on=rkeys, sort=False)
+        merged = merged[list(node.output)]
+        if node.how == "left" and lnull.any():
+            unmatched = left[lnull].reset_index(drop=True)
+            filler = rwork.iloc[:0][list(node.right.output)].reindex(range(len(unmatched)))
+            merged = pd.concat(
+                [merged, pd.concat([unmatched, filler], axis=1)[list(node.output)]],
+                ignore_index=True,
+            )
+        return merged.reset_index(drop=True)
+    if isinstance(node, KeyUnit):
+        child = pandas_relation(node.child, source, steps)
+        keep = ~_null_keys(child, [node.key, node.unit])
+        rows = child.loc[keep, [node.key, node.unit]]
+        key = rows[node.key]
+        if pd.api.types.is_float_dtype(key.dtype):
+            key = key.astype("float64") + 0.0
+        grouped = rows[node.unit].groupby(key.to_numpy(), sort=False)
+        low, high = grouped.min(), grouped.max()
+        same = (low == high).to_numpy(dtype=bool)
+        return pd.DataFrame(
+            {node.key_out: low.index[same], node.unit_out: low.to_numpy()[same]}
+        ).astype({node.unit_out: rows[node.unit].dtype})
+    child = pandas_relation(node.child, source, steps)
+    return _per_unit(child, node)
+
+
+def _nullable(frame: pd.DataFrame) -> pd.DataFrame:
+    """Integer and boolean columns as pandas' nullable dtypes (a left join's NULLs keep them
+    exact: int64 values above 2^53 would lose digits as floats)."""
+    changes = {}
+    for name, dtype in frame.dtypes.items():
+        if pd.api.types.is_bool_dtype(dtype) and not isinstance(dtype, pd.BooleanDtype):
+            changes[name] = "boolean"
+        elif pd.api.types.is_integer_dtype(dtype) and not isinstance(
+            dtype, pd.core.dtypes.dtypes.BaseMaskedDtype
+        ):
+            changes[name] = "Int64"
+    return frame.astype(changes) if changes else frame
+
+
+def _per_unit(child: pd.DataFrame, node: PerUnit) -> pd.DataFrame:
+    keys = list(node.keys)
+    work = child[keys].copy()
+    for k in keys:
+        if pd.api.types.is_float_dtype(work[k].dtype):
+            work[k] = work[k].astype("float64") + 0.0
+    values: dict[str, pd.Series] = {}
+    for i, (_, function, column) in enumerate(node.aggregates):
+        if function == "count_star":
+            continue
+        series = child[column]
+        if function in ("sum", "avg"):
+            series = series.astype("float64")
+        values[f"__dpkit_a{i}"] = series
+    work = work.assign(**values)
+    grouped = work.groupby(keys, dropna=False, sort=False)
+    out = grouped.size().rename("__dpkit_n").reset_index()
+    for i, (name, function, _) in enumerate(node.aggregates):
+        column = f"__dpkit_a{i}"
+        if function == "count_star":
+            result = grouped.size()
+        elif function == "count":
+            result = grouped[column].count()
+        elif function == "count_distinct":
+            result = grouped[column].nunique(dropna=True)
+        elif function == "sum":
+            result = grouped[column].sum(min_count=1)
+        elif function == "avg":
+            result = grouped[column].mean()
+        elif function == "min":
+            result = grouped[column].min()
+        else:
+            result = grouped[column].max()
+        out[name] = result.to_numpy()
+        if function in ("count_star", "count", "count_distinct"):
+            out[name] = out[name].astype("int64")
+    return out[list(node.output)]

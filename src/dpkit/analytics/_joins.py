@@ -1,0 +1,640 @@
+"""Several tables in one Session: the privacy unit across tables, and joins planned so that
+every row of a joined relation belongs to one unit.
+
+**The tables.** A session's tables are *private* or *public*. One private table holds the
+privacy unit in a column (``privacy_unit="customer.c_custkey"``); every other private table is
+*linked* to it by a declared foreign key, directly (``orders.o_custkey ->
+customer.c_custkey``) or through other tables (``lineitem.l_orderkey -> orders.o_orderkey``).
+Public tables (``nation``, ``region``) are public information: they need no link and are never
+protected.
+
+**The unit of a row.** A row of the unit table belongs to the unit in its unit column. A row of
+a linked table belongs to the unit of the rows its foreign key reaches in the parent table:
+
+* a link to the unit column itself: the unit is the key's value (``o_custkey``);
+* a link to another column of a parent: the unit all parent rows with that key belong to, when
+  they all belong to one unit. A row whose key reaches no parent row, only rows of no unit, or
+  rows of several units (the parent's key is not unique across units), belongs to no unit.
+
+Rows that belong to no unit (a NULL key included) are left out of every query.
+
+**Neighbouring databases** differ by one unit *together with every row reachable from it*: its
+row(s) of the unit table and every row of a linked table whose key reaches one of them (through
+any number of links). Public tables are the same in both. Removing unit ``u`` therefore removes
+exactly the rows that belong to ``u`` and the rows that reached ``u`` *and* another unit (those
+belonged to no unit, and were left out before); no other row changes unit. So each unit's rows
+of every private table are a function of that unit's own rows (and the public tables).
+
+**Joins are unit-local.** The planner adds "same unit" to the condition of every join of two
+private relations, and keeps the unit of the private side of a join with a public relation. Each
+row of a joined relation therefore combines rows of one unit (and public rows), and a unit's
+joined rows are a function of its own rows: the join is 1-stable from the unit distance on the
+tables to the unit distance on the relation. Contribution bounding (``max_rows``,
+``max_groups``) then applies to the joined rows, per unit, exactly as to a single table, and the
+sensitivities follow from the bounds as for one table. A key's multiplicity in a public table
+(how many rows one private row becomes) needs no accounting: it is bounded by ``max_rows``
+after the join.
+
+The "same unit" condition is implied when private relations are joined along a declared link
+(``l_orderkey = o_orderkey``) or on columns that both equal the unit (``o_custkey =
+c_custkey``); a join of private relations on other keys would pair rows of different units,
+and it is refused (it would need a truncated join whose stability grows with its truncation
+bounds). A subquery that aggregates per group (:class:`~dpkit.analytics._query.PerUnit`) must
+group by a column equal to the unit, so each of its rows is one unit's.
+
+Everything here reads the declared schemas only; no data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpkit.analytics._engines._base import Step
+from dpkit.analytics._engines._columns import RELATION_UNIT, RESERVED_PREFIX
+from dpkit.analytics._engines._relation import Join as RJoin
+from dpkit.analytics._engines._relation import KeyUnit, Relation, Scan, Steps
+from dpkit.analytics._engines._relation import PerUnit as RPerUnit
+from dpkit.analytics._expr import Col, ColumnKind, Expr, col, columns_of, infer_kind
+from dpkit.analytics._query import (
+    Aggregate,
+    Alias,
+    Filter,
+    Join,
+    PerUnit,
+    PlanNode,
+    Select,
+    Source,
+    WithColumn,
+)
+from dpkit.errors import InvalidParameterError, UnsupportedQueryError
+
+__all__ = [
+    "UNIT",
+    "Catalog",
+    "Link",
+    "Planned",
+    "plan_relation",
+    "relation_schema",
+    "split_relation",
+]
+
+UNIT = RELATION_UNIT
+"""The column of a planned relation that holds each row's privacy unit."""
+
+_UNIT_RIGHT = f"{RESERVED_PREFIX}unit_r"
+_KEY = f"{RESERVED_PREFIX}key"
+MAX_TABLES = 64
+"""At most this many tables in a session, and table references in a query."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """``child.column`` holds keys of ``parent.parent_column`` (a declared foreign key)."""
+
+    child: str
+    column: str
+    parent: str
+    parent_column: str
+
+    def render(self) -> str:
+        return f"{self.child}.{self.column} -> {self.parent}.{self.parent_column}"
+
+
+def _dotted(text: object, what: str) -> tuple[str, str]:
+    if not isinstance(text, str) or text.count(".") < 1:
+        raise InvalidParameterError(what, text, "'table.column', e.g. 'customer.c_custkey'")
+    table, _, column = text.partition(".")
+    if not table or not column:
+        raise InvalidParameterError(what, text, "'table.column', e.g. 'customer.c_custkey'")
+    return table, column
+
+
+def _comparable(a: ColumnKind | None, b: ColumnKind | None) -> bool:
+    return a is None or b is None or a == b
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The session's tables: each one's columns and kinds, which are public, the unit and the
+    links. Built by :meth:`build`, which refuses a catalog that cannot be planned."""
+
+    schemas: Mapping[str, Mapping[str, ColumnKind]]
+    public: frozenset[str]
+    unit_table: str
+    unit_column: str
+    links: Mapping[str, Link]
+
+    @staticmethod
+    def build(
+        schemas: Mapping[str, Mapping[str, ColumnKind]],
+        public: Iterable[str],
+        privacy_unit: str,
+        links: object = None,
+    ) -> Catalog:
+        """Check and build a catalog (every refusal names the parameter and the value)."""
+        public = frozenset(public)
+        if len(schemas) > MAX_TABLES:
+            raise InvalidParameterError("tables", len(schemas), f"at most {MAX_TABLES} tables")
+        for name in schemas:
+            if not isinstance(name, str) or not name or "." in name:
+                raise InvalidParameterError(
+                    "tables", name, "table names: non-empty text without '.'"
+                )
+        table, column = _dotted(privacy_unit, "privacy_unit")
+        if table not in schemas or table in public:
+            private = sorted(set(schemas) - public)
+            raise InvalidParameterError(
+                "privacy_unit",
+                privacy_unit,
+                f"'table.column' of a private table ({', '.join(private)})",
+            )
+        if column not in schemas[table]:
+            raise InvalidParameterError(
+                "privacy_unit",
+                privacy_unit,
+                f"a column of table {table!r} ({', '.join(map(repr, schemas[table]))})",
+            )
+        found: dict[str, Link] = {}
+        for child_text, parent_text in _link_pairs(links):
+            child, fk = _dotted(child_text, "links")
+            parent, key = _dotted(parent_text, "links")
+            for t, c, text in ((child, fk, child_text), (parent, key, parent_text)):
+                if t not in schemas:
+                    raise InvalidParameterError(
+                        "links", text, f"'table.column' of a table ({', '.join(schemas)})"
+                    )
+                if t in public:
+                    raise InvalidParameterError(
+                        "links",
+                        text,
+                        "a private table",
+                        f"{t!r} is public: it needs no link to the privacy unit; join it in "
+                        "the query.",
+                    )
+                if c not in schemas[t]:
+                    raise InvalidParameterError(
+                        "links", text, f"a column of {t!r} ({', '.join(map(repr, schemas[t]))})"
+                    )
+            if child == table:
+                raise InvalidParameterError(
+                    "links",
+                    child_text,
+                    "a link from a table other than the unit's",
+                    f"{table!r} holds the privacy unit itself.",
+                )
+            if child in found:
+                raise InvalidParameterError(
+                    "links",
+                    child_text,
+                    "one link per table",
+                    f"{child!r} already links through {found[child].render()}: a row must "
+                    "reach the privacy unit by one path.",
+                )
+            if not _comparable(schemas[child][fk], schemas[parent][key]):
+                raise InvalidParameterError(
+                    "links",
+                    f"{child_text} -> {parent_text}",
+                    "columns of the same kind",
+                    f"{child_text} is {schemas[child][fk]}, {parent_text} is "
+                    f"{schemas[parent][key]}.",
+                )
+            found[child] = Link(child, fk, parent, key)
+        catalog = Catalog(dict(schemas), public, table, column, found)
+        for name in schemas:
+            if name not in public:
+                catalog.path(name)  # refuses a table with no path, or a cycle
+        return catalog
+
+    def path(self, table: str) -> tuple[Link, ...]:
+        """The links from ``table`` to the unit table (empty for the unit table)."""
+        links: list[Link] = []
+        seen = {table}
+        current = table
+        while current != self.unit_table:
+            link = self.links.get(current)
+            if link is None:
+                raise InvalidParameterError(
+                    "links",
+                    current,
+                    f"a link from private table {current!r} towards the privacy unit "
+                    f"({self.unit_table}.{self.unit_column})",
+                    "Declare its foreign key, e.g. links={'orders.o_custkey': "
+                    "'customer.c_custkey'}, or declare the table public.",
+                )
+            links.append(link)
+            if link.parent in seen:
+                raise InvalidParameterError(
+                    "links",
+                    " -> ".join(x.render() for x in links),
+                    "links that reach the privacy unit's table",
+                    "These links form a cycle.",
+                )
+            seen.add(link.parent)
+            current = link.parent
+        return tuple(links)
+
+    def unit_columns(self, table: str) -> frozenset[str]:
+        """Columns of ``table`` whose value is the unit of the row: the unit column, or a
+        foreign key to it."""
+        if table == self.unit_table:
+            return frozenset({self.unit_column})
+        link = self.links.get(table)
+        if link and link.parent == self.unit_table and link.parent_column == self.unit_column:
+            return frozenset({link.column})
+        return frozenset()
+
+    @property
+    def label(self) -> str:
+        return f"{self.unit_table}.{self.unit_column}"
+
+    def describe(self) -> str:
+        """The catalog in one paragraph (for explanations)."""
+        parts = [f"privacy unit {self.label}"]
+        parts += [link.render() for link in self.links.values()]
+        if self.public:
+            parts.append("public: " + ", ".join(sorted(self.public)))
+        return "; ".join(parts)
+
+
+def _link_pairs(links: object) -> list[tuple[object, object]]:
+    if links is None:
+        return []
+    if isinstance(links, Mapping):
+        return list(links.items())
+    if isinstance(links, str):
+        raise InvalidParameterError(
+            "links", links, "a mapping {'child.column': 'parent.column'} or a list of pairs"
+        )
+    pairs: list[tuple[object, object]] = []
+    for item in links if isinstance(links, Iterable) else [links]:
+        if isinstance(item, str) and item.count("=") == 1:
+            child, parent = item.split("=")
+            pairs.append((child.strip(), parent.strip()))
+        elif isinstance(item, tuple) and len(item) == 2:
+            pairs.append((item[0], item[1]))
+        else:
+            raise InvalidParameterError(
+                "links",
+                item,
+                "a pair ('child.column', 'parent.column') or 'child.column=parent.column'",
+            )
+    return pairs
+
+
+# ------------------------------------------------------------------------------- planning
+@dataclass
+class Planned:
+    """A planned relation: the node, its visible columns (name -> kind), each column's
+    qualifier (the alias it is known by) and base name, the columns equal to the unit, the
+    declared-key origin of unchanged table columns, and whether it holds private rows (then
+    its column :data:`UNIT` holds each row's unit)."""
+
+    node: Relation
+    kinds: dict[str, ColumnKind]
+    qualifier: dict[str, str]
+    base: dict[str, str]
+    unit_equal: set[str] = field(default_factory=set)
+    origin: dict[str, tuple[str, str]] = field(default_factory=dict)
+    private: bool = False
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        hidden = (UNIT,) if self.private else ()
+        return (*self.kinds, *hidden)
+
+    def resolve(self, name: str, what: str) -> str:
+        """A column reference (``name`` or ``alias.name``) as this relation's column name."""
+        if name in self.kinds:
+            return name
+        if "." in name:
+            qualifier, _, base = name.partition(".")
+            for visible in self.kinds:
+                if self.qualifier.get(visible) == qualifier and self.base.get(visible) == base:
+                    return visible
+        matches = [v for v in self.kinds if self.base.get(v) == name]
+        if len(matches) > 1:
+            options = ", ".join(f"{self.qualifier[m]}.{name}" for m in matches)
+            raise UnsupportedQueryError(f"column {name!r} is ambiguous: write {options}")
+        known = ", ".join(repr(c) for c in self.kinds)
+        raise InvalidParameterError(what, name, f"a column of the relation ({known})")
+
+
+def split_relation(plan: PlanNode) -> tuple[list[PlanNode], PlanNode]:
+    """The query's top chain (aggregate, filters, derived columns, selections; outermost
+    first) and the relation under it (a table, a join, an aliased or per-unit subquery)."""
+    chain: list[PlanNode] = []
+    current = plan
+    while isinstance(current, Aggregate | Filter | WithColumn | Select):
+        chain.append(current)
+        current = current.child
+    return chain, current
+
+
+def _steps(planned: Planned, steps: list[Step], kinds: dict[str, ColumnKind]) -> Planned:
+    out = tuple(c for c in kinds) + ((UNIT,) if planned.private else ())
+    return Planned(
+        Steps(planned.node, tuple(steps), out),
+        kinds,
+        planned.qualifier,
+        planned.base,
+        planned.unit_equal & set(kinds),
+        {k: v for k, v in planned.origin.items() if k in kinds},
+        planned.private,
+    )
+
+
+def _rename(planned: Planned, mapping: Mapping[str, str]) -> Planned:
+    """``planned`` with columns renamed (``old -> new``)."""
+    if not mapping:
+        return planned
+    steps = [Step("derive", col(old), new) for old, new in mapping.items()]
+    names = [mapping.get(c, c) for c in planned.columns]
+    steps.append(Step("select", columns=tuple(names)))
+    kinds = {mapping.get(c, c): k for c, k in planned.kinds.items()}
+    out = Planned(
+        Steps(planned.node, tuple(steps), tuple(names)),
+        kinds,
+        {mapping.get(c, c): q for c, q in planned.qualifier.items()},
+        {mapping.get(c, c): b for c, b in planned.base.items()},
+        {mapping.get(c, c) for c in planned.unit_equal},
+        {mapping.get(c, c): o for c, o in planned.origin.items()},
+        planned.private,
+    )
+    return out
+
+
+class _Planner:
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.references = 0
+
+    # -- tables ---------------------------------------------------------------------------
+    def annotated(self, table: str, columns: tuple[str, ...]) -> Relation:
+        """Private table ``table``'s rows that belong to a unit: ``columns`` and :data:`UNIT`."""
+        catalog = self.catalog
+        if table == catalog.unit_table:
+            return self._with_unit(table, columns, catalog.unit_column)
+        link = catalog.links[table]
+        if link.parent == catalog.unit_table and link.parent_column == catalog.unit_column:
+            return self._with_unit(table, columns, link.column)
+        parent = self.annotated(link.parent, (link.parent_column,))
+        keys = KeyUnit(parent, link.parent_column, UNIT, _KEY, UNIT)
+        scan = Scan(table, tuple((c, c) for c in dict.fromkeys((*columns, link.column))))
+        joined = RJoin(scan, keys, ((link.column, _KEY),), "inner")
+        return Steps(joined, (Step("select", columns=(*columns, UNIT)),), (*columns, UNIT))
+
+    @staticmethod
+    def _with_unit(table: str, columns: tuple[str, ...], unit: str) -> Relation:
+        scan = Scan(table, tuple((c, c) for c in dict.fromkeys((*columns, unit))))
+        steps = (
+            Step("derive", col(unit), UNIT),
+            Step("filter", col(UNIT).is_not_null()),
+            Step("select", columns=(*columns, UNIT)),
+        )
+        return Steps(scan, steps, (*columns, UNIT))
+
+    def source(self, table: str | None) -> Planned:
+        catalog = self.catalog
+        self.references += 1
+        if self.references > MAX_TABLES:
+            raise UnsupportedQueryError(f"a query reads at most {MAX_TABLES} tables")
+        if table is None:
+            raise UnsupportedQueryError(
+                "this session has several tables: name one, e.g. session.query('orders') or "
+                "FROM orders"
+            )
+        if table not in catalog.schemas:
+            raise InvalidParameterError(
+                "table", table, f"a table of the session ({', '.join(catalog.schemas)})"
+            )
+        schema = dict(catalog.schemas[table])
+        columns = tuple(schema)
+        qualifier = dict.fromkeys(columns, table)
+        base = {c: c for c in columns}
+        origin = {c: (table, c) for c in columns}
+        if table in catalog.public:
+            return Planned(
+                Scan(table, tuple((c, c) for c in columns)), schema, qualifier, base, origin=origin
+            )
+        return Planned(
+            self.annotated(table, columns),
+            schema,
+            qualifier,
+            base,
+            set(catalog.unit_columns(table)),
+            origin,
+            True,
+        )
+
+    # -- the tree -------------------------------------------------------------------------
+    def plan(self, node: PlanNode) -> Planned:
+        if isinstance(node, Source):
+            return self.source(node.table)
+        if isinstance(node, Alias):
+            inner = self.plan(node.child)
+            inner.qualifier = dict.fromkeys(inner.kinds, node.name)
+            return inner
+        if isinstance(node, Join):
+            return self.join(node)
+        if isinstance(node, PerUnit):
+            return self.per_unit(node)
+        if isinstance(node, Aggregate):
+            raise UnsupportedQueryError(
+                "a subquery that aggregates must group by the privacy unit (a per-person "
+                "table); its aggregates are then exact per person"
+            )
+        # filters, derived columns and selections inside a subquery
+        chain: list[PlanNode] = []
+        current: PlanNode = node
+        while isinstance(current, Filter | WithColumn | Select):
+            chain.append(current)
+            current = current.child
+        planned = self.plan(current)
+        steps: list[Step] = []
+        kinds = planned.kinds  # updated as the steps define and select columns
+        for item in reversed(chain):
+            if isinstance(item, Filter):
+                expr = self._resolved(item.predicate, planned)
+                infer_kind(expr, kinds)
+                steps.append(Step("filter", expr))
+            elif isinstance(item, WithColumn):
+                expr = self._resolved(item.expr, planned)
+                kinds[item.name] = infer_kind(expr, kinds) or "numeric"
+                planned.qualifier[item.name] = next(iter(planned.qualifier.values()), "")
+                planned.base[item.name] = item.name
+                planned.unit_equal.discard(item.name)
+                planned.origin.pop(item.name, None)
+                steps.append(Step("derive", expr, item.name))
+            elif isinstance(item, Select):
+                names = [planned.resolve(c, "columns") for c in item.columns]
+                kinds = planned.kinds = {c: kinds[c] for c in names}
+                keep = (*names, UNIT) if planned.private else tuple(names)
+                steps.append(Step("select", columns=keep))
+        return _steps(planned, steps, kinds)
+
+    @staticmethod
+    def _resolved(expr: Expr, planned: Planned) -> Expr:
+        mapping = {c: planned.resolve(c, "column") for c in columns_of(expr)}
+        if all(k == v for k, v in mapping.items()):
+            return expr
+        return _renamed(expr, mapping)
+
+    def join(self, node: Join) -> Planned:
+        left, right = self.plan(node.left), self.plan(node.right)
+        pairs = [(left.resolve(a, "on"), right.resolve(b, "on")) for a, b in node.on]
+        for a, b in pairs:
+            if not _comparable(left.kinds[a], right.kinds[b]):
+                raise UnsupportedQueryError(
+                    f"cannot join {a} ({left.kinds[a]}) with {b} ({right.kinds[b]}): the keys "
+                    "of an equi-join must be of the same kind"
+                )
+        if (
+            left.private
+            and right.private
+            and not any(self._same_unit(left, a, right, b) for a, b in pairs)
+        ):
+            keys = " AND ".join(f"{a} = {b}" for a, b in pairs)
+            raise UnsupportedQueryError(
+                f"the join ON {keys} pairs rows of two private relations by keys that do not "
+                "link them to the same person; join private tables along a declared link "
+                f"({'; '.join(x.render() for x in self.catalog.links.values()) or 'none'}) "
+                f"or on columns equal to the privacy unit ({self.catalog.label})"
+            )
+        # names both sides have become alias.name (USING keys are kept once, from the left)
+        dropped = {b for a, b in pairs if node.using}
+        clash = (set(left.kinds) & set(right.kinds)) - dropped
+        renames_left = {c: f"{left.qualifier[c]}.{left.base[c]}" for c in clash}
+        renames_right = {c: f"{right.qualifier[c]}.{right.base[c]}" for c in clash}
+        for c in clash:
+            if renames_left[c] == renames_right[c]:
+                raise UnsupportedQueryError(
+                    f"both sides of a join have column {c!r} under the name "
+                    f"{left.qualifier[c]!r}: give one side an alias (FROM t AS a JOIN t AS b)"
+                )
+        if node.using:
+            renames_right.update(
+                {b: f"{RESERVED_PREFIX}using{i}" for i, (_, b) in enumerate(pairs)}
+            )
+        if left.private and right.private:
+            renames_right[UNIT] = _UNIT_RIGHT
+        left = _rename(left, renames_left)
+        right = _rename(right, renames_right)
+        pairs = [(renames_left.get(a, a), renames_right.get(b, b)) for a, b in pairs]
+        on = list(pairs)
+        if left.private and right.private:
+            on.append((UNIT, _UNIT_RIGHT))
+        joined = RJoin(left.node, right.node, tuple(on), node.how)
+        kinds = {**left.kinds, **right.kinds}
+        qualifier = {**left.qualifier, **right.qualifier}
+        base = {**left.base, **right.base}
+        unit_equal = left.unit_equal | right.unit_equal
+        origin = {**left.origin, **right.origin}
+        hidden = {b for _, b in pairs} if node.using else set()
+        private = left.private or right.private
+        visible = [c for c in kinds if c not in hidden]
+        # the unit: the left's, or the right's when only the right is private (NULL for a
+        # left row no private row matched: such rows take part in no query)
+        out = (*visible, UNIT) if private else tuple(visible)
+        result = Planned(
+            Steps(joined, (Step("select", columns=out),), out),
+            {c: kinds[c] for c in visible},
+            {c: qualifier[c] for c in visible},
+            {c: base[c] for c in visible},
+            unit_equal & set(visible),
+            {c: o for c, o in origin.items() if c in visible},
+            private,
+        )
+        return result
+
+    def _same_unit(self, left: Planned, a: str, right: Planned, b: str) -> bool:
+        """Does ``left.a = right.b`` pair only rows of one unit (a declared link, or two
+        columns equal to the unit)?"""
+        if a in left.unit_equal and b in right.unit_equal:
+            return True
+        oa, ob = left.origin.get(a), right.origin.get(b)
+        if oa is None or ob is None:
+            return False
+        for link in self.catalog.links.values():
+            declared = ((link.child, link.column), (link.parent, link.parent_column))
+            if (oa, ob) == declared or (ob, oa) == declared:
+                return True
+        return False
+
+    def per_unit(self, node: PerUnit) -> Planned:
+        child = self.plan(node.child)
+        if not child.private:
+            raise UnsupportedQueryError(
+                "a per-person subquery must read a private table (one with the privacy unit)"
+            )
+        keys = [child.resolve(k, "keys") for k in node.keys]
+        if not set(keys) & child.unit_equal:
+            raise UnsupportedQueryError(
+                "a subquery that aggregates must GROUP BY the privacy unit (a column equal to "
+                f"{self.catalog.label}, e.g. "
+                f"{', '.join(sorted(child.unit_equal)) or self.catalog.unit_column}), so that "
+                "each of its rows is one person's"
+            )
+        aggregates = []
+        kinds = {k: child.kinds[k] for k in keys}
+        for name, function, column in node.aggregates:
+            if name in kinds:
+                raise UnsupportedQueryError(f"the subquery names two columns {name!r}")
+            source = "" if function == "count_star" else child.resolve(column, name)
+            if function in ("sum", "avg") and child.kinds[source] != "numeric":
+                raise UnsupportedQueryError(
+                    f"{function.upper()}({column}) needs a numeric column; it is "
+                    f"{child.kinds[source]}"
+                )
+            aggregates.append((name, function, source))
+            kinds[name] = child.kinds[source] if function in ("min", "max") else "numeric"
+        relation = RPerUnit(child.node, (*keys, UNIT), tuple(aggregates))
+        qualifier = {c: child.qualifier.get(c, "") for c in kinds}
+        return Planned(
+            relation,
+            kinds,
+            qualifier,
+            {c: child.base.get(c, c) for c in kinds},
+            set(keys) & child.unit_equal,
+            {},
+            True,
+        )
+
+
+def plan_relation(catalog: Catalog, node: PlanNode) -> Planned:
+    """Plan the relation under a query (see the module docstring); refuses, before anything
+    is read, a relation with no private table, an unknown table or column, a join of
+    private relations that would pair rows of different units, keys of different kinds."""
+    planned = _Planner(catalog).plan(node)
+    if not planned.private:
+        raise UnsupportedQueryError(
+            "the query reads public tables only: it needs no privacy budget (query them "
+            "directly), and a private table must take part to protect anyone"
+        )
+    return planned
+
+
+def relation_schema(catalog: Catalog, planned: Planned) -> dict[str, ColumnKind]:
+    """The relation's columns and kinds, the unit column included (what the compiler sees)."""
+    return {**planned.kinds, UNIT: catalog.schemas[catalog.unit_table][catalog.unit_column]}
+
+
+def _renamed(expr: Any, mapping: Mapping[str, str]) -> Any:
+    """``expr`` with its column references renamed (any expression node: its fields that hold
+    expressions, or tuples of them, are renamed in turn)."""
+    if isinstance(expr, Col):
+        return Col(mapping.get(expr.name, expr.name))
+    if isinstance(expr, tuple):
+        return tuple(_renamed(x, mapping) for x in expr)
+    if not dataclasses.is_dataclass(expr) or isinstance(expr, type):
+        return expr
+    changes = {}
+    for f in dataclasses.fields(expr):
+        value = getattr(expr, f.name)
+        if isinstance(value, Expr | tuple):
+            new = _renamed(value, mapping)
+            if new is not value:
+                changes[f.name] = new
+    return dataclasses.replace(expr, **changes) if changes else expr
