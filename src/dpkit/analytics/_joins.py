@@ -55,7 +55,7 @@ from typing import Any
 from dpkit.analytics._engines._base import Step
 from dpkit.analytics._engines._columns import RELATION_UNIT, RESERVED_PREFIX
 from dpkit.analytics._engines._relation import Join as RJoin
-from dpkit.analytics._engines._relation import KeyUnit, Relation, Scan, Steps
+from dpkit.analytics._engines._relation import KeyUnit, Project, Relation, Scan, Steps
 from dpkit.analytics._engines._relation import PerUnit as RPerUnit
 from dpkit.analytics._expr import Col, ColumnKind, Expr, col, columns_of, infer_kind
 from dpkit.analytics._query import (
@@ -77,6 +77,7 @@ __all__ = [
     "Link",
     "Planned",
     "plan_relation",
+    "qualify_chain",
     "relation_schema",
     "split_relation",
 ]
@@ -350,12 +351,9 @@ def _rename(planned: Planned, mapping: Mapping[str, str]) -> Planned:
     """``planned`` with columns renamed (``old -> new``)."""
     if not mapping:
         return planned
-    steps = [Step("derive", col(old), new) for old, new in mapping.items()]
-    names = [mapping.get(c, c) for c in planned.columns]
-    steps.append(Step("select", columns=tuple(names)))
     kinds = {mapping.get(c, c): k for c, k in planned.kinds.items()}
     out = Planned(
-        Steps(planned.node, tuple(steps), tuple(names)),
+        Project(planned.node, tuple((c, mapping.get(c, c)) for c in planned.columns)),
         kinds,
         {mapping.get(c, c): q for c, q in planned.qualifier.items()},
         {mapping.get(c, c): b for c, b in planned.base.items()},
@@ -384,17 +382,13 @@ class _Planner:
         keys = KeyUnit(parent, link.parent_column, UNIT, _KEY, UNIT)
         scan = Scan(table, tuple((c, c) for c in dict.fromkeys((*columns, link.column))))
         joined = RJoin(scan, keys, ((link.column, _KEY),), "inner")
-        return Steps(joined, (Step("select", columns=(*columns, UNIT)),), (*columns, UNIT))
+        return Project(joined, tuple((c, c) for c in (*columns, UNIT)))
 
     @staticmethod
     def _with_unit(table: str, columns: tuple[str, ...], unit: str) -> Relation:
-        scan = Scan(table, tuple((c, c) for c in dict.fromkeys((*columns, unit))))
-        steps = (
-            Step("derive", col(unit), UNIT),
-            Step("filter", col(UNIT).is_not_null()),
-            Step("select", columns=(*columns, UNIT)),
-        )
-        return Steps(scan, steps, (*columns, UNIT))
+        scan = Scan(table, (*((c, c) for c in columns), (unit, UNIT)))
+        keep = (Step("filter", col(UNIT).is_not_null()),)
+        return Steps(scan, keep, (*columns, UNIT))
 
     def source(self, table: str | None) -> Planned:
         catalog = self.catalog
@@ -539,7 +533,7 @@ class _Planner:
         # left row no private row matched: such rows take part in no query)
         out = (*visible, UNIT) if private else tuple(visible)
         result = Planned(
-            Steps(joined, (Step("select", columns=out),), out),
+            Project(joined, tuple((c, c) for c in out)),
             {c: kinds[c] for c in visible},
             {c: qualifier[c] for c in visible},
             {c: base[c] for c in visible},
@@ -638,3 +632,50 @@ def _renamed(expr: Any, mapping: Mapping[str, str]) -> Any:
             if new is not value:
                 changes[f.name] = new
     return dataclasses.replace(expr, **changes) if changes else expr
+
+
+def qualify_chain(chain: list[PlanNode], planned: Planned) -> list[PlanNode]:
+    """The query's top chain (outermost first) with each column reference written as the
+    relation names it (``o.o_orderdate`` -> ``o_orderdate`` when no other side has one),
+    except the columns the chain derives itself."""
+    derived = {node.name for node in chain if isinstance(node, WithColumn)}
+
+    def name(column: str, what: str) -> str:
+        if column in derived or column in planned.kinds or column == UNIT:
+            return column
+        return planned.resolve(column, what)
+
+    def names(values: tuple[str, ...], what: str) -> tuple[str, ...]:
+        return tuple(name(c, what) for c in values)
+
+    out: list[PlanNode] = []
+    for node in chain:
+        if isinstance(node, Filter):
+            mapping = {c: name(c, "column") for c in columns_of(node.predicate)}
+            node = dataclasses.replace(node, predicate=_renamed(node.predicate, mapping))
+        elif isinstance(node, WithColumn):
+            mapping = {c: name(c, "column") for c in columns_of(node.expr)}
+            node = dataclasses.replace(node, expr=_renamed(node.expr, mapping))
+        elif isinstance(node, Select):
+            node = dataclasses.replace(node, columns=names(node.columns, "columns"))
+        elif isinstance(node, Aggregate):
+            aggregations = []
+            for agg in node.aggregations:
+                changes: dict[str, Any] = {}
+                column, columns = getattr(agg, "column", None), getattr(agg, "columns", None)
+                if isinstance(column, str):
+                    changes["column"] = name(column, "column")
+                if isinstance(columns, tuple):
+                    changes["columns"] = names(columns, "columns")
+                aggregations.append(dataclasses.replace(agg, **changes) if changes else agg)
+            key_set = node.key_set
+            if key_set is not None:
+                key_set = dataclasses.replace(key_set, columns=names(key_set.columns, "group_by"))
+            node = dataclasses.replace(
+                node,
+                keys=names(node.keys, "group_by"),
+                key_set=key_set,
+                aggregations=tuple(aggregations),
+            )
+        out.append(node)
+    return out

@@ -37,7 +37,14 @@ from dpkit.analytics._bounding import bounds_candidates, contribution
 from dpkit.analytics._em import em_quantile_index, penalised_rank_error_bound
 from dpkit.analytics._engines import Tables, make_engine, make_tables
 from dpkit.analytics._engines._base import BinSpec, BoundedPlan, Engine, Output
-from dpkit.analytics._joins import UNIT, Catalog, plan_relation, relation_schema, split_relation
+from dpkit.analytics._joins import (
+    UNIT,
+    Catalog,
+    plan_relation,
+    qualify_chain,
+    relation_schema,
+    split_relation,
+)
 from dpkit.analytics._keys import check_name
 from dpkit.analytics._planner import CompiledQuery, Mechanism, compile_query, rewrite, validate
 from dpkit.analytics._planner._measurement import (
@@ -439,7 +446,7 @@ class Session:
         planned = plan_relation(self.catalog, root)
         assert self.tables is not None
         return (
-            replace(query, plan=_rebuilt(chain, Source())),
+            replace(query, plan=_rebuilt(qualify_chain(chain, planned), Source())),
             relation_schema(self.catalog, planned),
             UNIT,
             self.catalog.label,

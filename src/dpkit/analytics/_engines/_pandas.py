@@ -290,6 +290,18 @@ def _cast_like(values: Any, like: Any) -> Any:
 
 
 # ------------------------------------------------------------------------ engine
+def _relation_steps(df: pd.DataFrame, steps: Sequence[Step]) -> pd.DataFrame:
+    """:func:`apply_steps`, except that a column copied or renamed (a derived bare column)
+    keeps its dtype, as in SQL (an integer unit stays an integer: its hashed text is ``1``,
+    not ``1.0``)."""
+    for step in steps:
+        if step.kind == "derive" and isinstance(step.expr, Col):
+            df = df.assign(**{step.name: df[step.expr.name]})
+        else:
+            df = apply_steps(df, (step,))
+    return df
+
+
 @dataclass(frozen=True, slots=True)
 class _Deferred:
     """A frame computed when a plan first runs (a relation over several tables)."""
@@ -304,7 +316,7 @@ def relation_engine(node: Relation, tables: Mapping[str, PandasEngine]) -> Panda
     kinds = relation_kinds(node, lambda name: tables[name].schema())
 
     def load() -> pd.DataFrame:
-        return pandas_relation(node, lambda name: tables[name]._data(), apply_steps)
+        return pandas_relation(node, lambda name: tables[name]._data(), _relation_steps)
 
     return PandasEngine(_Deferred(load, kinds))
 

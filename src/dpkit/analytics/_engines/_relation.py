@@ -6,6 +6,8 @@ by the planner), and every engine computes the same multiset of rows:
 
 * :class:`Scan` — a table's columns (as its engine converts them to their declared kinds),
   renamed.
+* :class:`Project` — the child's columns, selected, renamed or repeated (values and types
+  unchanged).
 * :class:`Steps` — derived columns, filters and selections over the child (the same
   :class:`~dpkit.analytics._engines._base.Step` semantics as a bounded plan's steps).
 * :class:`Join` — an inner or left equi-join. A key that is NULL (or a float NaN) matches
@@ -45,6 +47,7 @@ __all__ = [
     "Join",
     "KeyUnit",
     "PerUnit",
+    "Project",
     "Relation",
     "Scan",
     "Steps",
@@ -64,6 +67,19 @@ class Scan(Structural):
     """Table ``table``'s columns ``(source name, output name)``."""
 
     table: str
+    columns: tuple[tuple[str, str], ...]
+
+    @property
+    def output(self) -> tuple[str, ...]:
+        return tuple(out for _, out in self.columns)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Project(Structural):
+    """The child's columns ``(name, output name)``: a selection that may rename and repeat
+    columns (their values and types unchanged)."""
+
+    child: Relation
     columns: tuple[tuple[str, str], ...]
 
     @property
@@ -125,7 +141,7 @@ class PerUnit(Structural):
         return (*self.keys, *(name for name, _, _ in self.aggregates))
 
 
-Relation: TypeAlias = Scan | Steps | Join | KeyUnit | PerUnit
+Relation: TypeAlias = Scan | Project | Steps | Join | KeyUnit | PerUnit
 
 
 def relation_kinds(
@@ -135,6 +151,9 @@ def relation_kinds(
     if isinstance(node, Scan):
         kinds = tables(node.table)
         return {dst: kinds[src] for src, dst in node.columns}
+    if isinstance(node, Project):
+        child_kinds = relation_kinds(node.child, tables)
+        return {dst: child_kinds[src] for src, dst in node.columns}
     if isinstance(node, Steps):
         schema = relation_kinds(node.child, tables)
         for step in node.steps:
@@ -212,6 +231,13 @@ def sql_relation(
         inner = select.subquery("__t", copy=False)
         out = exp.select(
             *(exp.alias_(_col(src, "__t"), dst, quoted=True) for src, dst in node.columns)
+        ).from_(inner)
+        return out, {dst: kinds[src] for src, dst in node.columns}
+    if isinstance(node, Project):
+        child, kinds = sql_relation(node.child, source, steps)
+        inner = child.subquery("__p", copy=False)
+        out = exp.select(
+            *(exp.alias_(_col(src, "__p"), dst, quoted=True) for src, dst in node.columns)
         ).from_(inner)
         return out, {dst: kinds[src] for src, dst in node.columns}
     if isinstance(node, Steps):
@@ -327,6 +353,9 @@ def pandas_relation(
         frame = source(node.table)
         out = pd.DataFrame({dst: frame[src].reset_index(drop=True) for src, dst in node.columns})
         return out
+    if isinstance(node, Project):
+        child = pandas_relation(node.child, source, steps)
+        return pd.DataFrame({dst: child[src] for src, dst in node.columns})
     if isinstance(node, Steps):
         child = pandas_relation(node.child, source, steps)
         return steps(child, node.steps)[list(node.output)].reset_index(drop=True)

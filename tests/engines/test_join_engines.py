@@ -1,0 +1,232 @@
+"""Joins on every engine: the same relation and the same exact bounded outputs before noise,
+each unit's joined rows its own (removing a unit with every row reachable from it changes no
+other unit's rows), and the bounds' sensitivity realised, never exceeded, on neighbours."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from _multitable import UNIT, database, remove_unit, session_options, split, units
+from sqlglot import exp
+
+import dpkit as dp
+from dpkit.analytics import Session, col, count
+from dpkit.analytics import sum as dp_sum
+from dpkit.analytics._bounding import contribution
+from dpkit.analytics._engines._columns import RELATION_UNIT
+from dpkit.analytics._planner import compile_query
+from dpkit.analytics._query import Bounding, Query
+
+NATIONS = ["A", "B", "C", "D", "D2"]
+
+
+def _revenue(q: Query) -> Query:
+    return q.with_column("rev", col("l_extendedprice") * (1 - col("l_discount")))
+
+
+SHAPES: dict[str, Callable[[Session], Query]] = {
+    "lineitem-orders-customer-nation": lambda s: (
+        _revenue(
+            s.query("lineitem")
+            .join("orders", on=("l_orderkey", "o_orderkey"))
+            .join("customer", on=("o_custkey", "c_custkey"))
+            .join("nation", on=("c_nationkey", "n_nationkey"))
+        )
+        .group_by("n_name", keys=NATIONS)
+        .agg(count(), dp_sum("rev", bounds=(0, 10_000)))
+    ),
+    "customer-left-orders": lambda s: (
+        s.query("customer")
+        .join("orders", on=("c_custkey", "o_custkey"), how="left")
+        .group_by("c_segment", keys=["AUTO", "BUILD", "MACH"])
+        .agg(count(), dp_sum("o_totalprice", bounds=(0, 1000)))
+    ),
+    "filtered-subquery": lambda s: _revenue(
+        s.query("orders")
+        .filter(col("o_orderstatus") == "F")
+        .alias("o")
+        .join("lineitem", on=("o.o_orderkey", "l_orderkey"))
+    ).agg(count(), dp_sum("rev", bounds=(0, 10_000))),
+    "per-unit-orders": lambda s: (
+        s.query("customer")
+        .join("orders", on=("c_custkey", "o_custkey"), how="left")
+        .per_unit("c_custkey", n=("count", "o_orderkey"))
+        .group_by("n", keys=list(range(8)))
+        .agg(count())
+    ),
+    "public-left-private": lambda s: (
+        s.query("nation")
+        .join("customer", on=("n_nationkey", "c_nationkey"), how="left")
+        .group_by("n_name", keys=NATIONS)
+        .agg(count())
+    ),
+    "self-join-on-unit": lambda s: (
+        s.query("orders")
+        .alias("a")
+        .join(s.query("orders").alias("b"), on=("a.o_custkey", "b.o_custkey"))
+        .filter(col("a.o_orderkey") < col("b.o_orderkey"))
+        .agg(count())
+    ),
+}
+
+
+def _session(db: dict[str, pd.DataFrame], engine: str, spark: Any = None, **more: Any) -> Session:
+    private, public = split(db)
+    return Session(
+        private,
+        privacy_unit=UNIT,
+        budget=dp.PureDP(10),
+        engine=engine,
+        public=public,
+        spark=spark,
+        **session_options(**more),
+    )
+
+
+def _exact(session: Session, query: Query, max_rows: int = 3) -> list[pd.DataFrame]:
+    """The exact bounded outputs of every plan of ``query`` (a fixed salt: engines agree)."""
+    single, schema, unit, _, engine = session._resolve(query)
+    compiled = compile_query(
+        single, schema, unit, dp.PureDP(1), defaults=Bounding(max_rows=max_rows), salt=12345
+    )
+    out = []
+    for plan in compiled.plans:
+        frame = engine.run(plan).to_pandas()
+        columns = list(frame.columns)
+        out.append(frame.sort_values(columns).reset_index(drop=True).astype(object))
+    return out
+
+
+def _relation_rows(session: Session, query: Query) -> pd.DataFrame:
+    engine = session._resolve(query)[4]
+    if session.tables is not None and session.tables.kind == "pandas":
+        frame = engine._data()  # type: ignore[attr-defined]
+    elif session.tables is not None and session.tables.kind == "duckdb":
+        text = exp.select("*").from_(engine._source_sql.copy()).sql("duckdb")  # type: ignore[attr-defined]
+        frame = engine._con.sql(text).df()  # type: ignore[attr-defined]
+    else:
+        frame = engine._frame.toPandas()  # type: ignore[attr-defined]
+    return frame
+
+
+def _text(value: Any) -> str:
+    if pd.isna(value):
+        return "NULL"
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        return repr(float(value))
+    return repr(value)
+
+
+def _canonical(frame: pd.DataFrame) -> list[tuple[str, ...]]:
+    return sorted(tuple(_text(v) for v in row) for row in frame.itertuples(index=False))
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_engines_agree_exactly_before_noise(shape: str, spark: Any) -> None:
+    db = database(0)
+    results = {}
+    for engine in ("pandas", "duckdb", "spark"):
+        session = _session(db, engine, spark=spark if engine == "spark" else None)
+        try:
+            query = SHAPES[shape](session)
+            first = _exact(session, query)
+            again = _exact(session, query)  # the relation engine is kept: same results
+            for a, b in zip(first, again, strict=True):
+                pd.testing.assert_frame_equal(a, b)
+            results[engine] = first
+        finally:
+            session.close()
+    for engine in ("duckdb", "spark"):
+        for ref, got in zip(results["pandas"], results[engine], strict=True):
+            assert ref.shape == got.shape, (engine, ref, got)
+            for column in ref.columns:
+                left = (
+                    [float(v) if v is not None else None for v in ref[column]]
+                    if column.startswith("__dpkit_o")
+                    else list(ref[column])
+                )
+                right = (
+                    [float(v) if v is not None else None for v in got[column]]
+                    if column.startswith("__dpkit_o")
+                    else list(got[column])
+                )
+                assert left == right, (engine, column)
+
+
+@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_removing_a_unit_changes_no_other_units_rows(shape: str, engine: str) -> None:
+    """The join plans are unit-local: for every unit u, the relation over the neighbour
+    without u (and every row reachable from it) has exactly the same rows of every other
+    unit, and none of u's."""
+    db = database(1)
+    session = _session(db, engine)
+    try:
+        full = _relation_rows(session, _unaggregated(SHAPES[shape](session)))
+    finally:
+        session.close()
+    assert full[RELATION_UNIT].notna().any()
+    for u in units(db):
+        neighbour = _session(remove_unit(db, u), engine)
+        try:
+            rows = _relation_rows(neighbour, _unaggregated(SHAPES[shape](neighbour)))
+        finally:
+            neighbour.close()
+        assert not (rows[RELATION_UNIT] == u).any()
+        others = full[(full[RELATION_UNIT] != u) & full[RELATION_UNIT].notna()]
+        kept = rows[rows[RELATION_UNIT].notna()]
+        assert _canonical(others) == _canonical(kept), (shape, u)
+
+
+def _unaggregated(query: Query) -> Query:
+    from dpkit.analytics._joins import split_relation
+    from dpkit.analytics._query import Aggregate
+
+    chain, root = split_relation(query.plan)
+    # the relation with the chain's filters and derived columns, without the aggregate
+    plan = root
+    for node in reversed([n for n in chain if not isinstance(n, Aggregate)]):
+        from dataclasses import replace
+
+        plan = replace(node, child=plan)  # type: ignore[arg-type]
+    return Query(plan)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_bounded_outputs_move_by_at_most_the_claimed_sensitivity(shape: str) -> None:
+    """On every neighbour, the exact bounded outputs differ by at most what the planner's
+    contribution bounds claim, and the heavy customer (whose line items exceed the bound)
+    reaches it: a planner that understated the bound by one would fail here."""
+    db = database(2)
+    max_rows = 3
+    session = _session(db, "duckdb")
+    try:
+        base = _exact(session, SHAPES[shape](session), max_rows)[0]
+    finally:
+        session.close()
+    claim = contribution(Bounding(max_rows=max_rows), False, None).rows_l1
+    worst = Fraction(0)
+    for u in units(db):
+        neighbour = _session(remove_unit(db, u), "duckdb")
+        try:
+            other = _exact(neighbour, SHAPES[shape](neighbour), max_rows)[0]
+        finally:
+            neighbour.close()
+        keys = [c for c in base.columns if c.startswith("__dpkit_k")]
+        if keys:
+            merged = base.merge(other, on=keys, how="outer", suffixes=("", "_n")).fillna(0)
+        else:
+            merged = pd.concat([base, other.add_suffix("_n")], axis=1).fillna(0)
+        rows = "__dpkit_o0"
+        moved = sum(
+            abs(int(a) - int(b)) for a, b in zip(merged[rows], merged[rows + "_n"], strict=True)
+        )
+        assert moved <= claim, (shape, u, moved)
+        worst = max(worst, Fraction(moved))
+    if shape != "per-unit-orders":  # one row per unit there
+        assert worst == claim, (shape, worst)
