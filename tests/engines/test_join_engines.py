@@ -114,6 +114,13 @@ def _relation_rows(session: Session, query: Query) -> pd.DataFrame:
     return frame
 
 
+def _values(series: pd.Series, column: str) -> list[Any]:
+    """A result column's values; outputs (integers, possibly as decimals or text) as ints."""
+    if not column.startswith("__dpkit_o"):
+        return list(series)
+    return [None if v is None else int(v) for v in series]
+
+
 def _text(value: Any) -> str:
     if pd.isna(value):
         return "NULL"
@@ -145,16 +152,7 @@ def test_engines_agree_exactly_before_noise(shape: str, spark: Any) -> None:
         for ref, got in zip(results["pandas"], results[engine], strict=True):
             assert ref.shape == got.shape, (engine, ref, got)
             for column in ref.columns:
-                left = (
-                    [float(v) if v is not None else None for v in ref[column]]
-                    if column.startswith("__dpkit_o")
-                    else list(ref[column])
-                )
-                right = (
-                    [float(v) if v is not None else None for v in got[column]]
-                    if column.startswith("__dpkit_o")
-                    else list(got[column])
-                )
+                left, right = _values(ref[column], column), _values(got[column], column)
                 assert left == right, (engine, column)
 
 
