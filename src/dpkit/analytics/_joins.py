@@ -323,6 +323,18 @@ class Planned:
         raise InvalidParameterError(what, name, f"a column of the relation ({known})")
 
 
+def _orient(left: Planned, right: Planned, a: str, b: str) -> tuple[str, str]:
+    """The pair ``a = b`` as (left column, right column): as written, or swapped when only
+    that reads (SQL writes ``ON o_orderkey = l_orderkey`` either way round)."""
+    try:
+        return left.resolve(a, "on"), right.resolve(b, "on")
+    except (InvalidParameterError, UnsupportedQueryError) as error:
+        try:
+            return left.resolve(b, "on"), right.resolve(a, "on")
+        except (InvalidParameterError, UnsupportedQueryError):
+            raise error from None
+
+
 def split_relation(plan: PlanNode) -> tuple[list[PlanNode], PlanNode]:
     """The query's top chain (aggregate, filters, derived columns, selections; outermost
     first) and the relation under it (a table, a join, an aliased or per-unit subquery)."""
@@ -478,7 +490,9 @@ class _Planner:
 
     def join(self, node: Join) -> Planned:
         left, right = self.plan(node.left), self.plan(node.right)
-        pairs = [(left.resolve(a, "on"), right.resolve(b, "on")) for a, b in node.on]
+        pairs = [_orient(left, right, a, b) for a, b in node.on]
+        if node.condition is not None and node.how == "left":
+            right = self._filtered(right, node.condition, "the ON condition of a LEFT JOIN")
         for a, b in pairs:
             if not _comparable(left.kinds[a], right.kinds[b]):
                 raise UnsupportedQueryError(
@@ -532,8 +546,23 @@ class _Planner:
         # the unit: the left's, or the right's when only the right is private (NULL for a
         # left row no private row matched: such rows take part in no query)
         out = (*visible, UNIT) if private else tuple(visible)
+        if node.condition is not None and node.how == "inner":
+            joined_planned = Planned(
+                joined,
+                kinds,
+                qualifier,
+                base,
+                set(unit_equal),
+                dict(origin),
+                private,
+            )
+            expr = self._resolved(node.condition, joined_planned)
+            infer_kind(expr, kinds)
+            filtered: Relation = Steps(joined, (Step("filter", expr),), joined.output)
+        else:
+            filtered = joined
         result = Planned(
-            Project(joined, tuple((c, c) for c in out)),
+            Project(filtered, tuple((c, c) for c in out)),
             {c: kinds[c] for c in visible},
             {c: qualifier[c] for c in visible},
             {c: base[c] for c in visible},
@@ -542,6 +571,18 @@ class _Planner:
             private,
         )
         return result
+
+    def _filtered(self, planned: Planned, condition: Expr, what: str) -> Planned:
+        """``planned`` keeping the rows where ``condition`` (on its columns only) holds."""
+        try:
+            expr = self._resolved(condition, planned)
+        except InvalidParameterError as error:
+            raise UnsupportedQueryError(
+                f"{what} may only test the right side's columns ({error.value!r} is not one); "
+                "filter the left side in WHERE"
+            ) from None
+        infer_kind(expr, planned.kinds)
+        return _steps(planned, [Step("filter", expr)], dict(planned.kinds))
 
     def _same_unit(self, left: Planned, a: str, right: Planned, b: str) -> bool:
         """Does ``left.a = right.b`` pair only rows of one unit (a declared link, or two

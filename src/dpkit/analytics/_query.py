@@ -801,16 +801,21 @@ class Join(Structural):
     """``left JOIN right ON left.a = right.b AND ...`` (an equi-join, inner or left).
 
     ``using``: the keys were named once (``USING``): each pair's right column is dropped from
-    the result (its left column holds the value)."""
+    the result (its left column holds the value). ``condition``: more of the ``ON`` condition
+    than its equalities (an inner join applies it after the join; a left join to its right
+    side's rows before the join, so it may read only the right side's columns)."""
 
     left: PlanNode
     right: PlanNode
     on: tuple[tuple[str, str], ...]
     how: JoinHow = "inner"
     using: bool = False
+    condition: Expr | None = None
 
     def render(self) -> str:
         keys = ", ".join(a if self.using else f"{a} = {b}" for a, b in self.on)
+        if self.condition is not None:
+            keys += f" and {self.condition.render()}"
         word = "using" if self.using else "on"
         return f"{self.left.render()}.join({self.right.render()}, {word} {keys}, {self.how})"
 
