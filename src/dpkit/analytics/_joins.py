@@ -504,7 +504,7 @@ class _Planner:
             and right.private
             and not any(self._same_unit(left, a, right, b) for a, b in pairs)
         ):
-            keys = " AND ".join(f"{a} = {b}" for a, b in pairs)
+            keys = " AND ".join(f"{a} = {b}" for a, b in node.on)
             raise UnsupportedQueryError(
                 f"the join ON {keys} pairs rows of two private relations by keys that do not "
                 "link them to the same person; join private tables along a declared link "

@@ -45,6 +45,7 @@ characters.
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,14 @@ from sqlglot.errors import ParseError, TokenError
 from dpkit.analytics._expr import Binary, Expr, IsIn, Structural, Unary, col, lit
 from dpkit.analytics._families import Form, forms
 from dpkit.analytics._planner import families as _registered  # noqa: F401  (fills the registry)
-from dpkit.analytics._query import Aggregation, quantile_name
+from dpkit.analytics._query import Aggregation, PlanNode, quantile_name
+from dpkit.analytics._query import Alias as _AliasNode
+from dpkit.analytics._query import Filter as _FilterNode
+from dpkit.analytics._query import Join as _JoinNode
+from dpkit.analytics._query import PerUnit as _PerUnitNode
+from dpkit.analytics._query import Select as _SelectNode
+from dpkit.analytics._query import Source as _SourceNode
+from dpkit.analytics._query import WithColumn as _WithColumnNode
 from dpkit.errors import UnsupportedQueryError
 
 __all__ = [
@@ -117,6 +125,12 @@ class ParsedQuery(Structural):
     where: Expr | None
     group_by: tuple[str, ...]
     source: str | None = None
+    relation: PlanNode | None = None
+    """The ``FROM`` part when it is more than one table (joins, subqueries, ``WITH``): plan
+    nodes a Session over several tables plans (:mod:`dpkit.analytics._joins`)."""
+
+    def _with_source(self, source: str) -> ParsedQuery:
+        return ParsedQuery(self.aggregations, self.where, self.group_by, source, self.relation)
 
 
 _OWN_FUNCTIONS = tuple(
@@ -337,15 +351,18 @@ def parse_query(
     *,
     source: str = _CLI_INPUT,
     syntax_help: str = _CLI_HELP,
+    relations: bool = False,
 ) -> ParsedQuery:
     """Parse the query text (see the module docstring for the syntax and its size limits).
 
     Args:
         source: what ``FROM`` may name, for messages (the service says "the dataset").
         syntax_help: a sentence appended to every refusal, saying where the syntax is described.
+        relations: accept joins, subqueries in ``FROM`` and ``WITH`` (the caller plans
+            :attr:`ParsedQuery.relation` over several tables); refused otherwise, naming them.
     """
     try:
-        return _parse_query(text, privacy_unit, source)
+        return _parse_query(text, privacy_unit, source, relations)
     except UnsupportedQueryError as error:
         message = str(error).rstrip()
         if not message.endswith((".", ")")):
@@ -359,7 +376,9 @@ def parse_query(
         ) from None
 
 
-def _parse_query(text: str, privacy_unit: str | None, source_name: str) -> ParsedQuery:
+def _parse_query(
+    text: str, privacy_unit: str | None, source_name: str, relations: bool = False
+) -> ParsedQuery:
     if not isinstance(text, str) or not text.strip():
         raise UnsupportedQueryError('the query is empty; e.g. "SELECT COUNT(*)"')
     if len(text) > MAX_QUERY_TEXT:
@@ -376,12 +395,27 @@ def _parse_query(text: str, privacy_unit: str | None, source_name: str) -> Parse
     statements = [s for s in statements if s is not None]
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise UnsupportedQueryError("the query must be exactly one SELECT statement")
-    return _from_select(statements[0], privacy_unit, source_name)
+    return _from_select(statements[0], privacy_unit, source_name, relations)
 
 
-def _from_select(select: exp.Select, privacy_unit: str | None, source_name: str) -> ParsedQuery:
+def _from_select(
+    select: exp.Select, privacy_unit: str | None, source_name: str, relations: bool = False
+) -> ParsedQuery:
     """The query of a parsed statement (everything in it checked against
     :data:`ALLOWED_ARGS` first)."""
+    if _is_relation(select):
+        if not relations:
+            raise UnsupportedQueryError(
+                f"{_relation_construct(select)} is not supported here: FROM may only name "
+                f"{source_name} (joins, subqueries in FROM and WITH need several tables)"
+            )
+        relation = parse_relation(select)
+        token = _QUALIFIERS.set(None)
+        try:
+            parsed = _from_select(_without_from(select), privacy_unit, source_name)
+        finally:
+            _QUALIFIERS.reset(token)
+        return ParsedQuery(parsed.aggregations, parsed.where, parsed.group_by, None, relation)
     source = select.args.get("from") or select.args.get("from_")
     table_name: str | None = None
     if source is not None:
@@ -397,6 +431,17 @@ def _from_select(select: exp.Select, privacy_unit: str | None, source_name: str)
                 f"out); dpkit reads only {source_name}, never another table or a file function"
             )
         table_name = str(table.this.this)
+    if _QUALIFIERS.get() is not None and source is not None and table_name is not None:
+        # check the clauses FROM takes here (an alias), then read the rest without FROM: a
+        # column may repeat the table's name or alias as its prefix
+        check_tree(exp.From(this=source.this.copy()))
+        alias = source.this.alias
+        token = _QUALIFIERS.set(frozenset({table_name, *([alias] if alias else [])}))
+        try:
+            parsed = _from_select(_without_from(select), privacy_unit, source_name)
+        finally:
+            _QUALIFIERS.reset(token)
+        return parsed._with_source(table_name)
     check_tree(select)
     group = select.args.get("group")
     keys: tuple[str, ...] = ()
@@ -407,7 +452,7 @@ def _from_select(select: exp.Select, privacy_unit: str | None, source_name: str)
         for node in group.expressions:
             if not isinstance(node, exp.Column):
                 raise _refuse(node, "GROUP BY takes column names.")
-            names.append(node.name)
+            names.append(_column_ref(node))
         keys = tuple(names)
     aggregations: list[Aggregation] = []
     if len(select.expressions) > MAX_AGGREGATIONS + len(keys):
@@ -417,7 +462,7 @@ def _from_select(select: exp.Select, privacy_unit: str | None, source_name: str)
         if isinstance(node, exp.Alias):
             name = node.alias
             node = node.this
-        if isinstance(node, exp.Column) and node.name in keys:
+        if isinstance(node, exp.Column) and _column_ref(node) in keys:
             continue  # group keys may be listed; they are always in the result
         aggregations.append(_aggregation(node, name, privacy_unit))
     if not aggregations:
@@ -495,7 +540,26 @@ def _number(node: exp.Expr) -> float | int:
 def _column_name(node: exp.Expr) -> str:
     if not isinstance(node, exp.Column):
         raise _refuse(node, "The first argument of an aggregate is a column name.")
-    return str(node.name)
+    return _column_ref(node)
+
+
+_QUALIFIERS: ContextVar[frozenset[str] | None] = ContextVar("_QUALIFIERS", default=frozenset())
+"""How a column's table prefix reads: ``None`` in a query over several tables (``o.x`` is
+column ``x`` of the relation named ``o``: the Session resolves it); otherwise the names a prefix
+may repeat (the one table's name or alias), which are dropped."""
+
+
+def _column_ref(node: exp.Column) -> str:
+    """A column reference as a name: ``x``, or ``o.x`` in a query over several tables."""
+    table = node.table
+    if not table:
+        return str(node.name)
+    qualifiers = _QUALIFIERS.get()
+    if qualifiers is None:
+        return f"{table}.{node.name}"
+    if table in qualifiers:
+        return str(node.name)
+    raise _refuse(node, "Name columns without a table prefix.")
 
 
 def _args(node: exp.Expr) -> list[exp.Expr]:
@@ -659,9 +723,7 @@ def _expr(node: exp.Expr, depth: int) -> Expr:
     if isinstance(node, exp.Paren):
         return _expr(node.this, depth)
     if isinstance(node, exp.Column):
-        if node.table:
-            raise _refuse(node, "Name columns without a table prefix.")
-        return col(node.name)
+        return col(_column_ref(node))
     if isinstance(node, exp.Literal | exp.Null | exp.Boolean):
         return lit(_literal(node))
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
@@ -708,3 +770,371 @@ def _expr(node: exp.Expr, depth: int) -> Expr:
             raise _refuse(node, "Only IS NULL / IS NOT NULL are supported.")
         return _expr(node.this, depth + 1).is_null()
     raise _refuse(node)
+
+
+# ------------------------------------------------------------------ FROM: joins, subqueries, WITH
+MAX_RELATION_NODES = 64
+"""The most tables, joins and subqueries in a query's ``FROM`` part (``WITH`` included)."""
+
+_PER_UNIT_FUNCTIONS = {
+    "count": "count",
+    "sum": "sum",
+    "min": "min",
+    "max": "max",
+    "avg": "avg",
+    "mean": "avg",
+}
+"""The aggregates a subquery may compute per person (exact: the outer query adds the noise)."""
+
+
+def _is_relation(select: exp.Select) -> bool:
+    """Does the statement's ``FROM`` part need the relation planner (a join, a subquery or
+    ``WITH``)?"""
+    source = select.args.get("from") or select.args.get("from_")
+    return bool(
+        select.args.get("joins")
+        or select.args.get("with")
+        or select.args.get("with_")
+        or (source is not None and not isinstance(source.this, exp.Table))
+    )
+
+
+def _relation_construct(select: exp.Select) -> str:
+    if select.args.get("with") or select.args.get("with_"):
+        return _CLAUSES["with"]
+    if select.args.get("joins"):
+        return _CLAUSES["joins"]
+    return "a subquery in FROM"
+
+
+def _without_from(select: exp.Select) -> exp.Select:
+    """The statement without its ``WITH``, ``FROM`` and joins (parsed separately)."""
+    copy = select.copy()
+    for arg in ("with", "with_", "from", "from_", "joins"):
+        if arg in copy.args:
+            copy.set(arg, None)
+    return copy
+
+
+def parse_relation(select: exp.Select) -> PlanNode:
+    """The ``FROM`` part of a statement (its ``WITH``, tables, joins and subqueries) as plan
+    nodes. Only these are accepted (everything else is refused, naming it): ``FROM t [AS a]``,
+    ``[INNER | LEFT [OUTER]] JOIN t [AS a] ON a.x = b.y [AND ...]`` or ``USING (x, ...)``,
+    ``(SELECT ...) AS s`` (columns, ``expr AS name``, ``WHERE``; or ``GROUP BY`` a column
+    that holds the privacy unit with ``COUNT``, ``SUM``, ``MIN``, ``MAX``, ``AVG`` per
+    person, and ``HAVING``), and ``WITH name AS (SELECT ...)``."""
+    budget = [MAX_RELATION_NODES]
+    token = _QUALIFIERS.set(None)
+    try:
+        ctes = _ctes(select, {}, budget)
+        return _from_part(select, ctes, budget, 0)
+    finally:
+        _QUALIFIERS.reset(token)
+
+
+def _spend(budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise UnsupportedQueryError(
+            f"the FROM part has more than {MAX_RELATION_NODES} tables, joins and subqueries"
+        )
+
+
+def _ctes(select: exp.Select, outer: dict[str, PlanNode], budget: list[int]) -> dict[str, PlanNode]:
+    ctes = dict(outer)
+    with_ = select.args.get("with") or select.args.get("with_")
+    if with_ is None:
+        return ctes
+    if with_.args.get("recursive"):
+        raise UnsupportedQueryError("WITH RECURSIVE is not supported in a dpkit query")
+    for cte in with_.expressions:
+        if not isinstance(cte, exp.CTE) or not isinstance(cte.this, exp.Select):
+            raise _refuse(cte, "WITH name AS (SELECT ...).")
+        if cte.args.get("materialized") is not None:
+            raise _refuse(cte, "WITH name AS (SELECT ...), without MATERIALIZED.")
+        name = cte.alias
+        if not name or (cte.args.get("alias") and cte.args["alias"].columns):
+            raise _refuse(cte, "WITH name AS (SELECT ...), without column names.")
+        ctes[name] = _AliasNode(_subquery(cte.this, ctes, budget, 1), name)
+    return ctes
+
+
+def _from_part(
+    select: exp.Select, ctes: dict[str, PlanNode], budget: list[int], depth: int
+) -> PlanNode:
+    source = select.args.get("from") or select.args.get("from_")
+    if source is None:
+        raise UnsupportedQueryError("a query over several tables needs FROM")
+    for arg, value in source.args.items():
+        if arg != "this" and not _absent(value):
+            raise _refuse(source)
+    node = _table_ref(source.this, ctes, budget, depth)
+    for join in select.args.get("joins") or []:
+        node = _join(node, join, ctes, budget, depth)
+    return node
+
+
+def _table_ref(
+    node: exp.Expr, ctes: dict[str, PlanNode], budget: list[int], depth: int
+) -> PlanNode:
+    _spend(budget)
+    if isinstance(node, exp.Table):
+        for arg, value in node.args.items():
+            if arg not in ("this", "alias") and not _absent(value):
+                said = _CLAUSES.get(arg) or arg.upper()
+                raise UnsupportedQueryError(f"{said} is not supported in a dpkit query")
+        if not isinstance(node.this, exp.Identifier):
+            raise UnsupportedQueryError(
+                f"FROM {_text(node)}: name a table of the session (a file function or "
+                "expression is not one)"
+            )
+        alias = _table_alias(node)
+        name = str(node.this.this)
+        base = ctes.get(name, _SourceNode(name))
+        return _AliasNode(base, alias) if alias else base
+    if isinstance(node, exp.Subquery):
+        for arg, value in node.args.items():
+            if arg not in ("this", "alias") and not _absent(value):
+                raise _refuse(node)
+        if not isinstance(node.this, exp.Select):
+            raise _refuse(node, "A subquery in FROM is one SELECT.")
+        inner = _subquery(node.this, ctes, budget, depth + 1)
+        alias = _table_alias(node)
+        return _AliasNode(inner, alias) if alias else inner
+    raise _refuse(node, "FROM takes tables, joins and subqueries.")
+
+
+def _table_alias(node: exp.Expr) -> str | None:
+    alias = node.args.get("alias")
+    if alias is None:
+        return None
+    if alias.args.get("columns"):
+        raise _refuse(node, "Column aliases of a table (AS t(a, b)) are not supported.")
+    return str(alias.name) or None
+
+
+def _join(
+    left: PlanNode, join: exp.Join, ctes: dict[str, PlanNode], budget: list[int], depth: int
+) -> PlanNode:
+    side = (join.args.get("side") or "").upper()
+    kind = (join.args.get("kind") or "").upper()
+    if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER"):
+        said = " ".join(x for x in (side, kind) if x)
+        raise UnsupportedQueryError(
+            f"{said} JOIN is not supported in a dpkit query: use JOIN (inner) or LEFT JOIN"
+        )
+    if kind == "OUTER" and side != "LEFT":
+        raise UnsupportedQueryError("FULL OUTER JOIN is not supported: use JOIN or LEFT JOIN")
+    for arg, value in join.args.items():
+        if arg not in ("this", "on", "using", "side", "kind") and not _absent(value):
+            said = _CLAUSES.get(arg) or arg.upper()
+            raise UnsupportedQueryError(f"{said} in a JOIN is not supported in a dpkit query")
+    right = _table_ref(join.this, ctes, budget, depth)
+    how = "left" if side == "LEFT" else "inner"
+    using = join.args.get("using")
+    on = join.args.get("on")
+    if using:
+        names = []
+        for item in using:
+            if not isinstance(item, exp.Identifier | exp.Column):
+                raise _refuse(item, "USING takes column names.")
+            names.append(str(item.name))
+        return _JoinNode(left, right, tuple((n, n) for n in names), how, True)  # type: ignore[arg-type]
+    if on is None:
+        raise UnsupportedQueryError(
+            f"JOIN {_text(join.this)} needs ON or USING: a cross join is not supported"
+        )
+    pairs, rest = _join_condition(on)
+    return _JoinNode(left, right, pairs, how, False, rest)  # type: ignore[arg-type]
+
+
+def _join_condition(on: exp.Expr) -> tuple[tuple[tuple[str, str], ...], Expr | None]:
+    """An ``ON`` condition: its equalities of two columns (the join keys), and the rest."""
+    check_tree(on)
+    pairs: list[tuple[str, str]] = []
+    rest: list[Expr] = []
+    for part in _chain(on, exp.And):
+        while isinstance(part, exp.Paren):
+            part = part.this
+        if (
+            isinstance(part, exp.EQ)
+            and isinstance(part.this, exp.Column)
+            and isinstance(part.expression, exp.Column)
+        ):
+            pairs.append((_column_ref(part.this), _column_ref(part.expression)))
+        else:
+            rest.append(_condition(part))
+    if not pairs:
+        raise UnsupportedQueryError(
+            f"ON {_text(on)}: a join needs at least one equality of two columns (a non-equi "
+            "join is not supported)"
+        )
+    condition = None
+    for item in rest:
+        condition = item if condition is None else condition & item
+    return tuple(pairs), condition
+
+
+def _subquery(
+    select: exp.Select, outer: dict[str, PlanNode], budget: list[int], depth: int
+) -> PlanNode:
+    """A ``SELECT`` in ``FROM`` or ``WITH``: columns and a filter, or a per-person aggregate."""
+    if depth > 8:
+        raise _too_deep("levels of subqueries", 8)
+    allowed = {"expressions", "from", "from_", "where", "group", "joins", "with", "with_", "having"}
+    for arg, value in select.args.items():
+        if arg not in allowed and not _absent(value):
+            said = _CLAUSES.get(arg) or arg.upper()
+            raise UnsupportedQueryError(f"{said} in a subquery is not supported in a dpkit query")
+    ctes = _ctes(select, outer, budget)
+    token = _QUALIFIERS.set(None)
+    try:
+        node = _from_part(select, ctes, budget, depth)
+        where = select.args.get("where")
+        if where is not None:
+            check_tree(where.this)
+            node = _FilterNode(node, _condition(where.this))
+        group = select.args.get("group")
+        items = list(select.expressions)
+        if group is not None or any(_is_aggregate_call(_unaliased(i)) for i in items):
+            return _per_person(node, select, group, items)
+        if select.args.get("having") is not None:
+            raise UnsupportedQueryError("HAVING in a subquery needs GROUP BY")
+        return _columns(node, items)
+    finally:
+        _QUALIFIERS.reset(token)
+
+
+def _unaliased(node: exp.Expr) -> exp.Expr:
+    return node.this if isinstance(node, exp.Alias) else node
+
+
+def _is_aggregate_call(node: exp.Expr) -> bool:
+    if isinstance(node, exp.Count | exp.Min | exp.Max | exp.Sum | exp.Avg):
+        return True
+    return isinstance(node, exp.Anonymous) and str(node.name).lower() in _PER_UNIT_FUNCTIONS
+
+
+def _columns(node: PlanNode, items: list[exp.Expr]) -> PlanNode:
+    """A subquery's select list without aggregates: ``*``, columns, ``expr AS name``."""
+    if len(items) == 1 and isinstance(items[0], exp.Star):
+        return node
+    names: list[str] = []
+    for item in items:
+        if isinstance(item, exp.Star):
+            raise _refuse(item, "Write * alone, or list the columns.")
+        if isinstance(item, exp.Alias):
+            check_tree(item.this)
+            name = str(item.alias)
+            node = _WithColumnNode(node, name, _expr(item.this, 1))
+            names.append(name)
+        elif isinstance(item, exp.Column):
+            names.append(_column_ref(item))
+        else:
+            raise _refuse(item, "Name a computed column: expression AS name.")
+    if len(set(names)) != len(names):
+        raise UnsupportedQueryError("a subquery names two columns alike")
+    return _SelectNode(node, tuple(names))
+
+
+def _per_person(
+    node: PlanNode, select: exp.Select, group: exp.Expr | None, items: list[exp.Expr]
+) -> PlanNode:
+    """``SELECT keys, aggregates ... GROUP BY keys [HAVING ...]``: exact per-person values."""
+    if group is None:
+        raise UnsupportedQueryError(
+            "a subquery that aggregates must GROUP BY the privacy unit (a per-person table)"
+        )
+    keys: list[str] = []
+    for key in group.expressions:
+        if not isinstance(key, exp.Column):
+            raise _refuse(key, "GROUP BY takes column names.")
+        keys.append(_column_ref(key))
+    aggregates: list[tuple[str, str, str]] = []
+    texts: dict[str, str] = {}
+    derived = 0
+
+    def aggregate(call: exp.Expr, name: str | None) -> str:
+        nonlocal node, derived
+        text = call.sql()
+        if text in texts and name is None:
+            return texts[text]
+        function, column = _per_person_call(call)
+        if column is not None and not isinstance(column, str):
+            derived += 1
+            value_name = f"__dpkit_value{derived}"
+            node = _WithColumnNode(node, value_name, column)
+            column = value_name
+        out = name or f"{function}_{column or 'rows'}".replace(".", "_")
+        aggregates.append((out, function, column or ""))
+        texts[text] = out
+        return out
+
+    names: list[str] = []
+    for item in items:
+        name = str(item.alias) if isinstance(item, exp.Alias) else None
+        inner = _unaliased(item)
+        if isinstance(inner, exp.Column) and _column_ref(inner) in keys and name is None:
+            names.append(_column_ref(inner))
+            continue
+        if not _is_aggregate_call(inner):
+            raise _refuse(
+                item,
+                "A subquery with GROUP BY selects its GROUP BY columns and aggregates "
+                "(COUNT, SUM, MIN, MAX, AVG).",
+            )
+        names.append(aggregate(inner, name))
+    having = select.args.get("having")
+    condition: Expr | None = None
+    if having is not None:
+        condition = _having(having.this, aggregate)
+    per_person: PlanNode = _PerUnitNode(node, tuple(keys), tuple(aggregates))  # type: ignore[arg-type]
+    if condition is not None:
+        per_person = _FilterNode(per_person, condition)
+    return _SelectNode(per_person, tuple(dict.fromkeys(names)))
+
+
+def _per_person_call(call: exp.Expr) -> tuple[str, str | Expr | None]:
+    """(function, column, a derived value, or None for COUNT(*)) of a per-person aggregate."""
+    if isinstance(call, exp.Count):
+        inner = call.this
+        if isinstance(inner, exp.Star):
+            return "count_star", None
+        if isinstance(inner, exp.Distinct):
+            if len(inner.expressions) != 1 or not isinstance(inner.expressions[0], exp.Column):
+                raise _refuse(call, "COUNT(DISTINCT column).")
+            return "count_distinct", _column_ref(inner.expressions[0])
+        if isinstance(inner, exp.Column):
+            return "count", _column_ref(inner)
+        raise _refuse(call, "COUNT(*), COUNT(column) or COUNT(DISTINCT column).")
+    if isinstance(call, exp.Min | exp.Max | exp.Sum | exp.Avg):
+        function = type(call).__name__.lower()
+        args = [call.this]
+    else:
+        function = _PER_UNIT_FUNCTIONS[str(call.name).lower()]
+        args = list(call.expressions)
+    if function == "count":
+        raise _refuse(call, "COUNT(*), COUNT(column) or COUNT(DISTINCT column).")
+    if len(args) != 1:
+        raise _refuse(
+            call,
+            "Inside a per-person subquery, aggregates are exact and take one argument, "
+            "e.g. SUM(l_quantity): the outer query's aggregate declares the bounds.",
+        )
+    arg = args[0]
+    if isinstance(arg, exp.Column):
+        return function, _column_ref(arg)
+    check_tree(arg)
+    return function, _expr(arg, 1)
+
+
+def _having(node: exp.Expr, aggregate: Any) -> Expr:
+    """A subquery's HAVING condition, each aggregate in it read as its per-person column."""
+    replaced = node.copy()
+    for call in list(
+        replaced.find_all(exp.Count, exp.Min, exp.Max, exp.Sum, exp.Avg, exp.Anonymous)
+    ):
+        if _is_aggregate_call(call):
+            call.replace(exp.column(aggregate(call, None)))
+    check_tree(replaced)
+    return _condition(replaced)

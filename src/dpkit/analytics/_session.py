@@ -463,6 +463,71 @@ class Session:
 
     table = query
 
+    def sql(self, text: str, *, keys: Mapping[str, Any] | None = None) -> Query:
+        """A query from SQL text (not yet answered: pass it to :meth:`evaluate`).
+
+        The syntax of ``dpkit query`` (see :mod:`dpkit.analytics._querytext`), and over several
+        tables also ``JOIN ... ON`` / ``USING``, ``LEFT JOIN``, subqueries in ``FROM`` and
+        ``WITH`` (see docs/joins.md). ``keys`` declares public group keys
+        (``{column: values}``, their cartesian product); without it the groups of a
+        ``GROUP BY`` are chosen privately (which needs a δ).
+
+        Example:
+            >>> import pandas as pd, dpkit as dp
+            >>> from dpkit.analytics import Session
+            >>> df = pd.DataFrame({"user": [1, 1, 2], "dept": ["a", "b", "a"]})
+            >>> s = Session(df, privacy_unit="user", budget=dp.PureDP(1), max_rows=2)
+            >>> q = s.sql("SELECT dept, COUNT(*) GROUP BY dept", keys={"dept": ["a", "b"]})
+            >>> list(s.evaluate(q, epsilon=1).table["dept"])
+            ['a', 'b']
+        """
+        from dpkit.analytics._querytext import parse_query
+
+        unit = self.catalog.unit_column if self.catalog is not None else self.privacy_unit
+        parsed = parse_query(
+            text,
+            unit,
+            source=f"a table of the session ({', '.join(self._table_names())})",
+            syntax_help="See docs/joins.md for the syntax.",
+            relations=self.catalog is not None,
+        )
+        if parsed.relation is not None:
+            base = Query(parsed.relation)
+        elif self.catalog is not None:
+            if parsed.source is None:
+                raise UnsupportedQueryError(
+                    "this session has several tables: name one with FROM, e.g. FROM orders"
+                )
+            base = self.query(parsed.source)
+        else:
+            if parsed.source is not None and parsed.source != self.dataset:
+                raise UnsupportedQueryError(
+                    f"FROM {parsed.source}: this session's table is {self.dataset!r}"
+                )
+            base = self.query()
+        if parsed.where is not None:
+            base = base.filter(parsed.where)
+        if parsed.group_by:
+            key_set = None
+            if keys is not None:
+                if not isinstance(keys, Mapping) or set(keys) != set(parsed.group_by):
+                    raise InvalidParameterError(
+                        "keys",
+                        keys,
+                        f"a mapping of every GROUP BY column ({', '.join(parsed.group_by)}) to "
+                        "its public values",
+                    )
+                key_set = {k: list(keys[k]) for k in parsed.group_by}
+            return base.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
+        if keys:
+            raise InvalidParameterError("keys", keys, "only with GROUP BY")
+        return base.agg(*parsed.aggregations)
+
+    def _table_names(self) -> list[str]:
+        if self.catalog is not None:
+            return list(self.catalog.schemas)
+        return [self.dataset]
+
     def compile(
         self,
         query: Query,
