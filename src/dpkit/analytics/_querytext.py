@@ -475,7 +475,7 @@ def _from_select(select: exp.Select, privacy_unit: str | None, source_name: str)
     for position, (node, name) in enumerate(items, start=1):
         if _is_key(node, name, keys):
             continue  # group keys may be listed; they are always in the result
-        if not _is_aggregate(node):
+        if not _is_aggregate(node) and not isinstance(node, exp.Anonymous | exp.AggFunc):
             raise _refuse(
                 node,
                 "A select-list item is an aggregate or a GROUP BY key (an expression to group "
@@ -678,6 +678,8 @@ def _order_by(
         name = _released_column(ordered.this, selected, released, "ORDER BY")
         if name is None:
             raise _refuse(ordered.this, "ORDER BY takes released columns (output names).")
+        if ordered.args.get("nulls_first"):
+            raise UnsupportedQueryError("ORDER BY ... NULLS FIRST: NULLs are always sorted last")
         keys.append((name, bool(ordered.args.get("desc"))))
     return tuple(keys)
 
