@@ -1011,7 +1011,9 @@ def _balanced(parts: list[Expr], op: str) -> Expr:
 
 def _expr(node: exp.Expr, depth: int) -> Expr:
     if depth > MAX_EXPRESSION_DEPTH:
-        raise _too_deep("levels in a WHERE expression", MAX_EXPRESSION_DEPTH)
+        raise _too_deep(
+            "levels in an expression (WHERE, an aggregate argument, a CASE)", MAX_EXPRESSION_DEPTH
+        )
     if isinstance(node, exp.Paren):
         return _expr(node.this, depth)
     if isinstance(node, exp.Column):
