@@ -19,24 +19,40 @@
   are clamped to: dpkit never reads them from the data. The functions and their arguments are
   those the aggregate families register (:mod:`dpkit.analytics._families`), so a new family
   brings its own syntax.
-* ``WHERE``: comparisons, ``AND`` / ``OR`` / ``NOT``, ``IN (...)``, ``BETWEEN``, ``IS [NOT]
-  NULL``, ``+ - * /``, column names and literals. Dates and times are written ``DATE
-  '2024-03-01'`` or ``TIMESTAMP '2024-03-01 12:00:00'`` (ISO 8601; they compare as ISO text, so
-  keep a CSV file's date column undeclared, as text).
-* ``GROUP BY`` columns: public keys come from the command's ``--keys col=v1,v2`` option; without
-  it the groups are chosen privately (which needs ``--delta``).
+* Expressions (in ``WHERE``, as aggregate arguments, as ``GROUP BY`` keys): comparisons, ``AND``
+  / ``OR`` / ``NOT``, ``IN (...)``, ``BETWEEN``, ``IS [NOT] NULL``, ``+ - * /``, column names
+  and literals; ``CASE WHEN c THEN a [WHEN ...] [ELSE b] END`` (the first TRUE condition wins;
+  no ``ELSE``: NULL) and ``CASE x WHEN v THEN ...`` (read as ``x = v``); ``s [NOT] LIKE 'p'``
+  and ``ILIKE`` (``%`` any run of characters, ``_`` one, every other character itself: no
+  escape character, ``ESCAPE`` is refused); ``YEAR(d)``, ``MONTH(d)``, ``DAY(d)`` and
+  ``EXTRACT(YEAR | MONTH | DAY FROM d)`` of a date or timestamp column. Dates and times are
+  written ``DATE '2024-03-01'`` or ``TIMESTAMP '2024-03-01 12:00:00'`` (ISO 8601; they compare
+  as dates with a date column, as ISO text with a text one).
+* An aggregate of an expression, ``SUM(price * (1 - discount), 0, 1000)``, aggregates a derived
+  column (:attr:`ParsedQuery.derived`, added by :meth:`ParsedQuery.rows`): the bounds clamp the
+  expression's value. It is named by ``AS``, else ``<function>_<position>`` (``sum_2``).
+* ``GROUP BY`` columns, expressions (``GROUP BY YEAR(d)``, named by their text) or aliases of
+  select-list expressions (``SELECT YEAR(d) AS yr ... GROUP BY yr``), the last two grouped as
+  derived columns: public keys come from the command's ``--keys col=v1,v2`` option; without it
+  the groups are chosen privately (which needs ``--delta``).
+* ``HAVING``, ``ORDER BY`` (``DESC``; NULLs last) and ``LIMIT n`` are **post-processing of the
+  released table** (:func:`post_process`): applied to the noisy released values after the
+  release, they read no data and change no charge. They name released columns (output names,
+  group keys, or an aggregate call as written in the select list); an aggregate that is not in
+  the select list is refused, since it would need a release (and budget) of its own.
 
-Only these nodes are accepted; anything else (joins, subqueries, functions, ``;``-separated
-statements) is refused with an :class:`~dpkit.errors.UnsupportedQueryError` naming it. The text
-is parsed into dpkit's own expression tree, never passed to a database.
+Only these nodes are accepted; anything else (joins, subqueries, other functions,
+``;``-separated statements) is refused with an :class:`~dpkit.errors.UnsupportedQueryError`
+naming it. The text is parsed into dpkit's own expression tree, never passed to a database.
 
 Sizes are bounded before and while parsing, so that no text can exhaust the parser's recursion
 or cost seconds of CPU (each refusal names the limit): at most :data:`MAX_QUERY_TEXT`
 characters; parentheses nested at most :data:`MAX_NESTING` deep and at most
-:data:`MAX_PREFIX_RUN` prefix operators (``NOT``, ``-``) in a row; a ``WHERE`` expression at most
+:data:`MAX_PREFIX_RUN` prefix operators (``NOT``, ``-``) in a row; every expression at most
 :data:`MAX_EXPRESSION_DEPTH` deep (chains of ``AND`` and of ``OR`` are balanced first, so a
-long chain is never deep) and of at most :data:`MAX_WHERE_NODES` nodes (about 150
-conditions); at most :data:`MAX_LIST` values in an
+long chain is never deep; each ``WHEN`` of a ``CASE`` is a level); a ``WHERE`` of at most
+:data:`MAX_WHERE_NODES` nodes (about 150 conditions), and the aggregate and ``GROUP BY``
+expressions of at most :data:`MAX_EXPRESSION_NODES` together; at most :data:`MAX_LIST` values in an
 ``IN`` list or histogram edges; at most :data:`MAX_AGGREGATIONS` aggregates and
 :data:`MAX_GROUP_BY` ``GROUP BY`` columns; numbers of at most :data:`MAX_NUMBER_LITERAL`
 characters.
