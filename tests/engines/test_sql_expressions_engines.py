@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dpkit as dp
 from dpkit.analytics import Engine, Session
@@ -166,3 +168,32 @@ def test_sql_expressions_agree_exactly_on_every_engine(
     want = _run(PandasEngine(df, schema=schema), df, text, keys)
     assert got == want
     assert len(want) >= 3  # groups met (an engine run leaves the empty keys out)
+
+
+ALPHABET = "ab%_.*+?[](){}^$|\\\n é"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    texts=st.lists(st.one_of(st.none(), st.text(ALPHABET, max_size=6)), min_size=1, max_size=12),
+    pattern=st.text(ALPHABET, max_size=6),
+)
+def test_like_agrees_between_duckdb_and_pandas_on_any_pattern(
+    texts: list[str | None], pattern: str
+) -> None:
+    """Any text against any pattern over ``%``, ``_``, regular-expression and escape
+    characters: DuckDB's LIKE (as dpkit compiles it) and the reference engine's agree."""
+    import duckdb
+
+    from dpkit.analytics import col
+    from dpkit.analytics._engines._pandas import evaluate
+    from dpkit.analytics._engines._sql import _ExprCompiler
+
+    df = pd.DataFrame({"s": pd.array(texts, dtype="string")})
+    expr = col("s").like(pattern)
+    want = [None if v is pd.NA else bool(v) for v in evaluate(expr, df)]
+    sql = _ExprCompiler({"s": "string"}, set()).compile(expr).sql(dialect="duckdb")
+    con = duckdb.connect()
+    con.register("t", df)
+    got = [row[0] for row in con.execute(f"SELECT {sql} FROM t").fetchall()]
+    assert got == want, (texts, pattern, sql)
