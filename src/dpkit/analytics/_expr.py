@@ -397,9 +397,10 @@ class Case(Expr):
 
 
 def when(condition: object, value: object) -> Case:
-    """``CASE WHEN condition THEN value``; chain ``.when(c, v)`` and ``.otherwise(v)``::
+    """``CASE WHEN condition THEN value``; chain ``.when(c, v)`` and ``.otherwise(v)``:
 
-        when(col("p_type").like("PROMO%"), col("x")).otherwise(0)
+    >>> when(col("p_type").like("PROMO%"), col("x")).otherwise(0)
+    when(col('p_type').like('PROMO%'), col('x')).otherwise(0)
     """
     return Case(_wrap(condition), _wrap(value), Lit(None))
 
