@@ -504,7 +504,7 @@ def _from_select(select: exp.Select, privacy_unit: str | None, source_name: str)
         raise UnsupportedQueryError("the query has no aggregate; add e.g. COUNT(*)")
     where_node = select.args.get("where")
     where = _condition(where_node.this) if where_node is not None else None
-    derived.check_names(where, aggregations)
+    derived.check_names(where, aggregations, privacy_unit)
     released = [*keys, *(name for _, name in selected)]
     having_node = select.args.get("having")
     having = (
@@ -552,11 +552,15 @@ class _Derived:
             self.keys.add(name)
         return expr
 
-    def check_names(self, where: Expr | None, aggregations: list[Aggregation]) -> None:
+    def check_names(
+        self, where: Expr | None, aggregations: list[Aggregation], unit: str | None = None
+    ) -> None:
         """Refuse a GROUP BY expression named like a column the query reads (``YEAR(d) AS d``
         would hide the column ``d`` from the rest of the query); an aggregate's own derived
         column is renamed instead (its name is not shown)."""
         read: set[str] = set(columns_of(where)) if where is not None else set()
+        if unit is not None:
+            read.add(unit)  # the privacy unit is read by the bounding
         for _, expr in self.columns:
             read |= columns_of(expr)
         for agg in aggregations:

@@ -113,6 +113,11 @@ def test_a_derived_aggregate_column_never_hides_a_column_the_query_reads() -> No
     ((name, _),) = parsed.derived
     assert name != "x" and parsed.aggregations[0].column == name  # type: ignore[union-attr]
     assert parsed.aggregations[0].name == "x"
+    # nor the privacy unit's (the bounding reads it)
+    parsed = parse_query("SELECT SUM(x * 2, 0, 1) AS person", "person")
+    assert parsed.derived[0][0] != "person" and parsed.aggregations[0].name == "person"
+    with pytest.raises(UnsupportedQueryError, match="may not take the name"):
+        parse_query("SELECT YEAR(d) AS person, COUNT(*) GROUP BY person", "person")
 
 
 def test_having_order_by_limit_read_released_columns() -> None:
