@@ -63,10 +63,17 @@ IGNORED_BEFORE = {
     "FILTER": ("SELECT COUNT(*) FILTER (WHERE age >= 50)", "FILTER"),
     "QUALIFY": ("SELECT COUNT(*) QUALIFY 1", "QUALIFY"),
     "DISTINCT ON": ("SELECT DISTINCT ON (age) COUNT(*)", "DISTINCT"),
-    "ORDER BY": ("SELECT COUNT(*) ORDER BY 1", "ORDER BY"),
-    "LIMIT": ("SELECT COUNT(*) LIMIT 1", "LIMIT"),
+    "ORDER BY a position": ("SELECT COUNT(*) ORDER BY 1", "ORDER BY"),
+    "ORDER BY NULLS FIRST": ("SELECT COUNT(*) AS n ORDER BY n NULLS FIRST", "NULLS FIRST"),
+    "LIMIT of a non-number": ("SELECT COUNT(*) LIMIT 'a'", "LIMIT"),
+    "LIMIT of an expression": ("SELECT COUNT(*) LIMIT 1 + 1", "LIMIT"),
+    "LIKE ... ESCAPE": ("SELECT COUNT(*) WHERE dept LIKE 'a!%' ESCAPE '!'", "ESCAPE"),
+    "EXTRACT(HOUR ...)": ("SELECT COUNT(*) WHERE EXTRACT(HOUR FROM d) = 1", "EXTRACT"),
     "OFFSET": ("SELECT COUNT(*) OFFSET 1", "OFFSET"),
-    "HAVING": ("SELECT dept, COUNT(*) GROUP BY dept HAVING COUNT(*) > 1", "HAVING"),
+    "HAVING an aggregate not selected": (
+        "SELECT dept, COUNT(*) GROUP BY dept HAVING SUM(age, 0, 1) > 1",
+        "HAVING",
+    ),
     "table column aliases": ("SELECT COUNT(*) FROM people AS p(age, x) WHERE age > 1", "alias"),
     "COUNT(* EXCLUDE ...)": ("SELECT COUNT(* EXCLUDE (age))", "EXCLUDE"),
     "TRY_CAST": ("SELECT COUNT(*) WHERE d >= TRY_CAST('2024-01-01' AS DATE)", "TryCast"),
@@ -86,7 +93,9 @@ EVERYTHING = (
     "SELECT d, COUNT(*) AS n, COUNT(DISTINCT u), SUM(x, 0, 1), QUANTILE(x, 0.5, -1, 2.5) "
     "FROM tx AS t WHERE (x IS NULL OR NOT \"d\" IN ('a', 'b')) AND x BETWEEN -1 AND 2 "
     "AND d >= DATE '2024-03-01' AND x + 1 * 2 / 3 - 4 != 5 AND b = TRUE AND x < 1 "
-    "AND x <= 1 AND x > 0 AND x = NULL GROUP BY d"
+    "AND x <= 1 AND x > 0 AND x = NULL AND s NOT LIKE 'a%' AND s ILIKE '_b' "
+    "AND YEAR(e) + MONTH(e) + DAY(e) + EXTRACT(YEAR FROM e) > 1 "
+    "AND CASE WHEN x > 1 THEN TRUE ELSE FALSE END GROUP BY d HAVING n > 1 ORDER BY n DESC LIMIT 5"
 )
 
 
@@ -111,6 +120,9 @@ HANDLED_SELECT_ARGS = {
     "from_": "FROM <the input>",
     "where": "WHERE",
     "group": "GROUP BY <columns>",
+    "having": "HAVING, on the released table",
+    "order": "ORDER BY, on the released table",
+    "limit": "LIMIT, on the released table",
 }
 
 

@@ -275,3 +275,37 @@ def test_audit_log_is_append_only_in_postgres(postgres_url: str, data_root: Path
                 conn.execute(statement.replace("{s}", schema))
         row = conn.execute(f"SELECT count(*) FROM {schema}.svc_audit").fetchone()
         assert row == (1,)
+
+
+def test_sql_expressions_and_having_order_by_limit_through_the_service(api: Api) -> None:
+    """Issue 23: CASE / LIKE / arithmetic in an aggregate, and HAVING / ORDER BY / LIMIT on the
+    released table (post-processing: the charge is the query's ε)."""
+    api.register()
+    ana = api.analyst("ana")
+    sql = (
+        "SELECT dept, COUNT(*) AS n, SUM(CASE WHEN dept LIKE 'a%' THEN age * 2 ELSE 0 END, "
+        "0, 200) AS s FROM people GROUP BY dept HAVING COUNT(*) > 10 ORDER BY s DESC LIMIT 1"
+    )
+    r = api.post(
+        "/api/v1/query",
+        ana,
+        json={
+            "dataset": "people",
+            "sql": sql,
+            "keys": {"dept": ["a", "b"]},
+            "loss": {"epsilon": "0.5"},
+        },
+    )
+    assert r.status_code == 200, r.text
+    rows = r.json()["tables"]["main"]
+    assert [row["dept"] for row in rows] == ["a"]
+    assert _spent(api, "ana") == pytest.approx(0.5)
+    for bad in (
+        "SELECT COUNT(*) HAVING SUM(age, 0, 1) > 1",
+        "SELECT COUNT(*) AS n HAVING n > 'a'",
+        "SELECT SUM(YEAR(dept), 0, 1)",
+    ):
+        body = {"dataset": "people", "sql": bad, "loss": {"epsilon": "0.1"}}
+        refused = api.post("/api/v1/query", ana, json=body)
+        assert 400 <= refused.status_code < 500, (bad, refused.text)
+    assert _spent(api, "ana") == pytest.approx(0.5)

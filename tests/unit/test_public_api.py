@@ -161,6 +161,7 @@ PINNED: dict[str, list[str]] = {
         "std",
         "sum",
         "variance",
+        "when",
         "workload",
     ],
     "dpkit.client": [

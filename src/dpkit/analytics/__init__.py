@@ -23,7 +23,7 @@ require("analytics", by="dpkit.analytics")
 
 from dpkit.analytics._engines import DuckDBEngine, Engine, PandasEngine
 from dpkit.analytics._engines._csv import check_csv
-from dpkit.analytics._expr import Expr, col, lit
+from dpkit.analytics._expr import Expr, col, lit, when
 from dpkit.analytics._planner import CompiledQuery
 from dpkit.analytics._query import (
     Bounding,
@@ -72,6 +72,7 @@ __all__ = [
     "std",
     "sum",
     "variance",
+    "when",
     "workload",
 ]
 

@@ -13,7 +13,14 @@ Only this subset exists, so every engine can evaluate it identically:
   and a filter keeps only rows where the predicate is TRUE);
 * boolean ``&`` (and), ``|`` (or), ``~`` (not), with Kleene logic;
 * ``is_null()``, ``is_not_null()``, ``is_in([...])``, ``between(a, b)``, ``fill_null(v)``,
-  ``abs()``, ``floor()``, ``ceil()``, ``lower()``, ``upper()``.
+  ``abs()``, ``floor()``, ``ceil()``, ``lower()``, ``upper()``;
+* ``like(pattern)`` / ``ilike(pattern)`` on text: SQL ``LIKE``, ``%`` any run of characters
+  and ``_`` exactly one, everything else (backslash included: there is no escape character)
+  itself, matched against the whole text, case-sensitively (``ilike``: both sides lower-cased);
+* ``year()``, ``month()``, ``day()`` of a date or timestamp (a number; NULL stays NULL);
+* :func:`when` ``(condition, value).when(...).otherwise(default)``: SQL's searched ``CASE``
+  (the first condition that is TRUE picks its value; none, or only NULL ones: the default, NULL
+  when none is given).
 
 NaN in a float column is read as NULL by every engine. Identifiers and literals are never pasted
 into SQL text: the SQL engines turn these trees into sqlglot trees, which quote them.
@@ -42,6 +49,7 @@ __all__ = [
     "MAX_EXPRESSION_DEPTH",
     "MAX_EXPRESSION_SIZE",
     "BinaryOp",
+    "Case",
     "Col",
     "ColumnKind",
     "Expr",
@@ -52,6 +60,7 @@ __all__ = [
     "UnaryOp",
     "check_expression",
     "check_unicode",
+    "children",
     "col",
     "columns_of",
     "infer_kind",
@@ -60,15 +69,30 @@ __all__ = [
     "reads_as_number",
     "structural_key",
     "text_number_orderings",
+    "when",
 ]
 
 ColumnKind: TypeAlias = Literal["numeric", "string", "bool", "temporal", "other"]
 BinaryOp: TypeAlias = Literal[
-    "+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "and", "or", "coalesce"
+    "+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "and", "or", "coalesce", "like"
 ]
 UnaryOp: TypeAlias = Literal[
-    "not", "neg", "is_null", "is_not_null", "abs", "floor", "ceil", "lower", "upper", "as_number"
+    "not",
+    "neg",
+    "is_null",
+    "is_not_null",
+    "abs",
+    "floor",
+    "ceil",
+    "lower",
+    "upper",
+    "as_number",
+    "year",
+    "month",
+    "day",
 ]
+_PARTS = frozenset({"year", "month", "day"})
+"""The parts of a date or timestamp :meth:`Expr.year` / ``month`` / ``day`` extract."""
 LiteralValue: TypeAlias = bool | int | float | str | _dt.datetime | None
 
 _ARITHMETIC = frozenset({"+", "-", "*", "/"})
@@ -199,6 +223,31 @@ class Expr:
     def upper(self) -> Expr:
         return Unary("upper", self)
 
+    def like(self, pattern: str) -> Expr:
+        """SQL ``LIKE``: ``%`` matches any run of characters, ``_`` exactly one, every other
+        character itself (no escape character); the whole text must match; NULL is NULL."""
+        if not isinstance(pattern, str):
+            raise InvalidParameterError("pattern", pattern, "a text pattern such as 'PROMO%'")
+        return Binary("like", self, Lit(check_unicode("pattern", pattern)))
+
+    def ilike(self, pattern: str) -> Expr:
+        """``like`` ignoring case: both sides lower-cased (:meth:`lower`)."""
+        if not isinstance(pattern, str):
+            raise InvalidParameterError("pattern", pattern, "a text pattern such as 'promo%'")
+        return Unary("lower", self).like(pattern.lower())
+
+    def year(self) -> Expr:
+        """The year of a date or timestamp, as a number."""
+        return Unary("year", self)
+
+    def month(self) -> Expr:
+        """The month (1 to 12) of a date or timestamp."""
+        return Unary("month", self)
+
+    def day(self) -> Expr:
+        """The day of the month (1 to 31) of a date or timestamp."""
+        return Unary("day", self)
+
     def key(self) -> tuple[Any, ...]:
         """A structural key: two trees are the same exactly when their keys are equal.
 
@@ -272,6 +321,8 @@ class Binary(Expr):
     def render(self) -> str:
         if self.op == "coalesce":
             return f"{self.left.render()}.fill_null({self.right.render()})"
+        if self.op == "like":
+            return f"{self.left.render()}.like({self.right.render()})"
         symbol = {"and": "&", "or": "|"}.get(self.op, self.op)
         return f"({self.left.render()} {symbol} {self.right.render()})"
 
@@ -307,6 +358,62 @@ class IsIn(Expr):
     def render(self) -> str:
         values = ", ".join(Lit(v).render() for v in self.values)
         return f"{self.operand.render()}.is_in([{values}])"
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Case(Expr):
+    """``CASE WHEN condition THEN then ELSE default END``: ``then`` where ``condition`` is
+    TRUE, else (FALSE or NULL) ``default``. Several WHENs nest in ``default``, which keeps
+    SQL's first-TRUE-wins order. Build it with :func:`when`."""
+
+    condition: Expr
+    then: Expr
+    default: Expr
+
+    def key(self) -> tuple[Any, ...]:
+        return ("case", self.condition.key(), self.then.key(), self.default.key())
+
+    def when(self, condition: object, value: object) -> Case:
+        """Another branch, tried when the earlier ones are not TRUE."""
+        if isinstance(self.default, Lit) and self.default.value is None:
+            return Case(self.condition, self.then, when(condition, value))
+        if isinstance(self.default, Case):
+            return Case(self.condition, self.then, self.default.when(condition, value))
+        raise UnsupportedQueryError("add .when(...) branches before .otherwise(...)")
+
+    def otherwise(self, value: object) -> Case:
+        """The value when no condition is TRUE (NULL if never given)."""
+        if isinstance(self.default, Lit) and self.default.value is None:
+            return Case(self.condition, self.then, _wrap(value))
+        if isinstance(self.default, Case):
+            return Case(self.condition, self.then, self.default.otherwise(value))
+        raise UnsupportedQueryError(".otherwise(...) is given once, last")
+
+    def render(self) -> str:
+        return (
+            f"when({self.condition.render()}, {self.then.render()})"
+            f".otherwise({self.default.render()})"
+        )
+
+
+def when(condition: object, value: object) -> Case:
+    """``CASE WHEN condition THEN value``; chain ``.when(c, v)`` and ``.otherwise(v)``:
+
+    >>> when(col("p_type").like("PROMO%"), col("x")).otherwise(0)
+    when(col('p_type').like('PROMO%'), col('x')).otherwise(0)
+    """
+    return Case(_wrap(condition), _wrap(value), Lit(None))
+
+
+def children(node: Expr) -> tuple[Expr, ...]:
+    """The operands of ``node`` (none for a column or a literal)."""
+    if isinstance(node, Binary):
+        return (node.left, node.right)
+    if isinstance(node, Unary | IsIn):
+        return (node.operand,)
+    if isinstance(node, Case):
+        return (node.condition, node.then, node.default)
+    return ()
 
 
 def _literal_key(value: LiteralValue) -> tuple[str, Any]:
@@ -469,11 +576,7 @@ def _logical_children(node: Expr) -> list[Expr]:
             else:
                 chain.append(item)
         return chain
-    if isinstance(node, Binary):
-        return [node.left, node.right]
-    if isinstance(node, Unary | IsIn):
-        return [node.operand]
-    return []
+    return list(children(node))
 
 
 def _balanced(node: Expr) -> Expr:
@@ -491,6 +594,8 @@ def _balanced(node: Expr) -> Expr:
         return Unary(node.op, _balanced(node.operand))
     if isinstance(node, IsIn):
         return IsIn(_balanced(node.operand), node.values)
+    if isinstance(node, Case):
+        return Case(_balanced(node.condition), _balanced(node.then), _balanced(node.default))
     return node
 
 
@@ -540,6 +645,8 @@ def columns_of(expr: Expr) -> frozenset[str]:
         return columns_of(expr.left) | columns_of(expr.right)
     if isinstance(expr, Unary | IsIn):
         return columns_of(expr.operand)
+    if isinstance(expr, Case):
+        return columns_of(expr.condition) | columns_of(expr.then) | columns_of(expr.default)
     raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
 
 
@@ -549,7 +656,9 @@ def _is_number(expr: Expr) -> bool:
         return isinstance(expr.value, int | float) and not isinstance(expr.value, bool)
     if isinstance(expr, Binary):
         return expr.op in _ARITHMETIC
-    return isinstance(expr, Unary) and expr.op in ("neg", "abs", "floor", "ceil")
+    if isinstance(expr, Case):
+        return _is_number(expr.then) or _is_number(expr.default)
+    return isinstance(expr, Unary) and expr.op in ("neg", "abs", "floor", "ceil", *_PARTS)
 
 
 def numeric_columns(expr: Expr) -> frozenset[str]:
@@ -580,6 +689,13 @@ def numeric_columns(expr: Expr) -> frozenset[str]:
             if numbers and isinstance(node.operand, Col):
                 found.add(node.operand.name)
             visit(node.operand)
+        elif isinstance(node, Case):
+            for branch in (node.then, node.default):
+                other = node.default if branch is node.then else node.then
+                if isinstance(branch, Col) and _is_number(other):
+                    found.add(branch.name)
+                visit(branch)
+            visit(node.condition)
 
     visit(expr)
     return frozenset(found)
@@ -611,6 +727,14 @@ def coerce_temporal_literals(expr: Expr, schema: Mapping[str, ColumnKind]) -> Ex
         return Binary(expr.op, left, right)
     if isinstance(expr, Unary):
         return Unary(expr.op, coerce_temporal_literals(expr.operand, schema))
+    if isinstance(expr, Case):
+        then = coerce_temporal_literals(expr.then, schema)
+        otherwise = coerce_temporal_literals(expr.default, schema)
+        then, otherwise = (
+            _temporal_side(then, otherwise, schema),
+            _temporal_side(otherwise, then, schema),
+        )
+        return Case(coerce_temporal_literals(expr.condition, schema), then, otherwise)
     return expr
 
 
@@ -666,8 +790,17 @@ def infer_kind(expr: Expr, schema: Mapping[str, ColumnKind]) -> ColumnKind | Non
         if expr.op in ("neg", "abs", "floor", "ceil"):
             _require(inner, {"numeric"}, expr)
             return "numeric"
+        if expr.op in _PARTS:
+            _require_temporal(inner, expr)
+            return "numeric"
         _require(inner, {"string"}, expr)
         return "string"
+    if isinstance(expr, Case):
+        _require(infer_kind(expr.condition, schema), {"bool"}, expr)
+        then = infer_kind(expr.then, schema)
+        otherwise = infer_kind(expr.default, schema)
+        _require_comparable(then, otherwise, expr)
+        return then if then is not None else otherwise
     if isinstance(expr, Binary):
         left = infer_kind(expr.left, schema)
         right = infer_kind(expr.right, schema)
@@ -678,6 +811,13 @@ def infer_kind(expr: Expr, schema: Mapping[str, ColumnKind]) -> ColumnKind | Non
         if expr.op in _BOOLEAN:
             _require(left, {"bool"}, expr)
             _require(right, {"bool"}, expr)
+            return "bool"
+        if expr.op == "like":
+            _require(left, {"string"}, expr)
+            if not (isinstance(expr.right, Lit) and isinstance(expr.right.value, str)):
+                raise UnsupportedQueryError(
+                    f"{expr.render()}: the pattern of LIKE is a text literal"
+                )
             return "bool"
         if expr.op in _COMPARISON:
             _require_comparable(left, right, expr)
@@ -711,8 +851,9 @@ def text_number_orderings(expr: Expr) -> list[tuple[Expr, str]]:
                         found.append((this, str(other.value)))
             visit(node.left)
             visit(node.right)
-        elif isinstance(node, Unary | IsIn):
-            visit(node.operand)
+        else:
+            for child in children(node):
+                visit(child)
 
     visit(expr)
     return found
@@ -750,6 +891,17 @@ def _require(kind: ColumnKind | None, allowed: set[str], expr: Expr) -> None:
             f"{expr.render()}: this operation needs {' or '.join(sorted(allowed))} values, but an "
             f"operand is {kind}. Use a column of the right type (numbers for arithmetic, "
             "predicates for & | ~)."
+        )
+
+
+def _require_temporal(kind: ColumnKind | None, expr: Expr) -> None:
+    if kind is not None and kind != "temporal":
+        shown = "text" if kind == "string" else kind
+        raise UnsupportedQueryError(
+            f"{expr.render()}: YEAR / MONTH / DAY need a date or timestamp, but the operand is "
+            f"{shown}. A CSV file's columns are text until declared: declare the column a date "
+            "(Session(..., schema={column: 'temporal'}); on the command line --schema "
+            "column=date)."
         )
 
 

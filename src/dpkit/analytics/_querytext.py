@@ -19,24 +19,40 @@
   are clamped to: dpkit never reads them from the data. The functions and their arguments are
   those the aggregate families register (:mod:`dpkit.analytics._families`), so a new family
   brings its own syntax.
-* ``WHERE``: comparisons, ``AND`` / ``OR`` / ``NOT``, ``IN (...)``, ``BETWEEN``, ``IS [NOT]
-  NULL``, ``+ - * /``, column names and literals. Dates and times are written ``DATE
-  '2024-03-01'`` or ``TIMESTAMP '2024-03-01 12:00:00'`` (ISO 8601; they compare as ISO text, so
-  keep a CSV file's date column undeclared, as text).
-* ``GROUP BY`` columns: public keys come from the command's ``--keys col=v1,v2`` option; without
-  it the groups are chosen privately (which needs ``--delta``).
+* Expressions (in ``WHERE``, as aggregate arguments, as ``GROUP BY`` keys): comparisons, ``AND``
+  / ``OR`` / ``NOT``, ``IN (...)``, ``BETWEEN``, ``IS [NOT] NULL``, ``+ - * /``, column names
+  and literals; ``CASE WHEN c THEN a [WHEN ...] [ELSE b] END`` (the first TRUE condition wins;
+  no ``ELSE``: NULL) and ``CASE x WHEN v THEN ...`` (read as ``x = v``); ``s [NOT] LIKE 'p'``
+  and ``ILIKE`` (``%`` any run of characters, ``_`` one, every other character itself: no
+  escape character, ``ESCAPE`` is refused); ``YEAR(d)``, ``MONTH(d)``, ``DAY(d)`` and
+  ``EXTRACT(YEAR | MONTH | DAY FROM d)`` of a date or timestamp column. Dates and times are
+  written ``DATE '2024-03-01'`` or ``TIMESTAMP '2024-03-01 12:00:00'`` (ISO 8601; they compare
+  as dates with a date column, as ISO text with a text one).
+* An aggregate of an expression, ``SUM(price * (1 - discount), 0, 1000)``, aggregates a derived
+  column (:attr:`ParsedQuery.derived`, added by :meth:`ParsedQuery.rows`): the bounds clamp the
+  expression's value. It is named by ``AS``, else ``<function>_<position>`` (``sum_2``).
+* ``GROUP BY`` columns, expressions (``GROUP BY YEAR(d)``, named by their text) or aliases of
+  select-list expressions (``SELECT YEAR(d) AS yr ... GROUP BY yr``), the last two grouped as
+  derived columns: public keys come from the command's ``--keys col=v1,v2`` option; without it
+  the groups are chosen privately (which needs ``--delta``).
+* ``HAVING``, ``ORDER BY`` (``DESC``; NULLs last) and ``LIMIT n`` are **post-processing of the
+  released table** (:func:`post_process`): applied to the noisy released values after the
+  release, they read no data and change no charge. They name released columns (output names,
+  group keys, or an aggregate call as written in the select list); an aggregate that is not in
+  the select list is refused, since it would need a release (and budget) of its own.
 
-Only these nodes are accepted; anything else (joins, subqueries, functions, ``;``-separated
-statements) is refused with an :class:`~dpkit.errors.UnsupportedQueryError` naming it. The text
-is parsed into dpkit's own expression tree, never passed to a database.
+Only these nodes are accepted; anything else (joins, subqueries, other functions,
+``;``-separated statements) is refused with an :class:`~dpkit.errors.UnsupportedQueryError`
+naming it. The text is parsed into dpkit's own expression tree, never passed to a database.
 
 Sizes are bounded before and while parsing, so that no text can exhaust the parser's recursion
 or cost seconds of CPU (each refusal names the limit): at most :data:`MAX_QUERY_TEXT`
 characters; parentheses nested at most :data:`MAX_NESTING` deep and at most
-:data:`MAX_PREFIX_RUN` prefix operators (``NOT``, ``-``) in a row; a ``WHERE`` expression at most
+:data:`MAX_PREFIX_RUN` prefix operators (``NOT``, ``-``) in a row; every expression at most
 :data:`MAX_EXPRESSION_DEPTH` deep (chains of ``AND`` and of ``OR`` are balanced first, so a
-long chain is never deep) and of at most :data:`MAX_WHERE_NODES` nodes (about 150
-conditions); at most :data:`MAX_LIST` values in an
+long chain is never deep; each ``WHEN`` of a ``CASE`` is a level); a ``WHERE`` of at most
+:data:`MAX_WHERE_NODES` nodes (about 150 conditions), and the aggregate and ``GROUP BY``
+expressions of at most :data:`MAX_EXPRESSION_NODES` together; at most :data:`MAX_LIST` values in an
 ``IN`` list or histogram edges; at most :data:`MAX_AGGREGATIONS` aggregates and
 :data:`MAX_GROUP_BY` ``GROUP BY`` columns; numbers of at most :data:`MAX_NUMBER_LITERAL`
 characters.
@@ -44,7 +60,9 @@ characters.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -54,10 +72,22 @@ from sqlglot import TokenType, exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError, TokenError
 
-from dpkit.analytics._expr import Binary, Expr, IsIn, Structural, Unary, col, lit
-from dpkit.analytics._families import Form, forms
+from dpkit.analytics._expr import (
+    ColumnKind,
+    Expr,
+    IsIn,
+    Structural,
+    children,
+    coerce_temporal_literals,
+    col,
+    columns_of,
+    infer_kind,
+    lit,
+    when,
+)
+from dpkit.analytics._families import Form, forms, released_columns
 from dpkit.analytics._planner import families as _registered  # noqa: F401  (fills the registry)
-from dpkit.analytics._query import Aggregation, PlanNode, quantile_name
+from dpkit.analytics._query import Aggregation, PlanNode, Query, quantile_name
 from dpkit.analytics._query import Alias as _AliasNode
 from dpkit.analytics._query import Filter as _FilterNode
 from dpkit.analytics._query import Join as _JoinNode
@@ -71,6 +101,7 @@ __all__ = [
     "ALLOWED_ARGS",
     "MAX_AGGREGATIONS",
     "MAX_EXPRESSION_DEPTH",
+    "MAX_EXPRESSION_NODES",
     "MAX_GROUP_BY",
     "MAX_LIST",
     "MAX_NESTING",
@@ -80,12 +111,15 @@ __all__ = [
     "MAX_WHERE_NODES",
     "ParsedQuery",
     "check_nesting",
+    "check_released",
     "check_tree",
     "parse_error_text",
     "parse_query",
     "parse_where",
     "plain",
+    "post_process",
     "quantile_name",
+    "query_schema",
 ]
 
 MAX_QUERY_TEXT = 100_000
@@ -103,6 +137,9 @@ MAX_WHERE_NODES = 600
 column and the literal; an ``AND`` 1; an ``IN`` list 2 plus its values): about 150
 conditions. Building a plan's SQL costs milliseconds per node, so this bounds the CPU one query
 takes before anything is charged."""
+MAX_EXPRESSION_NODES = 2 * MAX_WHERE_NODES
+"""The most nodes of all the expressions a query computes besides its ``WHERE``: aggregate
+arguments (``SUM(a * (1 - b), 0, 100)``) and ``GROUP BY`` expressions, together."""
 MAX_AGGREGATIONS = 100
 """The most aggregates in one query."""
 MAX_GROUP_BY = 16
@@ -119,18 +156,44 @@ _PREFIX = frozenset({TokenType.NOT, TokenType.DASH, TokenType.PLUS, TokenType.TI
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ParsedQuery(Structural):
-    """A parsed query: aggregations, an optional filter and the group-by columns."""
+    """A parsed query: aggregations, an optional filter and the group-by columns.
+
+    ``derived`` are the columns computed for it, in order (an aggregate of an expression, ``SUM(a
+    * (1 - b), 0, 100)``, aggregates a derived column; a ``GROUP BY`` expression groups on
+    one); :meth:`rows` applies them with the filter. ``having``, ``order_by`` and ``limit``
+    are post-processing of the released table (:func:`post_process`): they read released
+    values only.
+    """
 
     aggregations: tuple[Aggregation, ...]
     where: Expr | None
     group_by: tuple[str, ...]
     source: str | None = None
+    derived: tuple[tuple[str, Expr], ...] = ()
+    having: Expr | None = None
+    order_by: tuple[tuple[str, bool], ...] = ()
+    limit: int | None = None
     relation: PlanNode | None = None
     """The ``FROM`` part when it is more than one table (joins, subqueries, ``WITH``): plan
     nodes a Session over several tables plans (:mod:`dpkit.analytics._joins`)."""
 
     def _with_source(self, source: str) -> ParsedQuery:
-        return ParsedQuery(self.aggregations, self.where, self.group_by, source, self.relation)
+        return dataclasses.replace(self, source=source)
+
+    def rows(self, query: Query | None = None) -> Query:
+        """``query`` (a new one by default) filtered by ``WHERE`` and with the derived columns
+        added: what the aggregates and groups read."""
+        built = Query() if query is None else query
+        if self.where is not None:
+            built = built.filter(self.where)
+        for name, expr in self.derived:
+            built = built.with_column(name, expr)
+        return built
+
+    @property
+    def post_processed(self) -> bool:
+        """Whether the released table is filtered, sorted or cut after the release."""
+        return self.having is not None or bool(self.order_by) or self.limit is not None
 
 
 _OWN_FUNCTIONS = tuple(
@@ -225,13 +288,19 @@ def check_nesting(text: str) -> None:
 _BINARY = frozenset({"this", "expression"})
 ALLOWED_ARGS: dict[type[exp.Expr], frozenset[str]] = {
     # the statement: SELECT <expressions> [FROM <input>] [WHERE ...] [GROUP BY <columns>]
-    exp.Select: frozenset({"expressions", "from", "from_", "where", "group"}),
+    exp.Select: frozenset(
+        {"expressions", "from", "from_", "where", "group", "having", "order", "limit"}
+    ),
     exp.From: frozenset({"this"}),
     exp.Table: frozenset({"this", "alias"}),
     exp.TableAlias: frozenset({"this"}),
     exp.Identifier: frozenset({"this", "quoted"}),
     exp.Where: frozenset({"this"}),
     exp.Group: frozenset({"expressions"}),
+    exp.Having: frozenset({"this"}),
+    exp.Order: frozenset({"expressions"}),
+    exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
+    exp.Limit: frozenset({"expression"}),
     # the select list
     exp.Alias: frozenset({"this", "alias"}),
     exp.Count: frozenset({"this", "big_int"}),
@@ -263,6 +332,15 @@ ALLOWED_ARGS: dict[type[exp.Expr], frozenset[str]] = {
     exp.Is: _BINARY,
     exp.Cast: frozenset({"this", "to"}),
     exp.DataType: frozenset({"this"}),
+    exp.Case: frozenset({"this", "ifs", "default"}),
+    exp.If: frozenset({"this", "true"}),
+    exp.Like: frozenset({"this", "expression", "negate"}),
+    exp.ILike: frozenset({"this", "expression", "negate"}),
+    exp.Extract: frozenset({"this", "expression"}),
+    exp.Var: frozenset({"this"}),
+    exp.Year: frozenset({"this"}),
+    exp.Month: frozenset({"this"}),
+    exp.Day: frozenset({"this"}),
 }
 """The only node types a query's parse tree may hold, each with the only arguments (clauses,
 operands, options) it may set: everything else sqlglot parses (``WITH``, ``TABLESAMPLE``,
@@ -320,6 +398,7 @@ _NODES: dict[type[exp.Expr], str] = {
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.Filter: "FILTER (WHERE ...) on an aggregate",
     exp.Unnest: "UNNEST",
+    exp.Escape: "LIKE ... ESCAPE (dpkit's LIKE has no escape character)",
 }
 
 
@@ -415,7 +494,7 @@ def _from_select(
             parsed = _from_select(_without_from(select), privacy_unit, source_name)
         finally:
             _QUALIFIERS.reset(token)
-        return ParsedQuery(parsed.aggregations, parsed.where, parsed.group_by, None, relation)
+        return dataclasses.replace(parsed, source=None, relation=relation)
     source = select.args.get("from") or select.args.get("from_")
     table_name: str | None = None
     if source is not None:
@@ -443,33 +522,319 @@ def _from_select(
             _QUALIFIERS.reset(token)
         return parsed._with_source(table_name)
     check_tree(select)
-    group = select.args.get("group")
-    keys: tuple[str, ...] = ()
-    if group is not None:
-        names = []
-        if len(group.expressions) > MAX_GROUP_BY:
-            raise UnsupportedQueryError(f"GROUP BY takes at most {MAX_GROUP_BY} columns")
-        for node in group.expressions:
-            if not isinstance(node, exp.Column):
-                raise _refuse(node, "GROUP BY takes column names.")
-            names.append(_column_ref(node))
-        keys = tuple(names)
+    items: list[tuple[exp.Expr, str | None]] = []
+    for node in select.expressions:
+        if isinstance(node, exp.Alias):
+            items.append((node.this, str(node.alias)))
+        else:
+            items.append((node, None))
+    derived = _Derived()
+    keys = _group_keys(select.args.get("group"), items, derived)
     aggregations: list[Aggregation] = []
     if len(select.expressions) > MAX_AGGREGATIONS + len(keys):
         raise UnsupportedQueryError(f"a query has at most {MAX_AGGREGATIONS} aggregates")
-    for node in select.expressions:
-        name = None
-        if isinstance(node, exp.Alias):
-            name = node.alias
-            node = node.this
-        if isinstance(node, exp.Column) and _column_ref(node) in keys:
+    selected: list[tuple[exp.Expr, str]] = []  # (the aggregate call, its output name)
+    for position, (node, name) in enumerate(items, start=1):
+        if _is_key(node, name, keys):
             continue  # group keys may be listed; they are always in the result
-        aggregations.append(_aggregation(node, name, privacy_unit))
+        if not _is_aggregate(node) and not isinstance(node, exp.Anonymous | exp.AggFunc):
+            raise _refuse(
+                node,
+                "A select-list item is an aggregate or a GROUP BY key (an expression to group "
+                "on goes in GROUP BY too).",
+            )
+        agg = _aggregation(node, name, privacy_unit, derived, position)
+        aggregations.append(agg)
+        selected.append((node, agg.name))
     if not aggregations:
         raise UnsupportedQueryError("the query has no aggregate; add e.g. COUNT(*)")
     where_node = select.args.get("where")
     where = _condition(where_node.this) if where_node is not None else None
-    return ParsedQuery(tuple(aggregations), where, keys, table_name)
+    derived.check_names(where, aggregations, privacy_unit)
+    released = [*keys, *(name for _, name in selected)]
+    having_node = select.args.get("having")
+    having = (
+        _released_condition(having_node.this, selected, released)
+        if having_node is not None
+        else None
+    )
+    order = select.args.get("order")
+    order_by = _order_by(order, selected, released) if order is not None else ()
+    limit_node = select.args.get("limit")
+    limit = _limit(limit_node) if limit_node is not None else None
+    return ParsedQuery(
+        tuple(aggregations),
+        where,
+        keys,
+        table_name,
+        tuple(derived.columns),
+        having,
+        order_by,
+        limit,
+    )
+
+
+class _Derived:
+    """The columns a query computes (aggregate arguments and GROUP BY expressions), with the
+    count of their nodes (bounded by :data:`MAX_EXPRESSION_NODES`)."""
+
+    def __init__(self) -> None:
+        self.columns: list[tuple[str, Expr]] = []
+        self.keys: set[str] = set()  # the derived columns that are group keys
+        self.nodes = 0
+
+    def add(self, node: exp.Expr, name: str, key: bool = False) -> Expr:
+        expr = _expr(node, 1)
+        self.nodes += _size(expr)
+        if self.nodes > MAX_EXPRESSION_NODES:
+            raise UnsupportedQueryError(
+                f"the query's aggregate and GROUP BY expressions have {self.nodes:,} parts; at "
+                f"most {MAX_EXPRESSION_NODES:,} are allowed"
+            )
+        if any(name == known for known, _ in self.columns):
+            raise UnsupportedQueryError(f"the name {name!r} is given to two expressions")
+        self.columns.append((name, expr))
+        if key:
+            self.keys.add(name)
+        return expr
+
+    def check_names(
+        self, where: Expr | None, aggregations: list[Aggregation], unit: str | None = None
+    ) -> None:
+        """Refuse a GROUP BY expression named like a column the query reads (``YEAR(d) AS d``
+        would hide the column ``d`` from the rest of the query); an aggregate's own derived
+        column is renamed instead (its name is not shown)."""
+        read: set[str] = set(columns_of(where)) if where is not None else set()
+        if unit is not None:
+            read.add(unit)  # the privacy unit is read by the bounding
+        for _, expr in self.columns:
+            read |= columns_of(expr)
+        for agg in aggregations:
+            column = getattr(agg, "column", None)
+            if isinstance(column, str) and column not in {n for n, _ in self.columns}:
+                read.add(column)
+        for name in self.keys:
+            if name in read:
+                raise UnsupportedQueryError(
+                    f"AS {name}: a GROUP BY expression may not take the name of a column the "
+                    "query reads; choose another name"
+                )
+        renamed: dict[str, str] = {}
+        for i, (name, expr) in enumerate(self.columns):
+            if name in self.keys or name not in read:
+                continue
+            fresh = name
+            while fresh in read or any(fresh == n for n, _ in self.columns):
+                fresh += "_value"
+            renamed[name] = fresh
+            self.columns[i] = (fresh, expr)
+        for i, agg in enumerate(aggregations):
+            column = getattr(agg, "column", None)
+            if column in renamed:
+                aggregations[i] = _with_column(agg, renamed[column])
+
+
+def _with_column(agg: Aggregation, column: str) -> Aggregation:
+    import dataclasses
+
+    # only aggregations with a column reach here
+    changed: Aggregation = dataclasses.replace(agg, column=column)  # type: ignore[arg-type]
+    return changed
+
+
+def _is_aggregate(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Count) or (
+        isinstance(node, exp.Anonymous) and str(node.name).lower() in _sql_forms()
+    )
+
+
+def _is_key(node: exp.Expr, name: str | None, keys: tuple[str, ...]) -> bool:
+    if name is not None and name in keys and not _is_aggregate(node):
+        return True
+    if isinstance(node, exp.Column) and _column_ref(node) in keys:
+        return True
+    return not _is_aggregate(node) and _text(node) in keys
+
+
+def _group_keys(
+    group: exp.Group | None, items: list[tuple[exp.Expr, str | None]], derived: _Derived
+) -> tuple[str, ...]:
+    """The GROUP BY columns: a column, the alias of a select-list expression
+    (``SELECT YEAR(d) AS yr ... GROUP BY yr``), or an expression (named by the select-list item
+    equal to it, else by its text), the last two grouped as derived columns."""
+    if group is None:
+        return ()
+    if len(group.expressions) > MAX_GROUP_BY:
+        raise UnsupportedQueryError(f"GROUP BY takes at most {MAX_GROUP_BY} columns")
+    aliases = {name: node for node, name in items if name is not None and not _is_aggregate(node)}
+    names: list[str] = []
+    for node in group.expressions:
+        if isinstance(node, exp.Column) and not node.table and node.name in aliases:
+            expression = aliases[node.name]
+            if isinstance(expression, exp.Column) and expression.name == node.name:
+                names.append(node.name)
+            else:
+                derived.add(expression, node.name, key=True)
+                names.append(node.name)
+        elif isinstance(node, exp.Column):
+            names.append(_column_ref(node))
+        elif isinstance(node, exp.Literal):
+            raise _refuse(node, "GROUP BY takes columns or expressions, not positions.")
+        else:
+            name = next((n for item, n in items if n is not None and item == node), None) or _text(
+                node
+            )
+            derived.add(node, name, key=True)
+            names.append(name)
+    if len(set(names)) != len(names):
+        raise UnsupportedQueryError("GROUP BY names a column twice")
+    return tuple(names)
+
+
+def _released_column(
+    node: exp.Expr, selected: list[tuple[exp.Expr, str]], released: list[str], clause: str
+) -> str | None:
+    """The released column ``node`` names (an output name, a group key, or an aggregate call
+    of the select list), None if it is not one; an aggregate that is not in the select list is
+    refused (it would need a release, and a budget, of its own)."""
+    if _is_aggregate(node):
+        for call, name in selected:
+            if call == node:
+                return name
+        raise UnsupportedQueryError(
+            f"{clause} {_text(node)}: an aggregate not in the SELECT list would need its own "
+            f"release and budget; {clause} reads released values only. Add it to the SELECT "
+            "list (with AS name) and refer to that"
+        )
+    if isinstance(node, exp.Column) and not node.table:
+        if node.name not in released:
+            raise UnsupportedQueryError(
+                f"{clause} {node.name}: {clause} reads the released columns only "
+                f"({', '.join(released)})."
+            )
+        return str(node.name)
+    if isinstance(node, exp.Identifier | exp.Literal | exp.Null | exp.Boolean | exp.Var):
+        return None
+    text = _text(node)
+    return text if text in released else None
+
+
+def _released_condition(
+    node: exp.Expr, selected: list[tuple[exp.Expr, str]], released: list[str]
+) -> Expr:
+    """A HAVING condition over the released table: aggregates and names become its columns."""
+    replaced = node.copy().transform(
+        lambda n: (
+            exp.column(name, quoted=True)
+            if (name := _released_column(n, selected, released, "HAVING")) is not None
+            and not (isinstance(n, exp.Column) and n.name == name)
+            else n
+        )
+    )
+    return _condition(replaced)
+
+
+def _order_by(
+    order: exp.Order, selected: list[tuple[exp.Expr, str]], released: list[str]
+) -> tuple[tuple[str, bool], ...]:
+    keys: list[tuple[str, bool]] = []
+    for ordered in order.expressions:
+        name = _released_column(ordered.this, selected, released, "ORDER BY")
+        if name is None:
+            raise _refuse(ordered.this, "ORDER BY takes released columns (output names).")
+        if ordered.args.get("nulls_first"):
+            raise UnsupportedQueryError("ORDER BY ... NULLS FIRST: NULLs are always sorted last")
+        keys.append((name, bool(ordered.args.get("desc"))))
+    return tuple(keys)
+
+
+def _limit(node: exp.Limit) -> int:
+    value = node.expression
+    if not isinstance(value, exp.Literal) or value.is_string or not value.this.isdigit():
+        raise _refuse(node, "LIMIT takes a whole number.")
+    if len(value.this) > MAX_NUMBER_LITERAL:
+        raise _refuse(node, "LIMIT takes a whole number.")
+    return int(value.this)
+
+
+def query_schema(parsed: ParsedQuery, schema: Mapping[str, ColumnKind]) -> dict[str, ColumnKind]:
+    """``schema`` (the table's column kinds) with the query's derived columns added, each with
+    the kind its expression produces: an expression that does not type check is refused here,
+    from public information, before anything is reserved."""
+    kinds = dict(schema)
+    for name, expr in parsed.derived:
+        kind = infer_kind(coerce_temporal_literals(expr, kinds), kinds)
+        kinds[name] = kind if kind is not None else "numeric"
+    return kinds
+
+
+def _released_kinds(parsed: ParsedQuery, schema: Mapping[str, ColumnKind]) -> dict[str, ColumnKind]:
+    kinds = query_schema(parsed, schema)
+    released: dict[str, ColumnKind] = {k: kinds.get(k, "other") for k in parsed.group_by}
+    for agg in parsed.aggregations:
+        for name in released_columns(agg):
+            released.setdefault(name, "numeric")
+    return released
+
+
+def check_released(parsed: ParsedQuery, schema: Mapping[str, ColumnKind]) -> None:
+    """Refuse a ``HAVING`` or ``ORDER BY`` that names a column the released main table does
+    not have, or a ``HAVING`` that is not a condition on its kinds (before anything is
+    reserved; ``schema``: the table's column kinds)."""
+    if not parsed.post_processed:
+        return
+    kinds = _released_kinds(parsed, schema)
+    named = set(columns_of(parsed.having)) if parsed.having is not None else set()
+    named |= {name for name, _ in parsed.order_by}
+    missing = sorted(named - set(kinds))
+    if missing:
+        raise UnsupportedQueryError(
+            f"HAVING / ORDER BY name {', '.join(missing)}, which the released table does not "
+            f"have (its columns: {', '.join(kinds)})"
+        )
+    if parsed.having is not None:
+        kind = infer_kind(coerce_temporal_literals(parsed.having, kinds), kinds)
+        if kind not in ("bool", None):
+            raise UnsupportedQueryError(f"HAVING {parsed.having.render()} is not a condition")
+
+
+def post_process(release: Any, parsed: ParsedQuery) -> Any:
+    """The release with its main table filtered by ``HAVING``, sorted by ``ORDER BY`` (NULLs
+    last) and cut to ``LIMIT`` rows: post-processing of released values, which reads no data
+    and spends no budget (the charge is that of the release). Other tables (a histogram's)
+    are left whole."""
+    if not parsed.post_processed:
+        return release
+    from dpkit.analytics._engines._columns import kind_of_pandas
+    from dpkit.analytics._engines._pandas import evaluate
+    from dpkit.analytics._results import TableRelease
+
+    frame = release.table
+    if parsed.having is not None:
+        kinds = {str(n): kind_of_pandas(t) for n, t in frame.dtypes.items()}
+        having = coerce_temporal_literals(parsed.having, kinds)
+        kept = evaluate(having, frame)
+        frame = frame[kept.to_numpy(dtype=bool, na_value=False)]
+    if parsed.order_by:
+        frame = frame.sort_values(
+            [name for name, _ in parsed.order_by],
+            ascending=[not desc for _, desc in parsed.order_by],
+            na_position="last",
+            kind="stable",
+        )
+    if parsed.limit is not None:
+        frame = frame.head(parsed.limit)
+    tables = dict(release.tables)
+    tables["main"] = frame.reset_index(drop=True)
+    return TableRelease(
+        tables,
+        release.accuracy,
+        release.loss,
+        release.receipt,
+        release.remaining,
+        release.plan,
+        release.split,
+    )
 
 
 def _condition(node: exp.Expr) -> Expr:
@@ -589,9 +954,17 @@ def _aggregates_text() -> str:
     return "Aggregates: " + ", ".join(shown) + "."
 
 
-def _aggregation(node: exp.Expr, name: str | None, unit: str | None) -> Aggregation:
+def _aggregation(
+    node: exp.Expr,
+    name: str | None,
+    unit: str | None,
+    derived: _Derived | None = None,
+    position: int = 1,
+) -> Aggregation:
     """The aggregation of one select-list call, by the SQL syntax its family declares
-    (:class:`dpkit.analytics._families.Form`)."""
+    (:class:`dpkit.analytics._families.Form`). An expression in place of the column is a
+    derived column of ``derived``, named as the output (``AS name``, else ``<function>_<its
+    position in the select list>``)."""
     func = (node.name if isinstance(node, exp.Anonymous) else node.key).lower()
     by_name = _sql_forms()
     if isinstance(node, exp.Count):
@@ -619,7 +992,14 @@ def _aggregation(node: exp.Expr, name: str | None, unit: str | None) -> Aggregat
     form = candidates[0]
     if not args:
         raise _refuse(node, "An aggregate needs a column.")
-    column = _column_name(args[0])
+    if isinstance(args[0], exp.Column) or derived is None:
+        column = _column_name(args[0])
+    else:
+        if isinstance(args[0], exp.Star | exp.Distinct):
+            raise _refuse(node, "The first argument of an aggregate is a column or an expression.")
+        name = name or f"{func}_{position}"
+        derived.add(args[0], name)
+        column = name
     if len(args) > MAX_LIST + 1:
         raise UnsupportedQueryError(
             f"{func.upper()} takes at most {MAX_LIST:,} numbers (edges); it has {len(args) - 1:,}"
@@ -681,13 +1061,8 @@ def _temporal_text(node: exp.Cast) -> str:
 
 def _size(expr: Expr) -> int:
     """The number of nodes of ``expr`` (an IN list counts its values)."""
-    if isinstance(expr, Binary):
-        return 1 + _size(expr.left) + _size(expr.right)
-    if isinstance(expr, Unary):
-        return 1 + _size(expr.operand)
-    if isinstance(expr, IsIn):
-        return 1 + _size(expr.operand) + len(expr.values)
-    return 1
+    values = len(expr.values) if isinstance(expr, IsIn) else 0
+    return 1 + values + sum(_size(child) for child in children(expr))
 
 
 def _chain(node: exp.Expr, kind: type[exp.Expr]) -> list[exp.Expr]:
@@ -719,7 +1094,9 @@ def _balanced(parts: list[Expr], op: str) -> Expr:
 
 def _expr(node: exp.Expr, depth: int) -> Expr:
     if depth > MAX_EXPRESSION_DEPTH:
-        raise _too_deep("levels in a WHERE expression", MAX_EXPRESSION_DEPTH)
+        raise _too_deep(
+            "levels in an expression (WHERE, an aggregate argument, a CASE)", MAX_EXPRESSION_DEPTH
+        )
     if isinstance(node, exp.Paren):
         return _expr(node.this, depth)
     if isinstance(node, exp.Column):
@@ -769,7 +1146,62 @@ def _expr(node: exp.Expr, depth: int) -> Expr:
         if not isinstance(node.expression, exp.Null):
             raise _refuse(node, "Only IS NULL / IS NOT NULL are supported.")
         return _expr(node.this, depth + 1).is_null()
+    if isinstance(node, exp.Like | exp.ILike):
+        pattern = node.expression
+        if not isinstance(pattern, exp.Literal) or not pattern.is_string:
+            raise _refuse(node, "The pattern of LIKE is a text literal, e.g. 'PROMO%'.")
+        operand = _expr(node.this, depth + 1)
+        text = str(pattern.this)
+        matched = operand.like(text) if isinstance(node, exp.Like) else operand.ilike(text)
+        return ~matched if node.args.get("negate") else matched
+    if isinstance(node, exp.Year | exp.Month | exp.Day | exp.Extract):
+        return _part(node, depth)
+    if isinstance(node, exp.Case):
+        return _case(node, depth)
     raise _refuse(node)
+
+
+_PART_NAMES = frozenset({"YEAR", "MONTH", "DAY"})
+
+
+def _part(node: exp.Expr, depth: int) -> Expr:
+    """``YEAR(d)``, ``MONTH(d)``, ``DAY(d)`` and ``EXTRACT(YEAR | MONTH | DAY FROM d)``."""
+    if isinstance(node, exp.Extract):
+        unit = node.this
+        part = str(unit.this).upper() if isinstance(unit, exp.Var) else ""
+        if part not in _PART_NAMES:
+            raise _refuse(node, "EXTRACT takes YEAR, MONTH or DAY.")
+        operand = _expr(node.expression, depth + 1)
+    else:
+        part = type(node).__name__.upper()
+        operand = _expr(node.this, depth + 1)
+    return {"YEAR": operand.year, "MONTH": operand.month, "DAY": operand.day}[part]()
+
+
+def _case(node: exp.Case, depth: int) -> Expr:
+    """A searched ``CASE WHEN c THEN v ... [ELSE d] END`` (no ELSE: NULL), or a simple one,
+    ``CASE x WHEN v THEN ...``, read as ``CASE WHEN x = v THEN ...``."""
+    ifs = node.args.get("ifs") or []
+    if len(ifs) > MAX_LIST:
+        raise UnsupportedQueryError(f"a CASE has at most {MAX_LIST:,} WHEN branches")
+    if depth + len(ifs) > MAX_EXPRESSION_DEPTH:
+        raise _too_deep(
+            "levels in an expression (each WHEN of a CASE is one)", MAX_EXPRESSION_DEPTH
+        )
+    subject = node.this
+    operand = _expr(subject, depth + 1) if subject is not None else None
+    below = depth + len(ifs)
+    built = None
+    for branch in ifs:
+        condition = _expr(branch.this, below + 1)
+        if operand is not None:
+            condition = operand == condition
+        value = _expr(branch.args["true"], below + 1)
+        built = when(condition, value) if built is None else built.when(condition, value)
+    if built is None:
+        raise _refuse(node, "CASE needs a WHEN branch.")
+    default = node.args.get("default")
+    return built if default is None else built.otherwise(_expr(default, below + 1))
 
 
 # ------------------------------------------------------------------ FROM: joins, subqueries, WITH

@@ -470,7 +470,8 @@ class Session:
         tables also ``JOIN ... ON`` / ``USING``, ``LEFT JOIN``, subqueries in ``FROM`` and
         ``WITH`` (see docs/joins.md). ``keys`` declares public group keys
         (``{column: values}``, their cartesian product); without it the groups of a
-        ``GROUP BY`` are chosen privately (which needs a δ).
+        ``GROUP BY`` are chosen privately (which needs a δ). ``HAVING``, ``ORDER BY`` and
+        ``LIMIT`` post-process a release: use :meth:`evaluate_sql` for them.
 
         Example:
             >>> import pandas as pd, dpkit as dp
@@ -481,16 +482,45 @@ class Session:
             >>> list(s.evaluate(q, epsilon=1).table["dept"])
             ['a', 'b']
         """
+        parsed = self._parse_sql(text)
+        if parsed.post_processed:
+            raise UnsupportedQueryError(
+                "HAVING, ORDER BY and LIMIT post-process a release: use "
+                "session.evaluate_sql(text, epsilon=...) for them"
+            )
+        return self._sql_query(parsed, keys)
+
+    def evaluate_sql(
+        self,
+        text: str,
+        *,
+        keys: Mapping[str, Any] | None = None,
+        **budget: Any,
+    ) -> TableRelease:
+        """Answer SQL text (see :meth:`sql`), then apply its ``HAVING``, ``ORDER BY`` and
+        ``LIMIT`` to the released main table: post-processing of released values, which reads
+        no data and costs nothing more. ``budget``: as :meth:`evaluate` (``epsilon=``...)."""
+        from dpkit.analytics._querytext import check_released, post_process
+
+        parsed = self._parse_sql(text)
+        query = self._sql_query(parsed, keys)
+        check_released(parsed, self._resolve(query)[1])  # before anything is reserved
+        release: TableRelease = post_process(self.evaluate(query, **budget), parsed)
+        return release
+
+    def _parse_sql(self, text: str) -> Any:
         from dpkit.analytics._querytext import parse_query
 
         unit = self.catalog.unit_column if self.catalog is not None else self.privacy_unit
-        parsed = parse_query(
+        return parse_query(
             text,
             unit,
             source=f"a table of the session ({', '.join(self._table_names())})",
             syntax_help="See docs/joins.md for the syntax.",
             relations=self.catalog is not None,
         )
+
+    def _sql_query(self, parsed: Any, keys: Mapping[str, Any] | None) -> Query:
         if parsed.relation is not None:
             base = Query(parsed.relation)
         elif self.catalog is not None:
@@ -505,8 +535,7 @@ class Session:
                     f"FROM {parsed.source}: this session's table is {self.dataset!r}"
                 )
             base = self.query()
-        if parsed.where is not None:
-            base = base.filter(parsed.where)
+        base = parsed.rows(base)
         if parsed.group_by:
             key_set = None
             if keys is not None:
@@ -518,7 +547,10 @@ class Session:
                         "its public values",
                     )
                 key_set = {k: list(keys[k]) for k in parsed.group_by}
-            return base.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
+            grouped: Query = base.group_by(*parsed.group_by, keys=key_set).agg(
+                *parsed.aggregations
+            )
+            return grouped
         if keys:
             raise InvalidParameterError("keys", keys, "only with GROUP BY")
         return base.agg(*parsed.aggregations)

@@ -203,9 +203,13 @@ def _check_source(parsed: ParsedQuery, data: Path, dataset: str) -> None:
 
 def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, unit: str) -> None:
     """Refuse unknown columns and non-numeric columns in numeric aggregates, up front."""
-    from dpkit.analytics._expr import columns_of, numeric_columns, text_number_orderings
+    from dpkit.analytics._querytext import check_released, query_schema
 
     known = ", ".join(schema)
+    table_schema = schema
+    for name, expr in parsed.derived:
+        _check_expression(expr, f"the expression {name!r}", table_schema, data)
+    schema = query_schema(parsed, table_schema)  # type: ignore[arg-type]  # kinds as str
     for agg in parsed.aggregations:
         column = getattr(agg, "column", None)
         if not isinstance(column, str):
@@ -226,35 +230,45 @@ def _check_columns(parsed: ParsedQuery, schema: Mapping[str, str], data: Path, u
             "parse as numbers then count as missing.",
         )
     if parsed.where is not None:
-        for column in sorted(columns_of(parsed.where)):
-            if column not in schema:
-                raise CLIError(
-                    f"unknown column {column!r} in WHERE",
-                    f"The columns of {data.name} are: {known}.",
-                )
-        for side, literal in text_number_orderings(parsed.where):
-            column = getattr(side, "name", "")
-            if isinstance(column, str) and schema.get(column) in ("string", "text"):
-                raise CLIError(
-                    f"column {column!r} is text (a CSV file's columns are text until "
-                    f"declared), and WHERE orders it against {literal!r}, which reads as a "
-                    "number: text compares character by character ('9' > '1000')",
-                    f"If it holds numbers, declare it (--schema {column}=float) and write the "
-                    f"number without quotes ({literal.strip()}). Nothing was charged.",
-                )
-        for column in sorted(numeric_columns(parsed.where)):
-            if column in schema and schema[column] not in ("numeric",):
-                shown = "text" if schema[column] == "string" else schema[column]
-                raise CLIError(
-                    f"column {column!r} is {shown} but WHERE compares it with a number",
-                    f"Declare it: --schema {column}=float (or =int).",
-                )
+        _check_expression(parsed.where, "WHERE", table_schema, data)
     for key in parsed.group_by:
         if key not in schema:
             raise CLIError(
                 f"unknown GROUP BY column {key!r}", f"The columns of {data.name} are: {known}."
             )
+    check_released(parsed, schema)
     del unit
+
+
+def _check_expression(expr: Any, where: str, schema: Mapping[str, str], data: Path) -> None:
+    """Refuse unknown columns, and text columns used as numbers, in ``expr`` (``where`` says
+    which part of the query it is)."""
+    from dpkit.analytics._expr import columns_of, numeric_columns, text_number_orderings
+
+    known = ", ".join(schema)
+    for column in sorted(columns_of(expr)):
+        if column not in schema:
+            raise CLIError(
+                f"unknown column {column!r} in {where}",
+                f"The columns of {data.name} are: {known}.",
+            )
+    for side, literal in text_number_orderings(expr):
+        column = getattr(side, "name", "")
+        if isinstance(column, str) and schema.get(column) in ("string", "text"):
+            raise CLIError(
+                f"column {column!r} is text (a CSV file's columns are text until "
+                f"declared), and {where} orders it against {literal!r}, which reads as a "
+                "number: text compares character by character ('9' > '1000')",
+                f"If it holds numbers, declare it (--schema {column}=float) and write the "
+                f"number without quotes ({literal.strip()}). Nothing was charged.",
+            )
+    for column in sorted(numeric_columns(expr)):
+        if column in schema and schema[column] not in ("numeric",):
+            shown = "text" if schema[column] == "string" else schema[column]
+            raise CLIError(
+                f"column {column!r} is {shown} but {where} uses it as a number",
+                f"Declare it: --schema {column}=float (or =int).",
+            )
 
 
 def _rehearse(
@@ -274,6 +288,7 @@ def _rehearse(
     import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
     from rich.console import Console
 
+    from dpkit.analytics._querytext import post_process
     from dpkit.analytics._render import render_release
     from dpkit.analytics._results import TableRelease
     from dpkit.errors import DPError, InternalError
@@ -288,6 +303,7 @@ def _rehearse(
         release = TableRelease(
             tables, accuracy, compiled.loss, None, query_loss, compiled.description, compiled.split
         )
+        release = post_process(release, parsed)
         render_release(
             release,
             Console(file=io.StringIO(), width=100),
@@ -341,12 +357,17 @@ def _footnotes(
         + ". Rows beyond the bound were dropped, so counts and sums undercount for people "
         "with more rows."
     ]
+    if parsed.post_processed:
+        notes.append(
+            "HAVING / ORDER BY / LIMIT were applied to the released (noisy) table afterwards: "
+            "post-processing, which reads no data and costs no budget; a group left out by "
+            "HAVING may still exist."
+        )
     if private_keys:
         notes.append(
             "groups were found privately: groups with few people are suppressed, so a group "
             "missing here may exist."
         )
-    del parsed
     return notes
 
 
@@ -499,6 +520,7 @@ def query_command(
     check_ledger_file(where, must_exist=True)
 
     from dpkit.analytics._query import KeySet, Query
+    from dpkit.analytics._querytext import post_process, query_schema
     from dpkit.analytics._session import Session
     from dpkit.errors import UnreadableDataError
     from dpkit.ledger import BudgetMonitor, Ledger
@@ -544,12 +566,13 @@ def query_command(
             try:
                 table_schema = dict(session.schema)
                 _check_columns(parsed, table_schema, data, unit)
-                built = Query()
-                if parsed.where is not None:
-                    built = built.filter(parsed.where)
+                built = parsed.rows(Query())
                 private_keys = False
                 if parsed.group_by:
-                    key_values = parse_keys(keys or [], table_schema)
+                    key_values = parse_keys(
+                        keys or [],
+                        query_schema(parsed, table_schema),
+                    )
                     key_set = None
                     if key_values:
                         missing = [k for k in parsed.group_by if k not in key_values]
@@ -574,6 +597,7 @@ def query_command(
                 )
                 try:
                     release = session.evaluate(final, loss=query_loss, alpha=alpha)
+                    release = post_process(release, parsed)  # HAVING, ORDER BY, LIMIT
                 except UnreadableDataError:
                     raise CLIError(
                         f"{data.name} could not be read; the query's budget stays spent (which "

@@ -10,6 +10,7 @@ so ``--max-rows`` and friends are refused rather than silently ignored.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -174,10 +175,11 @@ def query_remote(
     ``query_loss`` was checked by the caller (floors, δ); ``http`` is an optional ``httpx``
     client to send through (tests).
     """
-    from dpkit.analytics._querytext import parse_query
+    from dpkit.analytics._querytext import parse_query, query_schema
     from dpkit.analytics._render import render_release
     from dpkit.client import Client, ServiceError
     from dpkit.core._losses import ZCDP, ApproxDP
+    from dpkit.errors import DPError
 
     if not token:
         raise CLIError(
@@ -205,7 +207,10 @@ def query_remote(
                 "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
             )
         check_key_columns(parsed.group_by, list(keys))
-        key_values = parse_keys(list(keys), dict(info.get("schema") or {}))
+        schema = dict(info.get("schema") or {})
+        with contextlib.suppress(DPError):  # a GROUP BY expression's keys read as its kind
+            schema = query_schema(parsed, schema)
+        key_values = parse_keys(list(keys), schema)
         if key_values:
             missing = [k for k in parsed.group_by if k not in key_values]
             if missing:

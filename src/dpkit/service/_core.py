@@ -33,8 +33,10 @@ from dpkit.analytics._querytext import (
     MAX_GROUP_BY,
     MAX_LIST,
     ParsedQuery,
+    check_released,
     parse_query,
     parse_where,
+    post_process,
 )
 from dpkit.analytics._results import TableRelease
 from dpkit.analytics._session import Session
@@ -599,6 +601,17 @@ class Service:
         keys: Mapping[str, Sequence[Any]] | None,
     ) -> Query | Any:
         """The query from SQL text or the JSON model; public information only."""
+        return self._build(record, sql, model, keys)[0]
+
+    def _build(
+        self,
+        record: DatasetRecord,
+        sql: str | None,
+        model: Mapping[str, Any] | None,
+        keys: Mapping[str, Sequence[Any]] | None,
+    ) -> tuple[Query | Any, ParsedQuery]:
+        """The query and what it was parsed from (its HAVING / ORDER BY / LIMIT are applied
+        to the release afterwards)."""
         if (sql is None) == (model is None):
             raise InvalidParameterError("sql/query", None, "exactly one of 'sql' and 'query'")
         if sql is not None:
@@ -606,9 +619,7 @@ class Service:
         else:
             assert model is not None
             parsed = _parse_model(model, record)
-        built = Query()
-        if parsed.where is not None:
-            built = built.filter(parsed.where)
+        built = parsed.rows(Query())
         if keys and not parsed.group_by:
             # keys of an ungrouped query would be ignored, and the query answered and charged
             # as if they had not been sent: refuse the mismatch instead of guessing
@@ -619,8 +630,10 @@ class Service:
                 "leave 'keys' out",
             )
         if parsed.group_by:
+            derived = {name for name, _ in parsed.derived}
             for column in parsed.group_by:
-                check_column(column)
+                if column not in derived:  # a GROUP BY expression is named by the query
+                    check_column(column)
             key_set = None
             if keys:
                 missing = [k for k in parsed.group_by if k not in keys]
@@ -637,8 +650,9 @@ class Service:
                 key_set = KeySet.from_dict({k: list(keys[k]) for k in parsed.group_by})
             if key_set is not None:
                 _check_work(parsed.aggregations, len(key_set))
-            return built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
-        return built.agg(*parsed.aggregations)
+            grouped = built.group_by(*parsed.group_by, keys=key_set)
+            return grouped.agg(*parsed.aggregations), parsed
+        return built.agg(*parsed.aggregations), parsed
 
     def _engine(self, record: DatasetRecord) -> Any:
         """The dataset's engine, shared by its analysts' sessions in this process: for DuckDB a
@@ -742,7 +756,8 @@ class Service:
         # other requests) never competes with more than one of them (docs/service.md).
         heavy = _request_size(sql, model, keys) > HEAVY_REQUEST
         with self._heavy_lane if heavy else contextlib.nullcontext():
-            built = self.build_query(record, sql, model, keys)
+            built, parsed = self._build(record, sql, model, keys)
+            check_released(parsed, session.schema)  # HAVING / ORDER BY read released columns
             if heavy:  # plan it here (its SQL is cached by shape); evaluate() finds it ready
                 session.compile(built, loss=loss)
         with watching() as watch:
@@ -759,6 +774,8 @@ class Service:
                         reservation.id, reservation.loss, exc
                     ) from None
                 raise
+        # HAVING, ORDER BY and LIMIT: post-processing of the released table (no data, no charge)
+        release = post_process(release, parsed)
         return release, release.remaining
 
     # -- reading the books --

@@ -62,7 +62,7 @@ from sqlglot import exp
 from dpkit.analytics._engines._base import BoundedPlan
 from dpkit.analytics._engines._duckdb import DuckDBEngine
 from dpkit.analytics._engines._sql import build_query, ident
-from dpkit.analytics._expr import Binary, Expr, IsIn, Unary, structural_key
+from dpkit.analytics._expr import Expr, IsIn, children, structural_key
 
 __all__ = ["LARGE_PLAN", "SqlBuilder", "WarmDuckDBEngine", "plan_size", "salt_free", "source_stamp"]
 
@@ -77,13 +77,8 @@ LARGE_PLAN = 64
 
 
 def _expr_size(expr: Expr) -> int:
-    if isinstance(expr, Binary):
-        return 1 + _expr_size(expr.left) + _expr_size(expr.right)
-    if isinstance(expr, Unary):
-        return 1 + _expr_size(expr.operand)
-    if isinstance(expr, IsIn):
-        return 1 + _expr_size(expr.operand) + len(expr.values)
-    return 1
+    values = len(expr.values) if isinstance(expr, IsIn) else 0
+    return 1 + values + sum(_expr_size(child) for child in children(expr))
 
 
 def plan_size(plan: BoundedPlan) -> int:

@@ -181,3 +181,58 @@ def test_payroll_demo_bounds_departments_and_explains_the_gap() -> None:
         .agg(count_distinct_units("employees"))
     )
     assert "sensitivity L1=1," in session.explain(query, epsilon=1)
+
+
+def test_query_with_sql_expressions_having_order_by_and_limit(
+    payroll_csv: Path, ledger: Path
+) -> None:
+    """Issue 23: CASE, LIKE and arithmetic inside aggregates, and HAVING / ORDER BY / LIMIT
+    applied to the released table: the charge is the query's ε, nothing more."""
+    from dpkit.ledger import BudgetMonitor, Ledger
+
+    out = run(
+        ledger,
+        str(payroll_csv),
+        "SELECT department AS dept, COUNT(*) AS n, "
+        "SUM(CASE WHEN title LIKE 'Eng%' OR title NOT LIKE '%a%' THEN salary * (1 - 0.1) "
+        "ELSE 0 END, 0, 25000) AS pay FROM payroll WHERE month BETWEEN 1 AND 12 "
+        "GROUP BY department HAVING n > 0 ORDER BY pay DESC LIMIT 2",
+        "--epsilon",
+        "0.5",
+        "--max-rows",
+        "12",
+        "--keys",
+        "department=Engineering,Sales,Legal",
+    )
+    assert "post-processing" in out and "pay" in out
+    shown = [d for d in ("Engineering", "Sales", "Legal") if d in out]
+    assert len(shown) == 2, out
+    with Ledger.open(ledger, monitor=BudgetMonitor(log=False)) as books:
+        assert books.budget("payroll").spent == PureDP(0.5)
+
+
+FLAGS = ["--max-rows", "12", "--schema", "salary=float,month=int"]
+
+
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ("SELECT SUM(YEAR(title), 0, 1)", "declare"),
+        ("SELECT SUM(title * 2, 0, 1)", "uses it as a number"),
+        ("SELECT COUNT(*) AS n HAVING nope > 1", "released columns only"),
+        ("SELECT COUNT(*) HAVING SUM(salary, 0, 1) > 1", "its own release and budget"),
+    ],
+)
+def test_query_refuses_wrong_expressions_before_any_charge(
+    payroll_csv: Path, ledger: Path, query: str, said: str
+) -> None:
+    from dpkit.ledger import BudgetMonitor, Ledger
+
+    result = CliRunner().invoke(
+        app,
+        ["query", str(payroll_csv), query, "--dataset", "payroll", "--epsilon", "0.5", *FLAGS],
+        env={"COLUMNS": "200", "DPKIT_LEDGER": str(ledger)},
+    )
+    assert result.exit_code != 0 and said in " ".join(result.output.split()), result.output
+    with Ledger.open(ledger, monitor=BudgetMonitor(log=False)) as books:
+        assert books.budget("payroll").charges == 0

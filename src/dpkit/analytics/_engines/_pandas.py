@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ from dpkit.analytics._engines._columns import (
 )
 from dpkit.analytics._engines._csv import StrictCSV
 from dpkit.analytics._engines._relation import Relation, pandas_relation, relation_kinds
-from dpkit.analytics._expr import Binary, Col, ColumnKind, Expr, IsIn, Lit, Unary
+from dpkit.analytics._expr import Binary, Case, Col, ColumnKind, Expr, IsIn, Lit, Unary
 from dpkit.errors import InvalidDataError, UnsupportedQueryError
 
 __all__ = [
@@ -125,7 +126,11 @@ def evaluate(expr: Expr, df: pd.DataFrame) -> Any:
     if isinstance(expr, Binary):
         if expr.op == "coalesce":
             return _coalesce(expr, df)
+        if expr.op == "like":
+            return _like(expr, df)
         return _binary(expr, df)
+    if isinstance(expr, Case):
+        return _case(expr, df)
     raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
 
 
@@ -165,6 +170,52 @@ def _is_in(expr: IsIn, df: pd.DataFrame) -> Any:
     return result
 
 
+def like_regex(pattern: str) -> str:
+    r"""SQL ``LIKE``'s ``pattern`` as a Python regular expression for ``re.fullmatch`` with
+    ``re.DOTALL``: ``%`` is ``.*``, ``_`` is ``.``, every other character (``.*+?[](){}^$|\``
+    included) is escaped, so matches itself."""
+    table = {"%": ".*", "_": "."}
+    return "".join(table.get(ch) or re.escape(ch) for ch in pattern)
+
+
+def _like(expr: Binary, df: pd.DataFrame) -> Any:
+    """``operand LIKE pattern`` (a text literal): NULL for a NULL operand."""
+    if not (isinstance(expr.right, Lit) and isinstance(expr.right.value, str)):
+        raise UnsupportedQueryError("the pattern of LIKE is a text literal")
+    strings = pd.Series(evaluate(expr.left, df).astype("string[python]"))
+    matched = strings.str.fullmatch(like_regex(expr.right.value), flags=re.DOTALL)
+    return _as_boolean(matched.array)
+
+
+def _case(expr: Case, df: pd.DataFrame) -> Any:
+    """``then`` where the condition is TRUE, else ``default`` (a NULL condition is not TRUE)."""
+    chosen = _as_boolean(evaluate(expr.condition, df)).to_numpy(dtype=bool, na_value=False)
+    then, default = evaluate(expr.then, df), evaluate(expr.default, df)
+    then_null = isinstance(expr.then, Lit) and expr.then.value is None
+    default_null = isinstance(expr.default, Lit) and expr.default.value is None
+    if then_null and default_null:
+        return then
+    then, default = _naive_utc(then), _naive_utc(default)
+    like = default if then_null else then
+    if isinstance(like, pd.arrays.FloatingArray):
+        then, default = _as_float(then), _as_float(default)
+    elif then_null or default_null:
+        empty = pd.array([pd.NA] * len(df), dtype=like.dtype)
+        then, default = (empty, default) if then_null else (then, empty)
+    out = default.copy()
+    out[chosen] = then[chosen]
+    return out
+
+
+def _part(op: str, operand: Any) -> Any:
+    """The year, month or day of dates / timestamps, as numbers (NULL stays NULL)."""
+    stamps = pd.Series(_naive_utc(operand))
+    if not pd.api.types.is_datetime64_any_dtype(stamps.dtype):
+        raise UnsupportedQueryError(f"{op.upper()} needs a date or timestamp column")
+    part = {"year": stamps.dt.year, "month": stamps.dt.month, "day": stamps.dt.day}[op]
+    return _float_array(part.to_numpy(dtype=np.float64, na_value=np.nan))
+
+
 def _unary(expr: Unary, df: pd.DataFrame) -> Any:
     operand = evaluate(expr.operand, df)
     if expr.op == "is_null":
@@ -180,6 +231,8 @@ def _unary(expr: Unary, df: pd.DataFrame) -> Any:
         return -_as_float(operand)
     if expr.op == "abs":
         return abs(_as_float(operand))
+    if expr.op in ("year", "month", "day"):
+        return _part(expr.op, operand)
     if expr.op in ("floor", "ceil"):
         numbers = _as_float(operand)
         raw = numbers.to_numpy(dtype=np.float64, na_value=np.nan)

@@ -245,48 +245,68 @@ def sql_relation(
         select, new_kinds = steps(child, node.steps, node.child.output, kinds)
         return select, {c: new_kinds[c] for c in node.output}
     if isinstance(node, Join):
-        left, lk = sql_relation(node.left, source, steps)
-        right, rk = sql_relation(node.right, source, steps)
-        conditions = [
-            exp.EQ(this=_key(_col(a, "__l"), lk[a]), expression=_key(_col(b, "__r"), rk[b]))
-            for a, b in node.on
-        ]
-        on: exp.Expr = conditions[0]
-        for c in conditions[1:]:
-            on = exp.And(this=on, expression=c)
-        columns = [_col(c, "__l") for c in node.left.output]
-        columns += [_col(c, "__r") for c in node.right.output]
-        out = (
-            exp.select(*columns)
-            .from_(left.subquery("__l", copy=False))
-            .join(
-                right.subquery("__r", copy=False),
-                on=on,
-                join_type="left" if node.how == "left" else "inner",
-            )
-        )
-        return out, {**lk, **rk}
+        return _sql_join(node, source, steps)
     if isinstance(node, KeyUnit):
-        child, kinds = sql_relation(node.child, source, steps)
-        key, unit = _col(node.key, "__c"), _col(node.unit, "__c")
-        out = (
-            exp.select(
-                exp.alias_(key.copy(), node.key_out, quoted=True),
-                exp.alias_(exp.Min(this=unit.copy()), node.unit_out, quoted=True),
-            )
-            .from_(child.subquery("__c", copy=False))
-            .where(
-                exp.and_(
-                    exp.Not(
-                        this=exp.Is(this=_key(key.copy(), kinds[node.key]), expression=exp.Null())
-                    ),
-                    exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())),
-                )
-            )
-            .group_by(key.copy())
-            .having(exp.EQ(this=exp.Min(this=unit.copy()), expression=exp.Max(this=unit.copy())))
+        return _sql_key_unit(node, source, steps)
+    return _sql_per_unit(node, source, steps)
+
+
+_Source = Callable[[str], tuple[exp.Select, Mapping[str, ColumnKind]]]
+_StepsSQL = Callable[[exp.Select, Sequence[Step], Sequence[str], Mapping[str, ColumnKind]], Any]
+
+
+def _sql_join(
+    node: Join, source: _Source, steps: _StepsSQL
+) -> tuple[exp.Select, dict[str, ColumnKind]]:
+    left, lk = sql_relation(node.left, source, steps)
+    right, rk = sql_relation(node.right, source, steps)
+    conditions = [
+        exp.EQ(this=_key(_col(a, "__l"), lk[a]), expression=_key(_col(b, "__r"), rk[b]))
+        for a, b in node.on
+    ]
+    on: exp.Expr = conditions[0]
+    for c in conditions[1:]:
+        on = exp.And(this=on, expression=c)
+    columns = [_col(c, "__l") for c in node.left.output]
+    columns += [_col(c, "__r") for c in node.right.output]
+    out = (
+        exp.select(*columns)
+        .from_(left.subquery("__l", copy=False))
+        .join(
+            right.subquery("__r", copy=False),
+            on=on,
+            join_type="left" if node.how == "left" else "inner",
         )
-        return out, {node.key_out: kinds[node.key], node.unit_out: kinds[node.unit]}
+    )
+    return out, {**lk, **rk}
+
+
+def _sql_key_unit(
+    node: KeyUnit, source: _Source, steps: _StepsSQL
+) -> tuple[exp.Select, dict[str, ColumnKind]]:
+    child, kinds = sql_relation(node.child, source, steps)
+    key, unit = _col(node.key, "__c"), _col(node.unit, "__c")
+    out = (
+        exp.select(
+            exp.alias_(key.copy(), node.key_out, quoted=True),
+            exp.alias_(exp.Min(this=unit.copy()), node.unit_out, quoted=True),
+        )
+        .from_(child.subquery("__c", copy=False))
+        .where(
+            exp.and_(
+                exp.Not(this=exp.Is(this=_key(key.copy(), kinds[node.key]), expression=exp.Null())),
+                exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())),
+            )
+        )
+        .group_by(key.copy())
+        .having(exp.EQ(this=exp.Min(this=unit.copy()), expression=exp.Max(this=unit.copy())))
+    )
+    return out, {node.key_out: kinds[node.key], node.unit_out: kinds[node.unit]}
+
+
+def _sql_per_unit(
+    node: PerUnit, source: _Source, steps: _StepsSQL
+) -> tuple[exp.Select, dict[str, ColumnKind]]:
     child, kinds = sql_relation(node.child, source, steps)
     items: list[exp.Expr] = [_col(k, "__c") for k in node.keys]
     out_kinds: dict[str, ColumnKind] = {k: kinds[k] for k in node.keys}

@@ -49,7 +49,7 @@ from dpkit.analytics._engines._heavy import (
 )
 from dpkit.analytics._engines._relation import Relation, sql_relation, sql_steps
 from dpkit.analytics._engines._sql import build_query, ident, source_select, sql_text
-from dpkit.analytics._expr import Binary, Col, ColumnKind, Expr, IsIn, Unary
+from dpkit.analytics._expr import Col, ColumnKind, Expr, children
 from dpkit.errors import InvalidDataError
 
 require("spark", by="dpkit.analytics._engines._spark")
@@ -123,11 +123,7 @@ def inlined_size(plan: BoundedPlan) -> int:
     def size(expr: Expr) -> int:
         if isinstance(expr, Col):
             return sizes.get(expr.name, 1)
-        if isinstance(expr, Binary):
-            return 1 + size(expr.left) + size(expr.right)
-        if isinstance(expr, Unary | IsIn):
-            return 1 + size(expr.operand)
-        return 1
+        return 1 + sum(size(child) for child in children(expr))
 
     for step in plan.steps:
         if step.kind == "derive" and step.expr is not None:

@@ -54,12 +54,14 @@ from dpkit.analytics._engines._columns import (
 )
 from dpkit.analytics._expr import (
     Binary,
+    Case,
     Col,
     ColumnKind,
     Expr,
     IsIn,
     Lit,
     Unary,
+    children,
     columns_of,
     infer_kind,
 )
@@ -334,6 +336,7 @@ def _null_when(value: exp.Expr, test: Any, once: bool = False) -> exp.Expr:
 
 
 _DOUBLE = exp.DataType.build("DOUBLE")
+_PARTS: dict[str, type[exp.Func]] = {"year": exp.Year, "month": exp.Month, "day": exp.Day}
 _ARITHMETIC_OPS = ("+", "-", "*", "/")
 
 
@@ -400,9 +403,13 @@ class _ExprCompiler:
                 return _as_double(exp.Ceil(this=_as_double(operand)))
             if expr.op == "lower":
                 return exp.Lower(this=operand)
+            if expr.op in _PARTS:
+                return _as_double(_PARTS[expr.op](this=operand))
             return exp.Upper(this=operand)
         if isinstance(expr, Binary):
             return self._binary(expr)
+        if isinstance(expr, Case):
+            return self._case(expr)
         raise UnsupportedQueryError(f"unknown expression node {type(expr).__name__}")
 
     def _arithmetic(self, expr: Binary) -> exp.Expr:
@@ -446,11 +453,36 @@ class _ExprCompiler:
                 if node.op in _ARITHMETIC_OPS:
                     return True
                 leaves.extend((node.left, node.right))
-            elif isinstance(node, Unary | IsIn):
-                leaves.append(node.operand)
+            else:
+                leaves.extend(children(node))
         return False
 
+    def _case(self, expr: Case) -> exp.Expr:
+        """``CASE WHEN c THEN a ELSE b END`` (numbers as DOUBLE on both branches, so that every
+        engine returns the same type)."""
+        numeric = self.kind(expr) == "numeric"
+        then, default = self.compile(expr.then), self.compile(expr.default)
+        if numeric:
+            then, default = _as_double(then), _as_double(default)
+        return exp.Case(
+            ifs=[exp.If(this=exp.Paren(this=self.compile(expr.condition)), true=then)],
+            default=default,
+        )
+
+    def _like(self, expr: Binary) -> exp.Expr:
+        """``text LIKE pattern`` with dpkit's meaning: ``%`` and ``_`` are the only special
+        characters. DuckDB has no escape character unless one is declared; Spark's is ``\\``,
+        so there every backslash is doubled (an escaped backslash matches itself)."""
+        if not (isinstance(expr.right, Lit) and isinstance(expr.right.value, str)):
+            raise UnsupportedQueryError("the pattern of LIKE is a text literal")
+        pattern = expr.right.value
+        if self.dialect == "spark":
+            pattern = pattern.replace("\\", "\\\\")
+        return exp.Like(this=self.compile(expr.left), expression=literal(pattern))
+
     def _binary(self, expr: Binary) -> exp.Expr:
+        if expr.op == "like":
+            return self._like(expr)
         if expr.op in _ARITHMETIC_OPS:
             nested = self.dialect != "spark" and self._nested(expr)
             return _nan_to_null(self._arithmetic(expr), self.dialect, nested)
