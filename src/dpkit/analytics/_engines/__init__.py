@@ -89,6 +89,7 @@ class Tables:
         self.engines = engines
         self._connection = connection
         self._relations: dict[Any, Engine] = {}
+        self._key_tables: dict[Any, Any] = {}  # DuckDB: each link's key map, computed once
 
     def relation(self, node: Any) -> Engine:
         """An engine over relation ``node`` (:mod:`._relation`); nothing is read until a plan
@@ -100,7 +101,12 @@ class Tables:
         if self.kind == "duckdb":
             from dpkit.analytics._engines._duckdb import relation_engine as duckdb_relation
 
-            made = duckdb_relation(node, self.engines, self._connection)  # type: ignore[arg-type]
+            made = duckdb_relation(
+                node,
+                self.engines,  # type: ignore[arg-type]
+                self._connection,
+                self._key_tables,
+            )
         elif self.kind == "pandas":
             from dpkit.analytics._engines._pandas import relation_engine as pandas_relation
 

@@ -50,6 +50,7 @@ __all__ = [
     "Step",
     "ValueSpec",
     "escape_part",
+    "plan_columns",
     "power_of_two_text",
     "project_to_ranges",
 ]
@@ -176,6 +177,15 @@ def project_to_ranges(values: Any, allowed: tuple[tuple[int, int], ...]) -> Any:
     pick_up = (i + 1 < lo.size) & ((up - units) < (units - down))
     out = np.where(inside, units, np.where(pick_up, up, down))
     return np.where(below, lo[0], out)
+
+
+def plan_columns(plan: BoundedPlan) -> tuple[str, ...]:
+    """The columns a plan reads after its steps: the unit, the keys, the value columns and the
+    binned column (each once, in that order)."""
+    names = [plan.unit, *plan.keys, *(v.column for v in plan.values)]
+    if plan.bins is not None and plan.bins.kind == "edges":
+        names.append(plan.bins.column)
+    return tuple(dict.fromkeys(names))
 
 
 def power_of_two_text(exponent: int) -> str:

@@ -12,7 +12,7 @@ import contextlib
 import os
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 from sqlglot import exp
 
-from dpkit.analytics._engines._base import BoundedPlan, Step
+from dpkit.analytics._engines._base import BoundedPlan, Step, plan_columns
 from dpkit.analytics._engines._blocks import rows_select, split_sorted
 from dpkit.analytics._engines._columns import (
     check_declared_schema,
@@ -45,11 +45,19 @@ from dpkit.analytics._engines._heavy import (
     unit_is_raw,
 )
 from dpkit.analytics._engines._relation import Relation, sql_relation, sql_steps
-from dpkit.analytics._engines._sql import build_query, ident, source_select, sql_text
+from dpkit.analytics._engines._sql import (
+    _select,
+    build_query,
+    expr_compiler,
+    ident,
+    source_select,
+    sql_text,
+    step_levels,
+)
 from dpkit.analytics._expr import ColumnKind
 from dpkit.errors import InvalidDataError
 
-__all__ = ["DuckDBEngine", "relation_engine"]
+__all__ = ["DuckDBEngine", "KeyTable", "relation_engine"]
 
 _IN_LIST = 256
 """Up to this many candidate units are written into the SQL as an IN list; more are registered
@@ -91,6 +99,7 @@ class DuckDBEngine:
                 self._con.execute("SET TimeZone = 'UTC'")
         self._view = f"dpkit_src_{secrets.token_hex(8)}"
         self._members: tuple[DuckDBEngine, ...] = ()  # the tables a relation reads
+        self._key_tables: tuple[KeyTable, ...] = ()  # its links' key maps
         self._relation = False
         self._keepalive: Any = None
         self._integers: set[str] = set()  # columns stored as integers
@@ -111,7 +120,8 @@ class DuckDBEngine:
         """The source as a table expression, its stored kinds and its float columns."""
         if isinstance(source, _SQLRelation):
             self._members = source.members
-            self._relation = True
+            self._key_tables = source.keys
+            self._relation = not source.rows_only
             return self._described(source.select.subquery(self._view, copy=False))
         if isinstance(source, str | Path):
             path = str(source)
@@ -241,12 +251,18 @@ class DuckDBEngine:
         this table and every table of a relation."""
         for member in self._members:
             member._ensure_readable()
+        for keys in self._key_tables:
+            if not keys.filled:
+                self._con.execute(f"INSERT INTO {keys.name} {keys.select}")
+                keys.filled = True
         if self._csv is not None:
             self._csv.ensure()  # the whole file, strictly, or UnreadableDataError
         self._prepare_pandas()
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         self._ensure_readable()
+        if self._relation:
+            return self._run_relation(plan)
         candidates = self._candidates(plan)
         view = None
         predicate: exp.Expr | None = None
@@ -269,6 +285,29 @@ class DuckDBEngine:
             if view is not None:
                 self._con.unregister(view)
         return result
+
+    def _run_relation(self, plan: BoundedPlan) -> pa.Table:
+        """A plan over a relation (joins): its rows after the steps, only the columns the plan
+        reads, are computed once into a temporary table, and the plan runs over that (its
+        bounding reads them several times; the joins would otherwise run each time). The same
+        rows, so the same result."""
+        needed = plan_columns(plan)
+        compiler = expr_compiler(dict(self._schema), set(self._floats), {}, "duckdb")
+        current = source_select(self._source_sql.copy(), self._columns, {}, "duckdb")
+        for expressions, where in step_levels(plan.steps, compiler, self._columns):
+            node = _select(*expressions).from_(current.subquery("__s", copy=False), copy=False)
+            current = node if where is None else node.where(where, copy=False)
+        rows = exp.select(*(exp.column(c, quoted=True) for c in needed)).from_(
+            current.subquery("__s", copy=False)
+        )
+        table = f"{self._view}_rows"
+        self._con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql_text(rows, 'duckdb')}")
+        try:
+            select = exp.select(exp.Star()).from_(exp.to_table(table))
+            inner = DuckDBEngine(_SQLRelation(select, (), rows_only=True), connection=self._con)
+            return inner.run(replace(plan, steps=()))
+        finally:
+            self._con.execute(f"DROP TABLE IF EXISTS {table}")
 
     def _candidates(self, plan: BoundedPlan) -> Any:
         """The units that may exceed a bound (a sorted int64 array, a superset of those that
@@ -322,27 +361,59 @@ class DuckDBEngine:
             self._con.unregister(self._view)
 
 
+@dataclass(slots=True)
+class KeyTable:
+    """A link's key map (:class:`~._relation.KeyUnit`), computed into a temporary table when a
+    plan first reads it (after the reservation: creating it empty reads no rows) and kept for
+    the session, whose tables are fixed: every later query reads the table instead of
+    grouping the parent table again."""
+
+    name: str
+    select: str
+    filled: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class _SQLRelation:
     """A relation over tables of one connection, as the source of a new engine."""
 
     select: exp.Select
     members: tuple[DuckDBEngine, ...]
+    rows_only: bool = False  # a relation's rows, computed: no joins to run again
+    keys: tuple[KeyTable, ...] = ()
 
 
 def relation_engine(
-    node: Relation, tables: Mapping[str, DuckDBEngine], connection: duckdb.DuckDBPyConnection
+    node: Relation,
+    tables: Mapping[str, DuckDBEngine],
+    connection: duckdb.DuckDBPyConnection,
+    key_tables: dict[Any, KeyTable] | None = None,
 ) -> DuckDBEngine:
     """An engine over relation ``node`` (:mod:`._relation`) of ``tables``, which all use
-    ``connection``. Nothing is read: the relation is a subquery the plans run over."""
+    ``connection``. Nothing is read: the relation is a subquery the plans run over, its links'
+    key maps temporary tables (``key_tables``, shared by the session's relations) filled when
+    a plan first runs."""
     members = {}
+    cache = key_tables if key_tables is not None else {}
+    used: list[KeyTable] = []
 
     def source(name: str) -> tuple[exp.Select, Mapping[str, ColumnKind]]:
         members[name] = tables[name]
         return tables[name].typed_select()
 
-    select, _ = sql_relation(node, source, sql_steps("duckdb"))
-    return DuckDBEngine(_SQLRelation(select, tuple(members.values())), connection=connection)
+    def keys(key_node: Any, select: exp.Select) -> exp.Select:
+        found = cache.get(key_node)
+        if found is None:
+            name = f"dpkit_keys_{secrets.token_hex(8)}"
+            text = sql_text(select, "duckdb")
+            connection.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM ({text}) LIMIT 0")
+            found = cache[key_node] = KeyTable(name, text)
+        used.append(found)
+        return exp.select(exp.Star()).from_(exp.to_table(found.name))
+
+    select, _ = sql_relation(node, source, sql_steps("duckdb"), keys)
+    relation = _SQLRelation(select, tuple(members.values()), keys=tuple(used))
+    return DuckDBEngine(relation, connection=connection)
 
 
 def _read_csv_as_text(path: str, header: list[str]) -> exp.Expr:

@@ -221,11 +221,14 @@ def sql_relation(
     node: Relation,
     source: Callable[[str], tuple[exp.Select, Mapping[str, ColumnKind]]],
     steps: Callable[[exp.Select, Sequence[Step], Sequence[str], Mapping[str, ColumnKind]], Any],
+    keys: Callable[[KeyUnit, exp.Select], exp.Select] | None = None,
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
     """The relation as one SELECT (and its columns' kinds).
 
     ``source(table)`` gives a table's typed SELECT and kinds; ``steps(select, steps, columns,
-    kinds)`` the SELECT of steps over a relation (the engine's own step compiler)."""
+    kinds)`` the SELECT of steps over a relation (the engine's own step compiler); ``keys(node,
+    select)``, when given, what to read for a :class:`KeyUnit` whose SELECT is ``select`` (an
+    engine may compute it once and read the result)."""
     if isinstance(node, Scan):
         select, kinds = source(node.table)
         inner = select.subquery("__t", copy=False)
@@ -234,32 +237,34 @@ def sql_relation(
         ).from_(inner)
         return out, {dst: kinds[src] for src, dst in node.columns}
     if isinstance(node, Project):
-        child, kinds = sql_relation(node.child, source, steps)
+        child, kinds = sql_relation(node.child, source, steps, keys)
         inner = child.subquery("__p", copy=False)
         out = exp.select(
             *(exp.alias_(_col(src, "__p"), dst, quoted=True) for src, dst in node.columns)
         ).from_(inner)
         return out, {dst: kinds[src] for src, dst in node.columns}
     if isinstance(node, Steps):
-        child, kinds = sql_relation(node.child, source, steps)
+        child, kinds = sql_relation(node.child, source, steps, keys)
         select, new_kinds = steps(child, node.steps, node.child.output, kinds)
         return select, {c: new_kinds[c] for c in node.output}
     if isinstance(node, Join):
-        return _sql_join(node, source, steps)
+        return _sql_join(node, source, steps, keys)
     if isinstance(node, KeyUnit):
-        return _sql_key_unit(node, source, steps)
-    return _sql_per_unit(node, source, steps)
+        select, kinds = _sql_key_unit(node, source, steps, keys)
+        return (select if keys is None else keys(node, select)), kinds
+    return _sql_per_unit(node, source, steps, keys)
 
 
 _Source = Callable[[str], tuple[exp.Select, Mapping[str, ColumnKind]]]
 _StepsSQL = Callable[[exp.Select, Sequence[Step], Sequence[str], Mapping[str, ColumnKind]], Any]
+_Keys = Callable[[KeyUnit, exp.Select], exp.Select] | None
 
 
 def _sql_join(
-    node: Join, source: _Source, steps: _StepsSQL
+    node: Join, source: _Source, steps: _StepsSQL, keys: _Keys
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    left, lk = sql_relation(node.left, source, steps)
-    right, rk = sql_relation(node.right, source, steps)
+    left, lk = sql_relation(node.left, source, steps, keys)
+    right, rk = sql_relation(node.right, source, steps, keys)
     conditions = [
         exp.EQ(this=_key(_col(a, "__l"), lk[a]), expression=_key(_col(b, "__r"), rk[b]))
         for a, b in node.on
@@ -282,9 +287,9 @@ def _sql_join(
 
 
 def _sql_key_unit(
-    node: KeyUnit, source: _Source, steps: _StepsSQL
+    node: KeyUnit, source: _Source, steps: _StepsSQL, keys: _Keys
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    child, kinds = sql_relation(node.child, source, steps)
+    child, kinds = sql_relation(node.child, source, steps, keys)
     key, unit = _col(node.key, "__c"), _col(node.unit, "__c")
     out = (
         exp.select(
@@ -305,9 +310,9 @@ def _sql_key_unit(
 
 
 def _sql_per_unit(
-    node: PerUnit, source: _Source, steps: _StepsSQL
+    node: PerUnit, source: _Source, steps: _StepsSQL, keys: _Keys
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    child, kinds = sql_relation(node.child, source, steps)
+    child, kinds = sql_relation(node.child, source, steps, keys)
     items: list[exp.Expr] = [_col(k, "__c") for k in node.keys]
     out_kinds: dict[str, ColumnKind] = {k: kinds[k] for k in node.keys}
     for name, function, column in node.aggregates:
