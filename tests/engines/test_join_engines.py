@@ -107,6 +107,7 @@ def _relation_rows(session: Session, query: Query) -> pd.DataFrame:
     if session.tables is not None and session.tables.kind == "pandas":
         frame = engine._data()  # type: ignore[attr-defined]
     elif session.tables is not None and session.tables.kind == "duckdb":
+        engine._ensure_readable()  # type: ignore[attr-defined]  # fills the links' key maps
         text = exp.select("*").from_(engine._source_sql.copy()).sql("duckdb")  # type: ignore[attr-defined]
         frame = engine._con.sql(text).df()  # type: ignore[attr-defined]
     else:
