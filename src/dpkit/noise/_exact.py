@@ -389,43 +389,181 @@ def bernoulli_exp(gamma: Fraction, size: int) -> np.ndarray:
     return _below_exp_vector(np.full(size, g), np.full(size, abs(g) * 2.0**-52), lambda _: gamma)
 
 
-def _geometric_from_words(words: np.ndarray, t: Fraction) -> np.ndarray:
-    """X = ⌊-t·ln U⌋ with U read from the top 52 bits of each word (+ lazy extra bits)."""
-    u = _cell_floats(words.copy())
+_CHUNK = 1 << 14  # elements per block of the fused kernels: their buffers stay in the L2 cache
+
+
+def _signed_geometric(
+    words: np.ndarray, t: Fraction, signed: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """X = ⌊-t·ln U⌋ with U read from the top 52 bits of each word (+ lazy extra bits), as int64;
+    with ``signed``, -X where the word's lowest bit is 1 (independent of the 52 bits X reads).
+
+    The same certificate as the reference inversion (docs/noise.md), fused and run over blocks
+    of ``_CHUNK`` words so that every intermediate stays in cache. Over the cell
+    [u, u + 2⁻⁵²) of U, -t·ln U lies in (y - w, y] with y = -t·ln u and w = t·ln(1 + 2⁻⁵²/u)
+    <= t·2⁻⁵²/u; with the margin s = (y + 1)·2⁻⁴⁰ (which covers float64's few-ulp log, the
+    rounding of t, and the handful of roundings below), hi = y·(1 + 2⁻⁴⁰) + 2⁻⁴⁰ bounds it from
+    above and lo = y·(1 - 2⁻⁴⁰) - (w + 2⁻⁴⁰) from below. When lo >= ⌊hi⌋, every U in the cell
+    has ⌊-t·ln U⌋ = ⌊hi⌋. The rest (about 2·(t·2⁻⁵²/u + s) of the draws, and u = 0, where lo is
+    NaN) are finished exactly with the same U, in index order, after the vectorised pass.
+    ``words`` is not modified. Also returns, in increasing order, the indices of the draws
+    (-, 0) (sign bit set and X = 0) that the discrete Laplace rejects (none unless ``signed``).
+    """
+    size = words.shape[0]
+    out = np.empty(size, dtype=np.int64)
     t_float = float(t)
-    with np.errstate(divide="ignore"):
-        # ln is decreasing: over the cell [u, u + 2⁻⁵²), -t·ln U lies in
-        # (y_high - width, y_high] with y_high = -t·ln u and width = t·ln(1 + 2⁻⁵²/u) <= t·2⁻⁵²/u.
-        width = t_float * _CELL / u
-        y_high = np.log(u)
-        y_high *= -t_float
-    slack = np.abs(y_high)
-    slack += 1.0
-    slack *= _REL
-    k_high = np.floor(y_high + slack)
-    y_high -= width
-    y_high -= slack
-    k_low = np.floor(y_high, out=y_high)
-    undecided = k_low != k_high  # also catches u = 0, where y_high is infinite
-    if _FORCE_EXACT:
-        undecided[:] = True
-    k_low[undecided] = 0.0
-    if k_low.size and float(k_low.max()) >= 2.0**62:
-        raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
-    result = k_low.astype(np.int64)
-    for i in np.flatnonzero(undecided):
-        value = _exact_floor_neg_log(_cell_index(u[i]), t)
+    t_cell = t_float * _CELL
+    up, down = 1.0 + _REL, 1.0 - _REL
+    # u >= 2⁻⁵² when u > 0, so y <= t·52·ln 2 < 37·t: no decided value can reach 2^62 then
+    check_max = not t_float * 37.0 < 2.0**62
+    block = min(size, _CHUNK)
+    bits = np.empty(block, dtype=np.uint64)
+    sign = np.empty(block, dtype=np.uint64)
+    y = np.empty(block, dtype=np.float64)
+    hi = np.empty(block, dtype=np.float64)
+    width = np.empty(block, dtype=np.float64)
+    decided = np.empty(block, dtype=bool)
+    undecided_parts = []
+    zero_parts = []
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for start in range(0, size, _CHUNK):
+            stop = min(size, start + _CHUNK)
+            m = stop - start
+            b, yy, hh, ww, ok = bits[:m], y[:m], hi[:m], width[:m], decided[:m]
+            np.right_shift(words[start:stop], np.uint64(64 - _BITS), out=b)
+            b |= _ONE_BITS
+            u = b.view(np.float64)
+            u -= 1.0  # exact: the cell's low end w·2⁻⁵²
+            np.divide(t_cell, u, out=ww)  # w (inf at u = 0)
+            ww += _REL
+            np.log(u, out=yy)
+            yy *= -t_float  # y
+            np.multiply(yy, up, out=hh)
+            hh += _REL
+            np.floor(hh, out=hh)  # ⌊hi⌋
+            yy *= down
+            yy -= ww  # lo (NaN at u = 0)
+            np.greater_equal(yy, hh, out=ok)
+            if _FORCE_EXACT:
+                ok[:] = False
+            if check_max and float(np.max(hh, where=ok, initial=0.0)) >= 2.0**62:
+                raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
+            z = out[start:stop]
+            np.copyto(z, hh, casting="unsafe")  # undecided entries are overwritten below
+            if signed:
+                s = sign[:m]
+                np.bitwise_and(words[start:stop], np.uint64(1), out=s)
+                mask = s.view(np.int64)
+                np.negative(mask, out=mask)  # 0, or -1 (all ones) where negative
+                z ^= mask
+                z -= mask  # (z ^ -1) + 1 = -z
+                zeros = np.flatnonzero(z == 0)
+                if zeros.size:
+                    zeros = zeros[s[zeros] != 0]
+                    if zeros.size:
+                        zero_parts.append(zeros + start)
+            np.logical_not(ok, out=ok)
+            undecided = np.flatnonzero(ok)
+            if undecided.size:
+                undecided_parts.append(undecided + start)
+    undecided = np.concatenate(undecided_parts) if undecided_parts else np.zeros(0, np.int64)
+    for i in undecided:
+        word = int(words[i])
+        value = _exact_floor_neg_log(word >> (64 - _BITS), t)
         if value >= 2**62:
             raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
-        result[i] = value
-    return result
+        out[i] = -value if signed and word & 1 else value
+    redo = np.concatenate(zero_parts) if zero_parts else np.zeros(0, np.int64)
+    if signed and undecided.size:  # the undecided draws held placeholders: recheck them
+        negative_zero = (out[undecided] == 0) & (words[undecided] & np.uint64(1) == 1)
+        redo = np.union1d(redo[~np.isin(redo, undecided)], undecided[negative_zero])
+    return out, redo
+
+
+def _gaussian_accept(y: np.ndarray, sigma2: Fraction, shift: Fraction) -> np.ndarray:
+    """Accept each proposal y_i with probability e^{-γ_i}, γ_i = (|y_i| - σ²/t)²/(2σ²), exactly:
+    [U_i < e^{-γ_i}] for fresh uniforms U_i (one word each, drawn up front), in blocks.
+
+    The float certificate: γ is computed as in the reference (``(a - shift)² / (2σ²)`` with
+    a = |y| in float64), whose error is below (A²/(2σ²) + γ)·2⁻⁴⁶ with A = a + shift
+    (docs/noise.md); the margin here is the larger m = (2·A²/(2σ²) + 1)·2⁻⁴⁴ (A² >= (a - shift)²,
+    so m is at least the reference's (A²/(2σ²) + γ + 1)·2⁻⁴⁴, up to roundings its factor 4
+    covers). One exp instead of two: θ = exp(-γ) is within a few ulps of e^{-γ}, so with
+    s = m + 2⁻⁴⁰·(1 + γ) the exact e^{-γ*} lies in [θ·(1 - s), θ·(1 + 2s)] (1 - s <= e^{-s}
+    and e^{s} <= 1 + 2s for s <= 1; the 2⁻⁴⁰ covers exp's error and the roundings of these
+    products). A draw is accepted when U's whole 52-bit cell lies below θ·(1 - s), rejected when
+    it lies at or above θ·(1 + 2s), and finished exactly with the same U otherwise. Draws with
+    γ > 512 (exp near underflow) or s >= 2⁻²⁰ are always finished exactly.
+    """
+    size = y.shape[0]
+    words = random_words(size)
+    out = np.empty(size, dtype=bool)
+    s_float, shift_float = float(sigma2), float(shift)
+    m_coef = 2.0**-43 / (2.0 * s_float)  # A²·m_coef = 2·A²/(2σ²)·2⁻⁴⁴
+    block = min(size, _CHUNK)
+    bits = np.empty(block, dtype=np.uint64)
+    a = np.empty(block, dtype=np.float64)
+    gamma = np.empty(block, dtype=np.float64)
+    slack = np.empty(block, dtype=np.float64)
+    theta = np.empty(block, dtype=np.float64)
+    flag = np.empty(block, dtype=bool)
+    far = np.empty(block, dtype=bool)
+    undecided_parts = []
+    for start in range(0, size, _CHUNK):
+        stop = min(size, start + _CHUNK)
+        m = stop - start
+        aa, gg, ss, th, fl, ff = a[:m], gamma[:m], slack[:m], theta[:m], flag[:m], far[:m]
+        accept = out[start:stop]
+        np.abs(y[start:stop], out=aa, casting="unsafe")  # float(|y|), as in the reference
+        np.subtract(aa, shift_float, out=gg)
+        gg *= gg
+        gg /= 2.0 * s_float  # γ
+        aa += shift_float
+        aa *= aa
+        aa *= m_coef  # m - 2⁻⁴⁴
+        np.multiply(gg, _REL, out=ss)
+        ss += aa
+        ss += _REL + 2.0**-44  # s
+        any_far = float(np.max(gg)) > _SPLIT_GAMMA or float(np.max(ss)) >= 2.0**-20
+        if any_far:  # astronomically rare (|y| > 32σ): those draws go to the exact path
+            np.greater(gg, _SPLIT_GAMMA, out=ff)
+            ff |= ss >= 2.0**-20
+            gg[ff] = 0.0
+            ss[ff] = 0.0
+        np.negative(gg, out=th)
+        np.exp(th, out=th)  # θ
+        np.right_shift(words[start:stop], np.uint64(64 - _BITS), out=bits[:m])
+        bits[:m] |= _ONE_BITS
+        u = bits[:m].view(np.float64)
+        u -= 1.0  # the cell's low end, exact
+        np.multiply(th, ss, out=aa)  # θ·s
+        np.subtract(th, aa, out=gg)  # θ·(1 - s)
+        aa *= 2.0
+        th += aa  # θ·(1 + 2s)
+        np.less(u, th, out=fl)  # not surely rejected
+        u += _CELL  # the cell's high end, exact
+        np.less_equal(u, gg, out=accept)  # surely accepted
+        fl &= ~accept
+        if any_far:
+            fl |= ff
+            accept[ff] = False
+        if _FORCE_EXACT:
+            fl[:] = True
+        undecided = np.flatnonzero(fl)
+        if undecided.size:
+            undecided_parts.append(undecided + start)
+    if undecided_parts:
+        for i in np.concatenate(undecided_parts):
+            gamma_exact = (abs(int(y[i])) - shift) ** 2 / (2 * sigma2)
+            out[i] = _exact_below_exp(int(words[i]) >> (64 - _BITS), gamma_exact)
+    return out
 
 
 def geometric_exp(t: Fraction, size: int) -> np.ndarray:
     """X >= 0 with P(X >= k) = e^{-k/t} (ratio e^{-1/t}), exactly, as int64."""
     if t <= 0:
         raise ValueError("t must be > 0")
-    return _geometric_from_words(random_words(size), t)
+    return _signed_geometric(random_words(size), t, False)[0]
 
 
 def discrete_laplace(t: Fraction, size: int) -> np.ndarray:
@@ -437,18 +575,11 @@ def discrete_laplace(t: Fraction, size: int) -> np.ndarray:
     """
     if t <= 0:
         raise ValueError("t must be > 0")
-    words = random_words(size)
-    z = _geometric_from_words(words, t)
-    negative = (words & np.uint64(1)).astype(bool)
-    np.negative(z, out=z, where=negative)
-    redo = np.flatnonzero(negative & (z == 0))
+    z, redo = _signed_geometric(random_words(size), t, True)
     while redo.size:
-        words = random_words(redo.size)
-        fresh = _geometric_from_words(words, t)
-        negative = (words & np.uint64(1)).astype(bool)
-        fresh[negative] *= -1
+        fresh, again = _signed_geometric(random_words(redo.size), t, True)
         z[redo] = fresh
-        redo = redo[negative & (fresh == 0)]
+        redo = redo[again]
     return z
 
 
@@ -469,25 +600,13 @@ def discrete_gaussian(sigma2: Fraction, size: int) -> np.ndarray:
         raise ValueError("sigma2 must be > 0")
     t = _isqrt_floor_fraction(sigma2) + 1
     shift = sigma2 / t  # σ²/t, rational
-    s_float, shift_float = float(sigma2), float(shift)
     out = np.empty(size, dtype=np.int64)
     filled = 0
     while filled < size:
         need = size - filled
         draw = need + need // 2 + 16  # acceptance >= ~0.6 for every σ
         y = discrete_laplace(Fraction(t), draw)
-        a = np.abs(y).astype(np.float64)
-        d = a - shift_float
-        gamma = d * d / (2.0 * s_float)
-        # |error| of gamma: each float op is within 2^-52 relative; with A = |y| + σ²/t the error
-        # is below (A²/(2σ²) + γ)·2^-46 (see docs/noise.md); 2^-44 leaves a factor 4.
-        big = (a + shift_float) ** 2 / (2.0 * s_float)
-        margin = (big + gamma + 1.0) * 2.0**-44
-
-        def exact(i: int, y: np.ndarray = y) -> Fraction:
-            return (abs(int(y[i])) - shift) ** 2 / (2 * sigma2)
-
-        accepted = y[_below_exp_vector(gamma, margin, exact)][:need]
+        accepted = y[_gaussian_accept(y, sigma2, shift)][:need]
         out[filled : filled + accepted.size] = accepted
         filled += accepted.size
     return out
