@@ -389,6 +389,8 @@ def bernoulli_exp(gamma: Fraction, size: int) -> np.ndarray:
     return _below_exp_vector(np.full(size, g), np.full(size, abs(g) * 2.0**-52), lambda _: gamma)
 
 
+_GAUSS_SLACK = 2.0**-38  # absolute margin on θ = exp(-γ) in the Gaussian acceptance
+_NEGATIVE_ZERO = np.uint64(1 << 63)  # the bits of -0.0
 _CHUNK = 1 << 14  # elements per block of the fused kernels: their buffers stay in the L2 cache
 
 
@@ -448,20 +450,15 @@ def _signed_geometric(
                 ok[:] = False
             if check_max and float(np.max(hh, where=ok, initial=0.0)) >= 2.0**62:
                 raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
-            z = out[start:stop]
-            np.copyto(z, hh, casting="unsafe")  # undecided entries are overwritten below
-            if signed:
+            if signed:  # the word's lowest bit becomes the sign bit of ⌊hi⌋ (-0.0 for (-, 0))
                 s = sign[:m]
                 np.bitwise_and(words[start:stop], np.uint64(1), out=s)
-                mask = s.view(np.int64)
-                np.negative(mask, out=mask)  # 0, or -1 (all ones) where negative
-                z ^= mask
-                z -= mask  # (z ^ -1) + 1 = -z
-                zeros = np.flatnonzero(z == 0)
+                s <<= np.uint64(63)
+                hh.view(np.uint64)[...] |= s
+                zeros = np.flatnonzero(hh.view(np.uint64) == _NEGATIVE_ZERO)
                 if zeros.size:
-                    zeros = zeros[s[zeros] != 0]
-                    if zeros.size:
-                        zero_parts.append(zeros + start)
+                    zero_parts.append(zeros + start)
+            np.copyto(out[start:stop], hh, casting="unsafe")  # undecided: overwritten below
             np.logical_not(ok, out=ok)
             undecided = np.flatnonzero(ok)
             if undecided.size:
@@ -484,69 +481,54 @@ def _gaussian_accept(y: np.ndarray, sigma2: Fraction, shift: Fraction) -> np.nda
     """Accept each proposal y_i with probability e^{-γ_i}, γ_i = (|y_i| - σ²/t)²/(2σ²), exactly:
     [U_i < e^{-γ_i}] for fresh uniforms U_i (one word each, drawn up front), in blocks.
 
-    The float certificate: γ is computed as in the reference (``(a - shift)² / (2σ²)`` with
-    a = |y| in float64), whose error is below (A²/(2σ²) + γ)·2⁻⁴⁶ with A = a + shift
-    (docs/noise.md); the margin here is the larger m = (2·A²/(2σ²) + 1)·2⁻⁴⁴ (A² >= (a - shift)²,
-    so m is at least the reference's (A²/(2σ²) + γ + 1)·2⁻⁴⁴, up to roundings its factor 4
-    covers). One exp instead of two: θ = exp(-γ) is within a few ulps of e^{-γ}, so with
-    s = m + 2⁻⁴⁰·(1 + γ) the exact e^{-γ*} lies in [θ·(1 - s), θ·(1 + 2s)] (1 - s <= e^{-s}
-    and e^{s} <= 1 + 2s for s <= 1; the 2⁻⁴⁰ covers exp's error and the roundings of these
-    products). A draw is accepted when U's whole 52-bit cell lies below θ·(1 - s), rejected when
-    it lies at or above θ·(1 + 2s), and finished exactly with the same U otherwise. Draws with
-    γ > 512 (exp near underflow) or s >= 2⁻²⁰ are always finished exactly.
+    The float certificate. γ is computed as in the reference (``(a - shift)² / (2σ²)`` with
+    a = |y| in float64), whose error is below m = (A²/(2σ²) + γ + 1)·2⁻⁴⁴ with A = a + shift
+    (docs/noise.md, a factor 4 to spare). As shift = σ²/t < σ (t = ⌊σ⌋ + 1),
+    A² <= 2(a - shift)² + 8·shift² gives A²/(2σ²) <= 2γ + 4, so m <= (3γ + 5)·2⁻⁴⁴. With
+    θ = exp(-γ) (float64 exp, within a few ulps: 2⁻⁵⁰ relative), the exact e^{-γ*} lies within
+    θ·(2m + 2⁻⁴⁹) <= θ·(γ + 1)·2⁻⁴⁰ <= 2⁻⁴⁰ of θ, because (γ + 1)·e^{-γ} <= 1. So a draw is
+    surely accepted when U's whole 52-bit cell lies at or below θ - 2⁻³⁸ and surely rejected
+    when the cell starts at or above θ + 2⁻³⁸ (margins 4 times the bound, which also absorb the
+    rounding of θ ± 2⁻³⁸); the rest (about 2⁻³⁶ of the draws) are finished exactly with the
+    same U. Draws with γ > 512 (exp near underflow; |y| beyond 32σ) are all finished exactly.
     """
     size = y.shape[0]
     words = random_words(size)
     out = np.empty(size, dtype=bool)
     s_float, shift_float = float(sigma2), float(shift)
-    m_coef = 2.0**-43 / (2.0 * s_float)  # A²·m_coef = 2·A²/(2σ²)·2⁻⁴⁴
     block = min(size, _CHUNK)
     bits = np.empty(block, dtype=np.uint64)
-    a = np.empty(block, dtype=np.float64)
     gamma = np.empty(block, dtype=np.float64)
-    slack = np.empty(block, dtype=np.float64)
     theta = np.empty(block, dtype=np.float64)
     flag = np.empty(block, dtype=bool)
-    far = np.empty(block, dtype=bool)
     undecided_parts = []
     for start in range(0, size, _CHUNK):
         stop = min(size, start + _CHUNK)
         m = stop - start
-        aa, gg, ss, th, fl, ff = a[:m], gamma[:m], slack[:m], theta[:m], flag[:m], far[:m]
+        gg, th, fl = gamma[:m], theta[:m], flag[:m]
         accept = out[start:stop]
-        np.abs(y[start:stop], out=aa, casting="unsafe")  # float(|y|), as in the reference
-        np.subtract(aa, shift_float, out=gg)
+        np.abs(y[start:stop], out=gg, casting="unsafe")  # float(|y|), as in the reference
+        gg -= shift_float
         gg *= gg
-        gg /= 2.0 * s_float  # γ
-        aa += shift_float
-        aa *= aa
-        aa *= m_coef  # m - 2⁻⁴⁴
-        np.multiply(gg, _REL, out=ss)
-        ss += aa
-        ss += _REL + 2.0**-44  # s
-        any_far = float(np.max(gg)) > _SPLIT_GAMMA or float(np.max(ss)) >= 2.0**-20
-        if any_far:  # astronomically rare (|y| > 32σ): those draws go to the exact path
-            np.greater(gg, _SPLIT_GAMMA, out=ff)
-            ff |= ss >= 2.0**-20
-            gg[ff] = 0.0
-            ss[ff] = 0.0
-        np.negative(gg, out=th)
-        np.exp(th, out=th)  # θ
+        gg /= -2.0 * s_float  # -γ (the reference's quotient, negated exactly)
+        far = float(np.min(gg)) < -_SPLIT_GAMMA
+        if far:  # astronomically rare: those draws go to the exact path
+            far_mask = gg < -_SPLIT_GAMMA
+            gg[far_mask] = 0.0
+        np.exp(gg, out=th)  # θ
         np.right_shift(words[start:stop], np.uint64(64 - _BITS), out=bits[:m])
         bits[:m] |= _ONE_BITS
         u = bits[:m].view(np.float64)
         u -= 1.0  # the cell's low end, exact
-        np.multiply(th, ss, out=aa)  # θ·s
-        np.subtract(th, aa, out=gg)  # θ·(1 - s)
-        aa *= 2.0
-        th += aa  # θ·(1 + 2s)
-        np.less(u, th, out=fl)  # not surely rejected
+        np.add(th, _GAUSS_SLACK, out=gg)
+        np.less(u, gg, out=fl)  # not surely rejected
+        th -= _GAUSS_SLACK
         u += _CELL  # the cell's high end, exact
-        np.less_equal(u, gg, out=accept)  # surely accepted
+        np.less_equal(u, th, out=accept)  # surely accepted
         fl &= ~accept
-        if any_far:
-            fl |= ff
-            accept[ff] = False
+        if far:
+            fl |= far_mask
+            accept[far_mask] = False
         if _FORCE_EXACT:
             fl[:] = True
         undecided = np.flatnonzero(fl)
@@ -606,7 +588,12 @@ def discrete_gaussian(sigma2: Fraction, size: int) -> np.ndarray:
         need = size - filled
         draw = need + need // 2 + 16  # acceptance >= ~0.6 for every σ
         y = discrete_laplace(Fraction(t), draw)
-        accepted = y[_gaussian_accept(y, sigma2, shift)][:need]
-        out[filled : filled + accepted.size] = accepted
-        filled += accepted.size
+        accept = _gaussian_accept(y, sigma2, shift)
+        for start in range(0, draw, _CHUNK):  # the first `need` accepted, block by block
+            accepted = y[start : start + _CHUNK][accept[start : start + _CHUNK]]
+            take = min(accepted.size, size - filled)
+            out[filled : filled + take] = accepted[:take]
+            filled += take
+            if filled == size:
+                break
     return out
