@@ -220,8 +220,8 @@ def _release_blocks(array: np.ndarray, exponent: int, noise: np.ndarray) -> np.n
             else:
                 np.multiply(x, down, out=ss)
             lowest, highest = float(np.min(ss)), float(np.max(ss))  # NaN fails both tests
-            fast = -_MAX_INDEX < lowest and highest < _MAX_INDEX
-            fast = fast and -(2**52) < int(np.min(n)) and int(np.max(n)) < 2**52
+            fast = lowest > -_MAX_INDEX and highest < _MAX_INDEX
+            fast = fast and int(np.min(n)) > -(2**52) and int(np.max(n)) < 2**52
             if not fast:
                 out[start:stop] = _release_general(x, exponent, n)
                 continue
