@@ -425,6 +425,7 @@ def _signed_geometric(
     hi = np.empty(block, dtype=np.float64)
     width = np.empty(block, dtype=np.float64)
     decided = np.empty(block, dtype=bool)
+    flag = np.empty(block, dtype=bool)
     undecided_parts = []
     zero_parts = []
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -455,14 +456,13 @@ def _signed_geometric(
                 np.bitwise_and(words[start:stop], np.uint64(1), out=s)
                 s <<= np.uint64(63)
                 hh.view(np.uint64)[...] |= s
-                zeros = np.flatnonzero(hh.view(np.uint64) == _NEGATIVE_ZERO)
-                if zeros.size:
-                    zero_parts.append(zeros + start)
+                np.equal(hh.view(np.uint64), _NEGATIVE_ZERO, out=flag[:m])
+                if flag[:m].any():
+                    zero_parts.append(np.flatnonzero(flag[:m]) + start)
             np.copyto(out[start:stop], hh, casting="unsafe")  # undecided: overwritten below
-            np.logical_not(ok, out=ok)
-            undecided = np.flatnonzero(ok)
-            if undecided.size:
-                undecided_parts.append(undecided + start)
+            if not ok.all():
+                np.logical_not(ok, out=ok)
+                undecided_parts.append(np.flatnonzero(ok) + start)
     undecided = np.concatenate(undecided_parts) if undecided_parts else np.zeros(0, np.int64)
     for i in undecided:
         word = int(words[i])
@@ -477,9 +477,15 @@ def _signed_geometric(
     return out, redo
 
 
-def _gaussian_accept(y: np.ndarray, sigma2: Fraction, shift: Fraction) -> np.ndarray:
+def _gaussian_accept(
+    y: np.ndarray, sigma2: Fraction, shift: Fraction, need: int | None = None
+) -> np.ndarray:
     """Accept each proposal y_i with probability e^{-γ_i}, γ_i = (|y_i| - σ²/t)²/(2σ²), exactly:
     [U_i < e^{-γ_i}] for fresh uniforms U_i (one word each, drawn up front), in blocks.
+
+    With ``need``, stops after the first block by which ``need`` proposals are surely accepted
+    and returns False for every later one: the caller keeps the first ``need`` accepted
+    proposals only, and whether a proposal is kept never depends on a later one.
 
     The float certificate. γ is computed as in the reference (``(a - shift)² / (2σ²)`` with
     a = |y| in float64), whose error is below m = (A²/(2σ²) + γ + 1)·2⁻⁴⁴ with A = a + shift
@@ -502,7 +508,11 @@ def _gaussian_accept(y: np.ndarray, sigma2: Fraction, shift: Fraction) -> np.nda
     theta = np.empty(block, dtype=np.float64)
     flag = np.empty(block, dtype=bool)
     undecided_parts = []
+    accepted = 0
     for start in range(0, size, _CHUNK):
+        if need is not None and accepted >= need:
+            out[start:] = False
+            break
         stop = min(size, start + _CHUNK)
         m = stop - start
         gg, th, fl = gamma[:m], theta[:m], flag[:m]
@@ -529,6 +539,7 @@ def _gaussian_accept(y: np.ndarray, sigma2: Fraction, shift: Fraction) -> np.nda
         if far:
             fl |= far_mask
             accept[far_mask] = False
+        accepted += int(np.count_nonzero(accept))
         if _FORCE_EXACT:
             fl[:] = True
         undecided = np.flatnonzero(fl)
@@ -588,7 +599,7 @@ def discrete_gaussian(sigma2: Fraction, size: int) -> np.ndarray:
         need = size - filled
         draw = need + need // 2 + 16  # acceptance >= ~0.6 for every σ
         y = discrete_laplace(Fraction(t), draw)
-        accept = _gaussian_accept(y, sigma2, shift)
+        accept = _gaussian_accept(y, sigma2, shift, need)
         for start in range(0, draw, _CHUNK):  # the first `need` accepted, block by block
             accepted = y[start : start + _CHUNK][accept[start : start + _CHUNK]]
             take = min(accepted.size, size - filled)
