@@ -197,7 +197,8 @@ def _release_blocks(array: np.ndarray, exponent: int, noise: np.ndarray) -> np.n
     A block whose scaled values x·2^-k all lie strictly within ±2^52 (no NaN, no big values)
     and whose noise indices lie within ±2^52 takes a fused float path that gives the same
     floats as :func:`_release_general`: x·2^-k is the same correctly rounded product as
-    ``ldexp``; the half-up rounding is the same exact ``f + (a - f >= 1/2)``; there is nothing
+    ``ldexp``; the half-up rounding ⌊s⌋ + [s - ⌊s⌋ >= 1/2] is computed as ⌊2s⌋ - ⌊s⌋ (equal:
+    ⌊2s⌋ = 2⌊s⌋ + ⌊2(s - ⌊s⌋)⌋; doubling and floors are exact at this size); there is nothing
     to clamp or saturate; r(x) + n is an integer below 2^53 in magnitude, so adding it in
     float64 is exact; and the final scaling by 2^k is again one correctly rounded product.
     Any other block goes through :func:`_release_general`, which also raises on NaN.
@@ -209,12 +210,11 @@ def _release_blocks(array: np.ndarray, exponent: int, noise: np.ndarray) -> np.n
     block = min(size, _BLOCK)
     scaled = np.empty(block, dtype=np.float64)
     floor = np.empty(block, dtype=np.float64)
-    half = np.empty(block, dtype=bool)
     with np.errstate(over="ignore", under="ignore"):
         for start in range(0, size, _BLOCK):
             stop = min(size, start + _BLOCK)
             m = stop - start
-            x, n, ss, ff, hh = array[start:stop], noise[start:stop], scaled[:m], floor[:m], half[:m]
+            x, n, ss, ff = array[start:stop], noise[start:stop], scaled[:m], floor[:m]
             if down is None:
                 np.ldexp(x, -exponent, out=ss)
             else:
@@ -226,9 +226,9 @@ def _release_blocks(array: np.ndarray, exponent: int, noise: np.ndarray) -> np.n
                 out[start:stop] = _release_general(x, exponent, n)
                 continue
             np.floor(ss, out=ff)
-            ss -= ff  # exact
-            np.greater_equal(ss, 0.5, out=hh)
-            ff += hh  # r(x), an integer below 2^52 in magnitude
+            ss *= 2.0
+            np.floor(ss, out=ss)
+            np.subtract(ss, ff, out=ff)  # r(x) = ⌊2s⌋ - ⌊s⌋, below 2^52 in magnitude
             ff += n  # exact: |r(x) + n| < 2^53
             if up is None:
                 np.ldexp(ff, exponent, out=out[start:stop])
