@@ -27,6 +27,7 @@ Algorithms:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from decimal import Decimal, localcontext
@@ -116,6 +117,14 @@ def _exact_below_exp(cell: int, gamma: Fraction) -> bool:
     return _exact_below(cell, lambda digits: _exp_neg_bounds(gamma, digits))
 
 
+@functools.cache
+def _ln2(digits: int) -> Decimal:
+    """ln 2 correctly rounded to ``digits`` digits (the value the exact path computed inline)."""
+    with localcontext() as ctx:
+        ctx.prec = digits
+        return Decimal(2).ln()
+
+
 def _exact_floor_neg_log(cell: int, t: Fraction) -> int:
     """Exactly compute ⌊-t·ln U⌋ for U uniform in the 52-bit cell ``cell``."""
     num, bits, digits = cell, _BITS, 30
@@ -123,7 +132,7 @@ def _exact_floor_neg_log(cell: int, t: Fraction) -> int:
         if num > 0:
             with localcontext() as ctx:
                 ctx.prec = digits
-                scale = Decimal(bits) * Decimal(2).ln()
+                scale = Decimal(bits) * _ln2(digits)
                 t_dec = _dec(t)
                 # -ln U ∈ (-ln hi, -ln lo] with lo = num/2^bits, hi = (num+1)/2^bits
                 y_low = t_dec * (scale - Decimal(num + 1).ln())
