@@ -40,7 +40,7 @@ def _quiet() -> Iterator[None]:
 def _reference_geometric_from_words(words: np.ndarray, t: Fraction) -> np.ndarray:
     u = _exact._cell_floats(words.copy())
     t_float = float(t)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         width = t_float * _exact._CELL / u
         y_high = np.log(u)
         y_high *= -t_float
@@ -48,7 +48,8 @@ def _reference_geometric_from_words(words: np.ndarray, t: Fraction) -> np.ndarra
     slack += 1.0
     slack *= _exact._REL
     k_high = np.floor(y_high + slack)
-    y_high -= width
+    with np.errstate(invalid="ignore"):  # inf - inf at u = 0, caught as undecided
+        y_high -= width
     y_high -= slack
     k_low = np.floor(y_high, out=y_high)
     undecided = k_low != k_high
