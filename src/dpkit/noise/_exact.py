@@ -35,7 +35,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpkit.noise._rng import generator, random_bytes, random_words
+from dpkit.noise._rng import discard_words, generator, random_bytes, random_words
 
 __all__ = [
     "bernoulli",
@@ -404,7 +404,7 @@ _CHUNK = 1 << 14  # elements per block of the fused kernels: their buffers stay 
 
 
 def _signed_geometric(
-    words: np.ndarray, t: Fraction, signed: bool
+    t: Fraction, signed: bool, size: int, words: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """X = ⌊-t·ln U⌋ with U read from the top 52 bits of each word (+ lazy extra bits), as int64;
     with ``signed``, -X where the word's lowest bit is 1 (independent of the 52 bits X reads).
@@ -417,10 +417,11 @@ def _signed_geometric(
     above and lo = y·(1 - 2⁻⁴⁰) - (w + 2⁻⁴⁰) from below. When lo >= ⌊hi⌋, every U in the cell
     has ⌊-t·ln U⌋ = ⌊hi⌋. The rest (about 2·(t·2⁻⁵²/u + s) of the draws, and u = 0, where lo is
     NaN) are finished exactly with the same U, in index order, after the vectorised pass.
-    ``words`` is not modified. Also returns, in increasing order, the indices of the draws
+    Without ``words``, the ``size`` words are drawn block by block as they are used (the same
+    stream as one ``random_words(size)``, without a large temporary); ``words`` is not
+    modified. Also returns, in increasing order, the indices of the draws
     (-, 0) (sign bit set and X = 0) that the discrete Laplace rejects (none unless ``signed``).
     """
-    size = words.shape[0]
     out = np.empty(size, dtype=np.int64)
     t_float = float(t)
     t_cell = t_float * _CELL
@@ -436,13 +437,15 @@ def _signed_geometric(
     decided = np.empty(block, dtype=bool)
     flag = np.empty(block, dtype=bool)
     undecided_parts = []
+    undecided_words = []
     zero_parts = []
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for start in range(0, size, _CHUNK):
             stop = min(size, start + _CHUNK)
             m = stop - start
             b, yy, hh, ww, ok = bits[:m], y[:m], hi[:m], width[:m], decided[:m]
-            np.right_shift(words[start:stop], np.uint64(64 - _BITS), out=b)
+            wb = random_words(m) if words is None else words[start:stop]
+            np.right_shift(wb, np.uint64(64 - _BITS), out=b)
             b |= _ONE_BITS
             u = b.view(np.float64)
             u -= 1.0  # exact: the cell's low end w·2⁻⁵²
@@ -462,7 +465,7 @@ def _signed_geometric(
                 raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
             if signed:  # the word's lowest bit becomes the sign bit of ⌊hi⌋ (-0.0 for (-, 0))
                 s = sign[:m]
-                np.bitwise_and(words[start:stop], np.uint64(1), out=s)
+                np.bitwise_and(wb, np.uint64(1), out=s)
                 s <<= np.uint64(63)
                 hh.view(np.uint64)[...] |= s
                 np.equal(hh.view(np.uint64), _NEGATIVE_ZERO, out=flag[:m])
@@ -471,17 +474,19 @@ def _signed_geometric(
             np.copyto(out[start:stop], hh, casting="unsafe")  # undecided: overwritten below
             if not ok.all():
                 np.logical_not(ok, out=ok)
-                undecided_parts.append(np.flatnonzero(ok) + start)
+                undecided = np.flatnonzero(ok)
+                undecided_parts.append(undecided + start)
+                undecided_words.append(wb[undecided])
     undecided = np.concatenate(undecided_parts) if undecided_parts else np.zeros(0, np.int64)
-    for i in undecided:
-        word = int(words[i])
+    held = np.concatenate(undecided_words) if undecided_words else np.zeros(0, np.uint64)
+    for i, word in zip(undecided.tolist(), held.tolist(), strict=True):
         value = _exact_floor_neg_log(word >> (64 - _BITS), t)
         if value >= 2**62:
             raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
         out[i] = -value if signed and word & 1 else value
     redo = np.concatenate(zero_parts) if zero_parts else np.zeros(0, np.int64)
     if signed and undecided.size:  # the undecided draws held placeholders: recheck them
-        negative_zero = (out[undecided] == 0) & (words[undecided] & np.uint64(1) == 1)
+        negative_zero = (out[undecided] == 0) & (held & np.uint64(1) == 1)
         redo = np.union1d(redo[~np.isin(redo, undecided)], undecided[negative_zero])
     return out, redo
 
@@ -490,7 +495,8 @@ def _gaussian_accept(
     y: np.ndarray, sigma2: Fraction, shift: Fraction, need: int | None = None
 ) -> np.ndarray:
     """Accept each proposal y_i with probability e^{-γ_i}, γ_i = (|y_i| - σ²/t)²/(2σ²), exactly:
-    [U_i < e^{-γ_i}] for fresh uniforms U_i (one word each, drawn up front), in blocks.
+    [U_i < e^{-γ_i}] for fresh uniforms U_i (one word each, drawn block by block: the same
+    stream as one ``random_words(len(y))``), in blocks.
 
     With ``need``, stops after the first block by which ``need`` proposals are surely accepted
     and returns False for every later one: the caller keeps the first ``need`` accepted
@@ -508,7 +514,6 @@ def _gaussian_accept(
     same U. Draws with γ > 512 (exp near underflow; |y| beyond 32σ) are all finished exactly.
     """
     size = y.shape[0]
-    words = random_words(size)
     out = np.empty(size, dtype=bool)
     s_float, shift_float = float(sigma2), float(shift)
     block = min(size, _CHUNK)
@@ -517,10 +522,12 @@ def _gaussian_accept(
     theta = np.empty(block, dtype=np.float64)
     flag = np.empty(block, dtype=bool)
     undecided_parts = []
+    undecided_words = []
     accepted = 0
     for start in range(0, size, _CHUNK):
         if need is not None and accepted >= need:
             out[start:] = False
+            discard_words(size - start)  # the stream continues as if all had been drawn
             break
         stop = min(size, start + _CHUNK)
         m = stop - start
@@ -535,7 +542,8 @@ def _gaussian_accept(
             far_mask = gg < -_SPLIT_GAMMA
             gg[far_mask] = 0.0
         np.exp(gg, out=th)  # θ
-        np.right_shift(words[start:stop], np.uint64(64 - _BITS), out=bits[:m])
+        wb = random_words(m)  # block by block: the same stream as one random_words(size)
+        np.right_shift(wb, np.uint64(64 - _BITS), out=bits[:m])
         bits[:m] |= _ONE_BITS
         u = bits[:m].view(np.float64)
         u -= 1.0  # the cell's low end, exact
@@ -551,13 +559,16 @@ def _gaussian_accept(
         accepted += int(np.count_nonzero(accept))
         if _FORCE_EXACT:
             fl[:] = True
-        undecided = np.flatnonzero(fl)
-        if undecided.size:
+        if fl.any():
+            undecided = np.flatnonzero(fl)
             undecided_parts.append(undecided + start)
+            undecided_words.append(wb[undecided])
     if undecided_parts:
-        for i in np.concatenate(undecided_parts):
+        indices = np.concatenate(undecided_parts).tolist()
+        held = np.concatenate(undecided_words).tolist()
+        for i, word in zip(indices, held, strict=True):
             gamma_exact = (abs(int(y[i])) - shift) ** 2 / (2 * sigma2)
-            out[i] = _exact_below_exp(int(words[i]) >> (64 - _BITS), gamma_exact)
+            out[i] = _exact_below_exp(word >> (64 - _BITS), gamma_exact)
     return out
 
 
@@ -565,7 +576,7 @@ def geometric_exp(t: Fraction, size: int) -> np.ndarray:
     """X >= 0 with P(X >= k) = e^{-k/t} (ratio e^{-1/t}), exactly, as int64."""
     if t <= 0:
         raise ValueError("t must be > 0")
-    return _signed_geometric(random_words(size), t, False)[0]
+    return _signed_geometric(t, False, size)[0]
 
 
 def discrete_laplace(t: Fraction, size: int) -> np.ndarray:
@@ -577,9 +588,9 @@ def discrete_laplace(t: Fraction, size: int) -> np.ndarray:
     """
     if t <= 0:
         raise ValueError("t must be > 0")
-    z, redo = _signed_geometric(random_words(size), t, True)
+    z, redo = _signed_geometric(t, True, size)
     while redo.size:
-        fresh, again = _signed_geometric(random_words(redo.size), t, True)
+        fresh, again = _signed_geometric(t, True, redo.size)
         z[redo] = fresh
         redo = redo[again]
     return z

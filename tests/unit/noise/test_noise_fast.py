@@ -173,7 +173,7 @@ def test_the_zero_cell_goes_to_the_exact_path() -> None:
     """u = 0 (a zero top 52 bits) has -ln U unbounded: it must be decided exactly, sign kept."""
     words = np.array([0, 1, 5 << 12, (5 << 12) | 1], dtype=np.uint64)
     with noise.insecure_deterministic_seed(4):
-        ours, redo = _exact._signed_geometric(words, Fraction(1), True)
+        ours, redo = _exact._signed_geometric(Fraction(1), True, words.size, words)
     with noise.insecure_deterministic_seed(4):
         magnitude = _reference_geometric_from_words(words, Fraction(1))
     assert ours.tolist() == [magnitude[0], -magnitude[1], magnitude[2], -magnitude[3]]
@@ -182,7 +182,7 @@ def test_the_zero_cell_goes_to_the_exact_path() -> None:
 
 def test_negative_zero_draws_are_returned_for_redrawing() -> None:
     words = np.array([0xFFFFFFFFFFFFF000, 0xFFFFFFFFFFFFF001, 0x8000000000000001], dtype=np.uint64)
-    values, redo = _exact._signed_geometric(words, Fraction(1), True)
+    values, redo = _exact._signed_geometric(Fraction(1), True, words.size, words)
     assert values.tolist() == [0, 0, 0] and redo.tolist() == [1, 2]
 
 
@@ -278,7 +278,7 @@ def test_discrete_laplace_has_the_closed_form_law(t: Fraction) -> None:
     assert _chi_square_p(samples, _laplace_log_pmf(t * Fraction(102, 100))) < 1e-6
     with noise.insecure_deterministic_seed(101):
         words = noise.random_words(N)
-        magnitude = _exact._signed_geometric(words, t, False)[0]
+        magnitude = _exact._signed_geometric(t, False, N, words)[0]
     keeps_negative_zero = np.where((words & np.uint64(1)) == 1, -magnitude, magnitude)
     assert _chi_square_p(keeps_negative_zero, _laplace_log_pmf(t)) < 1e-6
 
