@@ -77,7 +77,7 @@ def test_each_query_twice_by_two_analysts(engine: str, tmp_path: Any) -> None:
         for a in ("ana", "bob")
     ]
     try:
-        for name, query in sorted(BENCH.QUERIES.items()):
+        for _, query in sorted(BENCH.QUERIES.items()):
             for session in sessions:
                 for _ in range(2):
                     release = session.evaluate_sql(

@@ -52,9 +52,9 @@ KINDS: dict[str, dict[str, Any]] = {
         ("nation.n_key", LINKS, {"nation"}, "privacy_unit", "private table"),
         ("customer.nope", LINKS, {"nation"}, "privacy_unit", "a column of table"),
         ("customer.c_id", {"orders.o_cust": "customer.c_id"}, {"nation"}, "links", "lines"),
-        ("customer.c_id", {**LINKS, "orders.o_cust": "nation.n_key"}, {"nation"}, "links", "public"),
+        ("customer.c_id", {**LINKS, "orders.o_cust": "nation.n_key"}, {"nation"}, "links", "public"),  # noqa: E501
         ("customer.c_id", {**LINKS, "lines.nope": "orders.o_id"}, {"nation"}, "links", "a column"),
-        ("customer.c_id", {**LINKS, "customer.c_nation": "orders.o_id"}, {"nation"}, "links", "holds"),
+        ("customer.c_id", {**LINKS, "customer.c_nation": "orders.o_id"}, {"nation"}, "links", "holds"),  # noqa: E501
         (
             "customer.c_id",
             [("orders.o_cust", "customer.c_id"), ("orders.o_id", "lines.l_order"),
@@ -63,7 +63,7 @@ KINDS: dict[str, dict[str, Any]] = {
             "links",
             "one link per table",
         ),
-        ("customer.c_id", {**LINKS, "orders.o_day": "customer.c_id"}, {"nation"}, "links", "one link"),
+        ("customer.c_id", {**LINKS, "orders.o_day": "customer.c_id"}, {"nation"}, "links", "one link"),  # noqa: E501
         ("customer.c_id", {"orders.o_day": "customer.c_id", "lines.l_order": "orders.o_id"},
          {"nation"}, "links", "same kind"),
         ("customer.c_id", {"orders.o_id": "lines.l_order", "lines.l_order": "orders.o_id"},
@@ -99,15 +99,15 @@ REFUSED_SQL = [
     ("SELECT COUNT(*) FROM orders JOIN lines ON o_id = nope", "nope"),
     ("SELECT COUNT(*) FROM orders JOIN nope ON o_id = x", "nope"),
     ("SELECT COUNT(*) FROM orders JOIN orders ON o_cust = o_cust", "alias"),
-    ("SELECT COUNT(*) FROM (SELECT o_id, COUNT(*) AS n FROM orders GROUP BY o_id) s", "privacy unit"),
-    ("SELECT COUNT(*) FROM orders JOIN nation ON o_id = n_key WHERE o_total LIKE 'x%'", "string values"),
+    ("SELECT COUNT(*) FROM (SELECT o_id, COUNT(*) AS n FROM orders GROUP BY o_id) s", "privacy unit"),  # noqa: E501
+    ("SELECT COUNT(*) FROM orders JOIN nation ON o_id = n_key WHERE o_total LIKE 'x%'", "string values"),  # noqa: E501
     ("SELECT COUNT(*) FROM orders WHERE o_id IN (SELECT l_order FROM lines)", "subquery"),
     ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT 1 FROM lines)", ""),
     ("SELECT COUNT(*) FROM customer LEFT JOIN orders ON c_id = o_cust AND who = 'a'", "right side"),
     ("SELECT COUNT(*) FROM customer a JOIN customer b ON a.c_nation = b.c_nation", "same person"),
     ("WITH RECURSIVE r AS (SELECT * FROM orders) SELECT COUNT(*) FROM r", "RECURSIVE"),
     ("SELECT COUNT(*) FROM orders, LATERAL (SELECT 1)", ""),
-    ("SELECT COUNT(*) FROM orders JOIN customer ON customer.c_id = o_cust WHERE c_nation = 'x'", ""),
+    ("SELECT COUNT(*) FROM orders JOIN customer ON customer.c_id = o_cust WHERE c_nation = 'x'", ""),  # noqa: E501
     ("SELECT COUNT(*)", "FROM"),
 ]  # fmt: skip
 
@@ -208,7 +208,7 @@ def test_using_keeps_one_key_column() -> None:
         query = session.query("people").join("visits", on="pid").filter(col("age") > 35)
         measurement = session.compile(query.agg(count()), epsilon=1)
         engine = session._resolve(query.agg(count()))[4]
-        assert int(measurement.bounding(engine)[0].to_pandas()["__dpkit_o0"].sum()) == 1  # type: ignore[misc]
+        assert int(measurement.bounding(engine)[0].to_pandas()["__dpkit_o0"].sum()) == 1  # type: ignore[misc]  # noqa: E501
         assert "customer" not in session.explain(query.agg(count()), epsilon=1)
         assert "people.pid" in session.explain(query.agg(count()), epsilon=1)
     finally:
