@@ -569,9 +569,7 @@ class Session:
                         "its public values",
                     )
                 key_set = {k: list(keys[k]) for k in parsed.group_by}
-            grouped: Query = base.group_by(*parsed.group_by, keys=key_set).agg(
-                *parsed.aggregations
-            )
+            grouped: Query = base.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
             return grouped
         if keys:
             raise InvalidParameterError("keys", keys, "only with GROUP BY")

@@ -208,7 +208,7 @@ def test_using_keeps_one_key_column() -> None:
         query = session.query("people").join("visits", on="pid").filter(col("age") > 35)
         measurement = session.compile(query.agg(count()), epsilon=1)
         engine = session._resolve(query.agg(count()))[4]
-        assert int(measurement.bounding(engine)[0].to_pandas()["__dpkit_o0"].sum()) == 1  # type: ignore[misc]  # noqa: E501
+        assert int(measurement.bounding(engine)[0].to_pandas()["__dpkit_o0"].sum()) == 1  # type: ignore[misc]
         assert "customer" not in session.explain(query.agg(count()), epsilon=1)
         assert "people.pid" in session.explain(query.agg(count()), epsilon=1)
     finally:
