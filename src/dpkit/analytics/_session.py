@@ -417,6 +417,12 @@ class Session:
         self.engine = self.tables.engines[self.catalog.unit_table]
         self.schema = kinds[self.catalog.unit_table]
 
+    def _source_text(self, query: Query) -> str | None:
+        """How explanations show the relation a query reads (None: the session's one table)."""
+        if self.catalog is None:
+            return None
+        return split_relation(query.plan)[1].render()
+
     def _resolve(self, query: Query) -> tuple[Query, dict[str, Any], str, str, Engine]:
         """(the query over one relation, its schema, its unit column, the unit's label, the
         engine that runs it): joins are planned here (:mod:`dpkit.analytics._joins`)."""
@@ -610,6 +616,7 @@ class Session:
                 mechanism=mechanism,
                 defaults=self.defaults,
                 unit_label=label,
+                source_text=self._source_text(query),
             )
             return make_query_measurement(
                 compiled,
