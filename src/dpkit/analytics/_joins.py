@@ -95,6 +95,8 @@ UNIT = RELATION_UNIT
 
 _UNIT_RIGHT = f"{RESERVED_PREFIX}unit_r"
 _KEY = f"{RESERVED_PREFIX}key"
+_LO = f"{RESERVED_PREFIX}lo"
+_HI = f"{RESERVED_PREFIX}hi"
 MAX_TABLES = 64
 """At most this many tables in a session, and table references in a query."""
 
@@ -152,6 +154,15 @@ class Catalog:
                 raise InvalidParameterError(
                     "tables", name, "table names: non-empty text without '.'"
                 )
+            for column in schemas[name]:
+                if column.startswith(RESERVED_PREFIX):
+                    raise InvalidParameterError(
+                        "tables",
+                        f"{name}.{column}",
+                        f"column names that do not start with {RESERVED_PREFIX!r} (reserved "
+                        "for dpkit's own columns, such as each row's person)",
+                        "Rename the column in the source.",
+                    )
         table, column = _dotted(privacy_unit, "privacy_unit")
         if table not in schemas or table in public:
             private = sorted(set(schemas) - public)
@@ -315,18 +326,24 @@ class Planned:
         return (*self.kinds, *hidden)
 
     def resolve(self, name: str, what: str) -> str:
-        """A column reference (``name`` or ``alias.name``) as this relation's column name."""
-        if name in self.kinds:
+        """A column reference (``name`` or ``alias.name``) as this relation's column name; a
+        bare name more than one column has (after joins, ``a.x`` and ``b.x``) is ambiguous,
+        as in SQL."""
+        sharing = [v for v in self.kinds if self.base.get(v) == name]
+        if name in self.kinds and len(sharing) <= 1:
             return name
-        if "." in name:
+        if "." in name and name not in self.kinds:
             qualifier, _, base = name.partition(".")
             for visible in self.kinds:
                 if self.qualifier.get(visible) == qualifier and self.base.get(visible) == base:
                     return visible
-        matches = [v for v in self.kinds if self.base.get(v) == name]
-        if len(matches) > 1:
-            options = ", ".join(f"{self.qualifier[m]}.{name}" for m in matches)
+        if len(sharing) == 1:
+            return sharing[0]
+        if len(sharing) > 1:
+            options = ", ".join(f"{self.qualifier[m]}.{name}" for m in sharing)
             raise UnsupportedQueryError(f"column {name!r} is ambiguous: write {options}")
+        if name in self.kinds:
+            return name
         known = ", ".join(repr(c) for c in self.kinds)
         raise InvalidParameterError(what, name, f"a column of the relation ({known})")
 
@@ -400,25 +417,36 @@ class _Planner:
         self.references = 0
 
     # -- tables ---------------------------------------------------------------------------
-    def annotated(self, table: str, columns: tuple[str, ...]) -> Relation:
-        """Private table ``table``'s rows that belong to a unit: ``columns`` and :data:`UNIT`."""
+    def reach(self, table: str, columns: tuple[str, ...]) -> Relation:
+        """Every row of private table ``table``: ``columns``, and the smallest and largest
+        unit it reaches through its links (``_LO``, ``_HI``; NULL: none). A numeric unit is a
+        double, as joins compare it (ids above 2^53 that round alike are one unit)."""
         catalog = self.catalog
+        link = catalog.links.get(table)
         if table == catalog.unit_table:
-            return self._with_unit(table, columns, catalog.unit_column)
-        link = catalog.links[table]
-        if link.parent == catalog.unit_table and link.parent_column == catalog.unit_column:
-            return self._with_unit(table, columns, link.column)
-        parent = self.annotated(link.parent, (link.parent_column,))
-        keys = KeyUnit(parent, link.parent_column, UNIT, _KEY, UNIT)
+            unit: str | None = catalog.unit_column
+        elif link.parent == catalog.unit_table and link.parent_column == catalog.unit_column:  # type: ignore[union-attr]
+            unit = link.column  # type: ignore[union-attr]
+        else:
+            unit = None
+        if unit is not None:
+            numeric = catalog.schemas[catalog.unit_table][catalog.unit_column] == "numeric"
+            scan = Scan(table, (*((c, c) for c in columns), (unit, _LO), (unit, _HI)))
+            out = tuple((c, c) for c in (*columns, _LO, _HI))
+            return Project(scan, out, (_LO, _HI) if numeric else ())
+        assert link is not None  # Catalog.build checked every private table's path
+        parent = self.reach(link.parent, (link.parent_column,))
+        keys = KeyUnit(parent, link.parent_column, _LO, _HI, _KEY, _LO, _HI)
         scan = Scan(table, tuple((c, c) for c in dict.fromkeys((*columns, link.column))))
-        joined = RJoin(scan, keys, ((link.column, _KEY),), "inner")
-        return Project(joined, tuple((c, c) for c in (*columns, UNIT)))
+        joined = RJoin(scan, keys, ((link.column, _KEY),), "left")
+        return Project(joined, tuple((c, c) for c in (*columns, _LO, _HI)))
 
-    @staticmethod
-    def _with_unit(table: str, columns: tuple[str, ...], unit: str) -> Relation:
-        scan = Scan(table, (*((c, c) for c in columns), (unit, UNIT)))
-        keep = (Step("filter", col(UNIT).is_not_null()),)
-        return Steps(scan, keep, (*columns, UNIT))
+    def annotated(self, table: str, columns: tuple[str, ...]) -> Relation:
+        """Private table ``table``'s rows that belong to a unit (they reach exactly one):
+        ``columns`` and :data:`UNIT`."""
+        reached = self.reach(table, columns)
+        one = Steps(reached, (Step("filter", col(_LO) == col(_HI)),), reached.output)
+        return Project(one, (*((c, c) for c in columns), (_LO, UNIT)))
 
     def source(self, table: str | None) -> Planned:
         catalog = self.catalog
@@ -528,16 +556,36 @@ class _Planner:
                 f"({'; '.join(x.render() for x in self.catalog.links.values()) or 'none'}) "
                 f"or on columns equal to the privacy unit ({self.catalog.label})"
             )
-        # names both sides have become alias.name (USING keys are kept once, from the left)
+        if node.how == "left" and right.private and not left.private:
+            raise UnsupportedQueryError(
+                "a LEFT JOIN of a public table with a private one keeps the public rows no "
+                "person matched, which belong to nobody and cannot be counted: use JOIN, or put "
+                "the private table on the left"
+            )
+        # a base name both sides have is then known as alias.name on each side (USING keys are
+        # kept once, from the left)
         dropped = {b for a, b in pairs if node.using}
-        clash = (set(left.kinds) & set(right.kinds)) - dropped
-        renames_left = {c: f"{left.qualifier[c]}.{left.base[c]}" for c in clash}
-        renames_right = {c: f"{right.qualifier[c]}.{right.base[c]}" for c in clash}
-        for c in clash:
-            if renames_left[c] == renames_right[c]:
+        left_bases = {left.base[c] for c in left.kinds}
+        right_bases = {right.base[c] for c in right.kinds if c not in dropped}
+        shared = left_bases & right_bases
+        renames_left = {
+            c: f"{left.qualifier[c]}.{left.base[c]}"
+            for c in left.kinds
+            if left.base[c] in shared and c != f"{left.qualifier[c]}.{left.base[c]}"
+        }
+        renames_right = {
+            c: f"{right.qualifier[c]}.{right.base[c]}"
+            for c in right.kinds
+            if c not in dropped
+            and right.base[c] in shared
+            and c != f"{right.qualifier[c]}.{right.base[c]}"
+        }
+        left_names = {renames_left.get(c, c) for c in left.kinds}
+        for c in right.kinds:
+            if c not in dropped and renames_right.get(c, c) in left_names:
                 raise UnsupportedQueryError(
-                    f"both sides of a join have column {c!r} under the name "
-                    f"{left.qualifier[c]!r}: give one side an alias (FROM t AS a JOIN t AS b)"
+                    f"both sides of a join have column {right.base[c]!r} under the name "
+                    f"{right.qualifier[c]!r}: give one side an alias (FROM t AS a JOIN t AS b)"
                 )
         if node.using:
             renames_right.update(
@@ -555,7 +603,9 @@ class _Planner:
         kinds = {**left.kinds, **right.kinds}
         qualifier = {**left.qualifier, **right.qualifier}
         base = {**left.base, **right.base}
-        unit_equal = left.unit_equal | right.unit_equal
+        # after a LEFT JOIN the right side's unit columns may be NULL-extended: no longer the
+        # row's unit
+        unit_equal = left.unit_equal | (right.unit_equal if node.how == "inner" else set())
         origin = {**left.origin, **right.origin}
         hidden = {b for _, b in pairs} if node.using else set()
         private = left.private or right.private

@@ -52,7 +52,7 @@ from dpkit.analytics._planner._measurement import (
     as_charged_for,
     make_query_measurement,
 )
-from dpkit.analytics._query import Bounding, PlanNode, Query, Source, count
+from dpkit.analytics._query import Bounding, CountUnits, PlanNode, Query, Source, count
 from dpkit.analytics._results import TableRelease
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
 from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
@@ -543,6 +543,10 @@ class Session:
     def _sql_query(
         self, parsed: Any, keys: Mapping[str, Any] | None, bounds: Bounding | None = None
     ) -> Query:
+        if self.catalog is not None and any(
+            isinstance(a, CountUnits) for a in parsed.aggregations
+        ):
+            self._check_distinct_unit(parsed)
         if parsed.relation is not None:
             base = Query(parsed.relation)
         elif self.catalog is not None:
@@ -580,6 +584,25 @@ class Session:
         if keys:
             raise InvalidParameterError("keys", keys, "only with GROUP BY")
         return base.agg(*parsed.aggregations)
+
+    def _check_distinct_unit(self, parsed: Any) -> None:
+        """``COUNT(DISTINCT c_custkey)`` counts people only where ``c_custkey`` is a column
+        equal to the person in the relation the query reads; otherwise it would count another
+        column's values, which dpkit does not compute: refused."""
+        assert self.catalog is not None
+        root = parsed.relation if parsed.relation is not None else Source(parsed.source)
+        planned = plan_relation(self.catalog, root)
+        name = self.catalog.unit_column
+        try:
+            column = planned.resolve(name, "column")
+        except DPError:
+            column = None
+        if column is None or column not in planned.unit_equal:
+            raise UnsupportedQueryError(
+                f"COUNT(DISTINCT {name}) counts people only where {name} is the person's column "
+                f"({self.catalog.label}, or a link to it) in the tables the query reads; here "
+                "it is not"
+            )
 
     def _table_names(self) -> list[str]:
         if self.catalog is not None:

@@ -150,6 +150,9 @@ def make_tables(
 
         with contextlib.suppress(duckdb.Error):  # DuckDB built without ICU: no time zones
             connection.execute("SET TimeZone = 'UTC'")
+        from dpkit.analytics._engines._duckdb import no_nan_folding
+
+        no_nan_folding(connection)
         engines: dict[str, Engine] = {}
         for name, source in sources.items():
             if _is_spark_frame(source):

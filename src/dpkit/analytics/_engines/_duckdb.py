@@ -64,6 +64,15 @@ _IN_LIST = 256
 as an Arrow table and semi-joined."""
 
 
+def no_nan_folding(connection: duckdb.DuckDBPyConnection) -> None:
+    """Turn off DuckDB's statistics propagation on ``connection``: from a Parquet file's
+    statistics (which leave NaN out) it folds ``isnan(x)`` to false, so a NaN value reached the
+    grid cast and failed the query after the reservation, an error that depended on the data
+    (DuckDB 2.0; every dpkit query reads NaN as NULL)."""
+    with contextlib.suppress(duckdb.Error):  # an older DuckDB without the option
+        connection.execute("SET disabled_optimizers = 'statistics_propagation'")
+
+
 def _threads() -> int:
     value = os.environ.get("DPKIT_DUCKDB_THREADS")
     return int(value) if value and value.isdigit() and int(value) > 0 else 0
@@ -92,6 +101,7 @@ class DuckDBEngine:
         self._con = connection if connection is not None else duckdb.connect(":memory:")
         if _threads():
             self._con.execute(f"SET threads = {_threads()}")
+        no_nan_folding(self._con)
         if self._own:
             # timestamps with a time zone compare with (naive) temporal keys in UTC, as in the
             # reference engine (engines._columns.canonical)

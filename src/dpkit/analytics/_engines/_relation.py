@@ -7,17 +7,17 @@ by the planner), and every engine computes the same multiset of rows:
 * :class:`Scan` — a table's columns (as its engine converts them to their declared kinds),
   renamed.
 * :class:`Project` — the child's columns, selected, renamed or repeated (values and types
-  unchanged).
+  unchanged, except those listed in ``doubles``: numeric units, as doubles).
 * :class:`Steps` — derived columns, filters and selections over the child (the same
   :class:`~dpkit.analytics._engines._base.Step` semantics as a bounded plan's steps).
 * :class:`Join` — an inner or left equi-join. A key that is NULL (or a float NaN) matches
   nothing, as in SQL; numeric keys compare as numbers (``1 = 1.0``, ``-0.0 = 0.0``). A left
   join keeps every left row, extended with NULLs when no right row matches.
-* :class:`KeyUnit` — for each non-NULL key of the child, the privacy unit its rows belong to,
-  when they all belong to one unit (``GROUP BY key HAVING MIN(unit) = MAX(unit)`` over rows
-  with a unit). A key whose rows belong to several units gets none: the rows that reach the
-  unit through it are then dropped (see :mod:`dpkit.analytics._joins` for why this keeps each
-  unit's rows its own).
+* :class:`KeyUnit` — for each non-NULL key of the child, the smallest and largest unit its
+  rows reach (``GROUP BY key`` with ``MIN(lo)``, ``MAX(hi)``; rows that reach no unit add
+  nothing). A row belongs to a unit when its range is one unit; a key whose rows reach several
+  units gives the rows that reach the unit through it none (see :mod:`dpkit.analytics._joins`
+  for why this keeps each unit's rows its own).
 * :class:`PerUnit` — an exact aggregate per group of the child (``GROUP BY``), whose keys hold
   the unit: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT col)``, ``SUM``, ``MIN``, ``MAX``,
   ``AVG``. ``SUM`` of an empty (or all-NULL) group is NULL, as in SQL. Sums and averages are
@@ -81,6 +81,7 @@ class Project(Structural):
 
     child: Relation
     columns: tuple[tuple[str, str], ...]
+    doubles: tuple[str, ...] = ()
 
     @property
     def output(self) -> tuple[str, ...]:
@@ -113,18 +114,21 @@ class Join(Structural):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class KeyUnit(Structural):
-    """``SELECT key AS key_out, MIN(unit) AS unit_out FROM child WHERE key IS NOT NULL AND
-    unit IS NOT NULL GROUP BY key HAVING MIN(unit) = MAX(unit)``."""
+    """The range of units each key reaches: ``SELECT key AS key_out, MIN(lo) AS lo_out,
+    MAX(hi) AS hi_out FROM child WHERE key IS NOT NULL GROUP BY key`` (a numeric key grouped
+    as a double, as joins compare it; NaN is NULL)."""
 
     child: Relation
     key: str
-    unit: str
+    lo: str
+    hi: str
     key_out: str
-    unit_out: str
+    lo_out: str
+    hi_out: str
 
     @property
     def output(self) -> tuple[str, ...]:
-        return (self.key_out, self.unit_out)
+        return (self.key_out, self.lo_out, self.hi_out)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -164,7 +168,11 @@ def relation_kinds(
         return {**relation_kinds(node.left, tables), **relation_kinds(node.right, tables)}
     child = relation_kinds(node.child, tables)
     if isinstance(node, KeyUnit):
-        return {node.key_out: child[node.key], node.unit_out: child[node.unit]}
+        return {
+            node.key_out: child[node.key],
+            node.lo_out: child[node.lo],
+            node.hi_out: child[node.hi],
+        }
     out = {k: child[k] for k in node.keys}
     for name, function, column in node.aggregates:
         out[name] = child[column] if function in ("min", "max") else "numeric"
@@ -207,14 +215,24 @@ def _col(name: str, table: str | None = None) -> exp.Column:
 
 
 def _key(value: exp.Expr, kind: ColumnKind | None) -> exp.Expr:
-    """A join key as SQL compares it: a float NaN is NULL (it matches nothing)."""
+    """A join key as every engine compares it: a number as a double (an integer key and a
+    float key compare alike everywhere), a NaN as NULL (it matches nothing)."""
     if kind != "numeric":
         return value
-    return exp.If(
-        this=exp.EQ(this=value.copy(), expression=exp.cast(exp.Literal.string("NaN"), "DOUBLE")),
-        true=exp.Null(),
-        false=value,
-    )
+    double = exp.cast(value, "DOUBLE")
+    return exp.If(this=_is_nan(double.copy()), true=exp.Null(), false=double)
+
+
+def _is_nan(double: exp.Expr) -> exp.Expr:
+    """``ISNAN(x)`` (DuckDB folded ``x = 'NaN'::DOUBLE`` over a Parquet column to false)."""
+    return exp.Anonymous(this="ISNAN", expressions=[double])
+
+
+def _nan_null(value: exp.Expr, kind: ColumnKind | None) -> exp.Expr:
+    """A numeric value with NaN read as NULL (its type unchanged)."""
+    if kind != "numeric":
+        return value
+    return exp.If(this=_is_nan(exp.cast(value.copy(), "DOUBLE")), true=exp.Null(), false=value)
 
 
 def sql_relation(
@@ -240,7 +258,14 @@ def sql_relation(
         child, kinds = sql_relation(node.child, source, steps, keys)
         inner = child.subquery("__p", copy=False)
         out = exp.select(
-            *(exp.alias_(_col(src, "__p"), dst, quoted=True) for src, dst in node.columns)
+            *(
+                exp.alias_(
+                    _key(_col(src, "__p"), kinds[src]) if dst in node.doubles else _col(src, "__p"),
+                    dst,
+                    quoted=True,
+                )
+                for src, dst in node.columns
+            )
         ).from_(inner)
         return out, {dst: kinds[src] for src, dst in node.columns}
     if isinstance(node, Steps):
@@ -290,23 +315,23 @@ def _sql_key_unit(
     node: KeyUnit, source: _Source, steps: _StepsSQL, keys: _Keys
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
     child, kinds = sql_relation(node.child, source, steps, keys)
-    key, unit = _col(node.key, "__c"), _col(node.unit, "__c")
+    key = _key(_col(node.key, "__c"), kinds[node.key])
+    lo, hi = _col(node.lo, "__c"), _col(node.hi, "__c")
     out = (
         exp.select(
             exp.alias_(key.copy(), node.key_out, quoted=True),
-            exp.alias_(exp.Min(this=unit.copy()), node.unit_out, quoted=True),
+            exp.alias_(exp.Min(this=lo), node.lo_out, quoted=True),
+            exp.alias_(exp.Max(this=hi), node.hi_out, quoted=True),
         )
         .from_(child.subquery("__c", copy=False))
-        .where(
-            exp.and_(
-                exp.Not(this=exp.Is(this=_key(key.copy(), kinds[node.key]), expression=exp.Null())),
-                exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())),
-            )
-        )
+        .where(exp.Not(this=exp.Is(this=key.copy(), expression=exp.Null())))
         .group_by(key.copy())
-        .having(exp.EQ(this=exp.Min(this=unit.copy()), expression=exp.Max(this=unit.copy())))
     )
-    return out, {node.key_out: kinds[node.key], node.unit_out: kinds[node.unit]}
+    return out, {
+        node.key_out: kinds[node.key],
+        node.lo_out: kinds[node.lo],
+        node.hi_out: kinds[node.hi],
+    }
 
 
 def _sql_per_unit(
@@ -317,17 +342,19 @@ def _sql_per_unit(
     out_kinds: dict[str, ColumnKind] = {k: kinds[k] for k in node.keys}
     for name, function, column in node.aggregates:
         value: exp.Expr
+        # a NaN is NULL (skipped), as in the reference engine
+        arg = _nan_null(_col(column, "__c"), kinds[column]) if column else exp.Star()
         if function == "count_star":
             value = exp.Count(this=exp.Star())
         elif function == "count":
-            value = exp.Count(this=_col(column, "__c"))
+            value = exp.Count(this=arg)
         elif function == "count_distinct":
-            value = exp.Count(this=exp.Distinct(expressions=[_col(column, "__c")]))
+            value = exp.Count(this=exp.Distinct(expressions=[arg]))
         elif function in ("sum", "avg"):
             cls = exp.Sum if function == "sum" else exp.Avg
-            value = cls(this=exp.cast(_col(column, "__c"), "DOUBLE"))
+            value = cls(this=exp.cast(arg, "DOUBLE"))
         else:
-            value = (exp.Min if function == "min" else exp.Max)(this=_col(column, "__c"))
+            value = (exp.Min if function == "min" else exp.Max)(this=arg)
         if function in ("count_star", "count", "count_distinct"):
             value = exp.cast(value, "BIGINT")
         items.append(exp.alias_(value, name, quoted=True))
@@ -348,21 +375,16 @@ def _null_keys(frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
 
 
 def _merge_key(series: pd.Series, other: pd.Series) -> pd.Series:
-    """A key as SQL compares it with ``other``: numbers of different types as doubles (as the
-    SQL engines do), ``-0.0`` as ``0.0``; other kinds as they are."""
-    numeric = pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(
-        series.dtype
-    )
-    other_numeric = pd.api.types.is_numeric_dtype(other.dtype) and not pd.api.types.is_bool_dtype(
-        other.dtype
-    )
-    if numeric and other_numeric:
-        both_int = pd.api.types.is_integer_dtype(series.dtype) and pd.api.types.is_integer_dtype(
-            other.dtype
-        )
-        if both_int:
-            return series.astype("int64")
-        return series.astype("float64") + 0.0
+    """A key as the SQL engines compare it (:func:`_key`): a number as a double (``-0.0`` as
+    ``0.0``), a time-zone-aware timestamp as naive UTC (the SQL engines run in UTC), text as
+    Python strings."""
+    del other
+    if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
+        return _as_double(series)
+    if isinstance(series.dtype, pd.DatetimeTZDtype):
+        return series.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[us]")
+    if pd.api.types.is_datetime64_dtype(series.dtype):
+        return series.astype("datetime64[us]")
     if isinstance(series.dtype, pd.StringDtype) or series.dtype == object:
         return series.astype(object)
     return series
@@ -380,7 +402,12 @@ def pandas_relation(
         return out
     if isinstance(node, Project):
         child = pandas_relation(node.child, source, steps)
-        return pd.DataFrame({dst: child[src] for src, dst in node.columns})
+        return pd.DataFrame(
+            {
+                dst: _as_double(child[src]) if dst in node.doubles else child[src]
+                for src, dst in node.columns
+            }
+        )
     if isinstance(node, Steps):
         child = pandas_relation(node.child, source, steps)
         return steps(child, node.steps)[list(node.output)].reset_index(drop=True)
@@ -418,19 +445,37 @@ def pandas_relation(
         return merged.reset_index(drop=True)
     if isinstance(node, KeyUnit):
         child = pandas_relation(node.child, source, steps)
-        keep = ~_null_keys(child, [node.key, node.unit])
-        rows = child.loc[keep, [node.key, node.unit]]
-        key = rows[node.key]
-        if pd.api.types.is_float_dtype(key.dtype):
-            key = key.astype("float64") + 0.0
-        grouped = rows[node.unit].groupby(key.to_numpy(), sort=False)
-        low, high = grouped.min(), grouped.max()
-        same = (low == high).to_numpy(dtype=bool)
+        rows = child.loc[~_null_keys(child, [node.key])]
+        key = _merge_key(rows[node.key], rows[node.key])
+        frame = pd.DataFrame(
+            {"k": key.to_numpy(), "lo": _units(rows[node.lo]), "hi": _units(rows[node.hi])}
+        )
+        grouped = frame.groupby("k", sort=False)
         return pd.DataFrame(
-            {node.key_out: low.index[same], node.unit_out: low.to_numpy()[same]}
-        ).astype({node.unit_out: rows[node.unit].dtype})
+            {
+                node.key_out: grouped["lo"].min().index.to_numpy(),
+                node.lo_out: grouped["lo"].min().to_numpy(),
+                node.hi_out: grouped["hi"].max().to_numpy(),
+            }
+        )
     child = pandas_relation(node.child, source, steps)
     return _per_unit(child, node)
+
+
+def _units(series: pd.Series) -> Any:
+    """Unit values to take the minimum and maximum of: numbers as float64 (NaN: none), text as
+    Python strings (None: none; compared by code point, as the SQL engines' binary collation)."""
+    if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
+        return series.to_numpy(dtype="float64", na_value=np.nan)
+    return series.astype(object).where(series.notna(), None).to_numpy()
+
+
+def _as_double(series: pd.Series) -> pd.Series:
+    """A numeric column as float64 (NaN for NULL and NaN, ``-0.0`` as ``0.0``), as the SQL
+    engines' ``CAST(x AS DOUBLE)`` with NaN read as NULL."""
+    if not pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+        return series
+    return pd.Series(series.to_numpy(dtype="float64", na_value=np.nan) + 0.0, index=series.index)
 
 
 def _nullable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -443,7 +488,7 @@ def _nullable(frame: pd.DataFrame) -> pd.DataFrame:
         elif pd.api.types.is_integer_dtype(dtype) and not isinstance(
             dtype, pd.core.dtypes.dtypes.BaseMaskedDtype
         ):
-            changes[name] = "Int64"
+            changes[name] = "UInt64" if pd.api.types.is_unsigned_integer_dtype(dtype) else "Int64"
     return frame.astype(changes) if changes else frame
 
 
