@@ -502,15 +502,21 @@ def query_command(
     ] = None,
 ) -> None:
     several = bool(table or public or link)
-    if several or server is not None:
-        if query is not None and several and server is None:
+    if several and server is not None:
+        given = [f for f, v in (("--table", table), ("--public", public), ("--link", link)) if v]
+        raise CLIError(
+            f"{', '.join(given)} cannot be used with --server",
+            "The service's privacy officer registers the tables of a dataset; ask it by name: "
+            'dpkit query NAME "SELECT ..." --server URL.',
+        )
+    if several:
+        if query is not None:
             raise CLIError(
                 "with --table, give only the query: the tables are the --table and --public files",
                 'e.g. dpkit query "SELECT COUNT(*) FROM orders" --table orders=orders.parquet '
                 "--unit orders.o_custkey --dataset NAME --epsilon 1 --max-rows 10",
             )
-        if query is None:
-            data, query = None, data
+        data, query = None, data
     if query is None:
         raise CLIError(
             "give the data and the query: dpkit query DATA QUERY (or, over several tables, "
@@ -518,11 +524,7 @@ def query_command(
             'e.g. dpkit query data.csv "SELECT COUNT(*)" --dataset NAME --epsilon 1 --max-rows 1',
         )
     if server is not None:
-        if data is None:
-            raise CLIError(
-                "with --server, give the dataset's name and the query: "
-                'dpkit query NAME "SELECT ..." --server URL'
-            )
+        assert data is not None
         _query_server(
             server,
             token,
@@ -543,9 +545,6 @@ def query_command(
                 "--schema": schema or None,
                 "--ledger": ledger,
                 "--explain": explain or None,
-                "--table": table or None,
-                "--public": public or None,
-                "--link": link or None,
             },
         )
         return
