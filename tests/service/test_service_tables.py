@@ -6,6 +6,7 @@ nothing; analysts see the tables' names and links, never their paths."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,28 @@ def test_refused_queries_charge_nothing(tpch: Api) -> None:
         )
         assert 400 <= r.status_code < 500, (body, r.text)
     assert _spent(tpch) == {None: 0.0, "ana": 0.0}
+
+
+def test_dpkit_query_server_answers_a_join(tpch: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    from fractions import Fraction
+
+    from dpkit.cli.remote import query_remote
+    from dpkit.core._losses import PureDP
+
+    ana = tpch.analyst("ana", "tpch", "10000000")
+    for _ in range(2):
+        query_remote(
+            server="http://testserver",
+            token=ana,
+            name="tpch",
+            query=QUERIES[0][0],
+            query_loss=PureDP(Fraction(10**6)),
+            keys=["c_segment=AUTO,BUILD,MACH"],
+            alpha=0.05,
+            http=tpch.client,
+        )
+        out = capsys.readouterr().out
+        assert "after the joins" in out
+        for segment, n in QUERIES[0][3].items():
+            assert re.search(rf"{segment}\s*│\s*{n}\b", out), out
+    assert _spent(tpch) == {None: 2e6, "ana": 2e6}
