@@ -60,6 +60,12 @@ GROUP BY: public keys from --keys col=v1,v2; without --keys the groups are found
 \b
 Columns of a CSV file are text until declared: --schema amount=float,day=date.
 \b
+Several tables: give the query alone, the tables and the unit's links:
+  --table NAME=PATH (private, repeat)   --public NAME=PATH (public lookup, repeat)
+  --link CHILD.COLUMN=PARENT.COLUMN (repeat)   --unit TABLE.COLUMN (default: the dataset's)
+  --schema TABLE.COLUMN=KIND; the query may JOIN ... ON/USING, LEFT JOIN, use subqueries in
+  FROM and WITH; the bound applies per person after the joins (docs/joins.md).
+\b
 With --server URL --token TOKEN (or $DPKIT_TOKEN) the query goes to a dpkit
 service (dpkit serve): DATA is the dataset's name there, and the bounds, unit and schema its
 privacy officer registered apply (--max-rows, --schema, --ledger ... are refused).
@@ -72,6 +78,10 @@ Examples:
       "SELECT category, AVG(amount, 0, 500) WHERE day >= DATE '2024-03-01' GROUP BY category" \\
       --dataset transactions --epsilon 0.5 --max-rows 20 --schema amount=float \\
       --keys category=food,travel,rent
+  dpkit budget create tpch --epsilon 10 --unit customer.c_custkey
+  dpkit query "SELECT COUNT(*) FROM orders JOIN customer ON o_custkey = c_custkey" \\
+      --table customer=customer.parquet --table orders=orders.parquet \\
+      --link orders.o_custkey=customer.c_custkey --dataset tpch --epsilon 1 --max-rows 50
   dpkit query transactions "SELECT COUNT(*)" --epsilon 0.1 \\
       --server http://dp.internal:8000 --token "$DPKIT_TOKEN"
 """
@@ -403,7 +413,7 @@ def query_command(
         typer.Argument(
             help="CSV or Parquet file (with --server: the dataset's name). Left out with "
             "--table: the query is then the only argument.",
-            metavar="[DATA]",
+            metavar="DATA",
             show_default=False,
         ),
     ] = None,
