@@ -57,7 +57,15 @@ from dpkit.analytics._engines._columns import RELATION_UNIT, RESERVED_PREFIX
 from dpkit.analytics._engines._relation import Join as RJoin
 from dpkit.analytics._engines._relation import KeyUnit, Project, Relation, Scan, Steps
 from dpkit.analytics._engines._relation import PerUnit as RPerUnit
-from dpkit.analytics._expr import Col, ColumnKind, Expr, col, columns_of, infer_kind
+from dpkit.analytics._expr import (
+    Col,
+    ColumnKind,
+    Expr,
+    coerce_temporal_literals,
+    col,
+    columns_of,
+    infer_kind,
+)
 from dpkit.analytics._query import (
     Aggregate,
     Alias,
@@ -323,6 +331,16 @@ class Planned:
         raise InvalidParameterError(what, name, f"a column of the relation ({known})")
 
 
+def _predicate(expr: Expr, kinds: Mapping[str, ColumnKind]) -> Expr:
+    """A filter's condition, its date literals read as dates where they meet dates, checked
+    to be a condition (before anything is read)."""
+    expr = coerce_temporal_literals(expr, kinds)
+    kind = infer_kind(expr, kinds)
+    if kind not in ("bool", None):
+        raise UnsupportedQueryError(f"{expr.render()} is a {kind} value, not a condition")
+    return expr
+
+
 def _orient(left: Planned, right: Planned, a: str, b: str) -> tuple[str, str]:
     """The pair ``a = b`` as (left column, right column): as written, or swapped when only
     that reads (SQL writes ``ON o_orderkey = l_orderkey`` either way round)."""
@@ -463,11 +481,10 @@ class _Planner:
         kinds = planned.kinds  # updated as the steps define and select columns
         for item in reversed(chain):
             if isinstance(item, Filter):
-                expr = self._resolved(item.predicate, planned)
-                infer_kind(expr, kinds)
+                expr = _predicate(self._resolved(item.predicate, planned), kinds)
                 steps.append(Step("filter", expr))
             elif isinstance(item, WithColumn):
-                expr = self._resolved(item.expr, planned)
+                expr = coerce_temporal_literals(self._resolved(item.expr, planned), kinds)
                 kinds[item.name] = infer_kind(expr, kinds) or "numeric"
                 planned.qualifier[item.name] = next(iter(planned.qualifier.values()), "")
                 planned.base[item.name] = item.name
@@ -556,8 +573,7 @@ class _Planner:
                 dict(origin),
                 private,
             )
-            expr = self._resolved(node.condition, joined_planned)
-            infer_kind(expr, kinds)
+            expr = _predicate(self._resolved(node.condition, joined_planned), kinds)
             filtered: Relation = Steps(joined, (Step("filter", expr),), joined.output)
         else:
             filtered = joined
@@ -575,13 +591,12 @@ class _Planner:
     def _filtered(self, planned: Planned, condition: Expr, what: str) -> Planned:
         """``planned`` keeping the rows where ``condition`` (on its columns only) holds."""
         try:
-            expr = self._resolved(condition, planned)
+            expr = _predicate(self._resolved(condition, planned), planned.kinds)
         except InvalidParameterError as error:
             raise UnsupportedQueryError(
                 f"{what} may only test the right side's columns ({error.value!r} is not one); "
                 "filter the left side in WHERE"
             ) from None
-        infer_kind(expr, planned.kinds)
         return _steps(planned, [Step("filter", expr)], dict(planned.kinds))
 
     def _same_unit(self, left: Planned, a: str, right: Planned, b: str) -> bool:

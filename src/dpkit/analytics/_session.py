@@ -417,6 +417,12 @@ class Session:
         self.engine = self.tables.engines[self.catalog.unit_table]
         self.schema = kinds[self.catalog.unit_table]
 
+    def _source_text(self, query: Query) -> str | None:
+        """How explanations show the relation a query reads (None: the session's one table)."""
+        if self.catalog is None:
+            return None
+        return split_relation(query.plan)[1].render()
+
     def _resolve(self, query: Query) -> tuple[Query, dict[str, Any], str, str, Engine]:
         """(the query over one relation, its schema, its unit column, the unit's label, the
         engine that runs it): joins are planned here (:mod:`dpkit.analytics._joins`)."""
@@ -463,7 +469,15 @@ class Session:
 
     table = query
 
-    def sql(self, text: str, *, keys: Mapping[str, Any] | None = None) -> Query:
+    def sql(
+        self,
+        text: str,
+        *,
+        keys: Mapping[str, Any] | None = None,
+        max_rows: int | None = None,
+        max_groups: int | None = None,
+        max_rows_per_group: int | None = None,
+    ) -> Query:
         """A query from SQL text (not yet answered: pass it to :meth:`evaluate`).
 
         The syntax of ``dpkit query`` (see :mod:`dpkit.analytics._querytext`), and over several
@@ -471,7 +485,9 @@ class Session:
         ``WITH`` (see docs/joins.md). ``keys`` declares public group keys
         (``{column: values}``, their cartesian product); without it the groups of a
         ``GROUP BY`` are chosen privately (which needs a δ). ``HAVING``, ``ORDER BY`` and
-        ``LIMIT`` post-process a release: use :meth:`evaluate_sql` for them.
+        ``LIMIT`` post-process a release: use :meth:`evaluate_sql` for them. ``max_rows``,
+        ``max_groups``, ``max_rows_per_group``: the query's contribution bounds (default: the
+        session's).
 
         Example:
             >>> import pandas as pd, dpkit as dp
@@ -488,13 +504,16 @@ class Session:
                 "HAVING, ORDER BY and LIMIT post-process a release: use "
                 "session.evaluate_sql(text, epsilon=...) for them"
             )
-        return self._sql_query(parsed, keys)
+        return self._sql_query(parsed, keys, Bounding(max_rows, max_groups, max_rows_per_group))
 
     def evaluate_sql(
         self,
         text: str,
         *,
         keys: Mapping[str, Any] | None = None,
+        max_rows: int | None = None,
+        max_groups: int | None = None,
+        max_rows_per_group: int | None = None,
         **budget: Any,
     ) -> TableRelease:
         """Answer SQL text (see :meth:`sql`), then apply its ``HAVING``, ``ORDER BY`` and
@@ -503,7 +522,8 @@ class Session:
         from dpkit.analytics._querytext import check_released, post_process
 
         parsed = self._parse_sql(text)
-        query = self._sql_query(parsed, keys)
+        bounds = Bounding(max_rows, max_groups, max_rows_per_group)
+        query = self._sql_query(parsed, keys, bounds)
         check_released(parsed, self._resolve(query)[1])  # before anything is reserved
         release: TableRelease = post_process(self.evaluate(query, **budget), parsed)
         return release
@@ -520,7 +540,9 @@ class Session:
             relations=self.catalog is not None,
         )
 
-    def _sql_query(self, parsed: Any, keys: Mapping[str, Any] | None) -> Query:
+    def _sql_query(
+        self, parsed: Any, keys: Mapping[str, Any] | None, bounds: Bounding | None = None
+    ) -> Query:
         if parsed.relation is not None:
             base = Query(parsed.relation)
         elif self.catalog is not None:
@@ -536,6 +558,12 @@ class Session:
                 )
             base = self.query()
         base = parsed.rows(base)
+        if bounds is not None:
+            base = base.bound(
+                max_rows=bounds.max_rows,
+                max_groups=bounds.max_groups,
+                max_rows_per_group=bounds.max_rows_per_group,
+            )
         if parsed.group_by:
             key_set = None
             if keys is not None:
@@ -547,9 +575,7 @@ class Session:
                         "its public values",
                     )
                 key_set = {k: list(keys[k]) for k in parsed.group_by}
-            grouped: Query = base.group_by(*parsed.group_by, keys=key_set).agg(
-                *parsed.aggregations
-            )
+            grouped: Query = base.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
             return grouped
         if keys:
             raise InvalidParameterError("keys", keys, "only with GROUP BY")
@@ -590,6 +616,7 @@ class Session:
                 mechanism=mechanism,
                 defaults=self.defaults,
                 unit_label=label,
+                source_text=self._source_text(query),
             )
             return make_query_measurement(
                 compiled,

@@ -27,6 +27,7 @@ Algorithms:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from decimal import Decimal, localcontext
@@ -34,7 +35,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpkit.noise._rng import generator, random_bytes, random_words
+from dpkit.noise._rng import discard_words, generator, random_bytes, random_words
 
 __all__ = [
     "bernoulli",
@@ -116,6 +117,14 @@ def _exact_below_exp(cell: int, gamma: Fraction) -> bool:
     return _exact_below(cell, lambda digits: _exp_neg_bounds(gamma, digits))
 
 
+@functools.cache
+def _ln2(digits: int) -> Decimal:
+    """ln 2 correctly rounded to ``digits`` digits (the value the exact path computed inline)."""
+    with localcontext() as ctx:
+        ctx.prec = digits
+        return Decimal(2).ln()
+
+
 def _exact_floor_neg_log(cell: int, t: Fraction) -> int:
     """Exactly compute ⌊-t·ln U⌋ for U uniform in the 52-bit cell ``cell``."""
     num, bits, digits = cell, _BITS, 30
@@ -123,7 +132,7 @@ def _exact_floor_neg_log(cell: int, t: Fraction) -> int:
         if num > 0:
             with localcontext() as ctx:
                 ctx.prec = digits
-                scale = Decimal(bits) * Decimal(2).ln()
+                scale = Decimal(bits) * _ln2(digits)
                 t_dec = _dec(t)
                 # -ln U ∈ (-ln hi, -ln lo] with lo = num/2^bits, hi = (num+1)/2^bits
                 y_low = t_dec * (scale - Decimal(num + 1).ln())
@@ -389,43 +398,185 @@ def bernoulli_exp(gamma: Fraction, size: int) -> np.ndarray:
     return _below_exp_vector(np.full(size, g), np.full(size, abs(g) * 2.0**-52), lambda _: gamma)
 
 
-def _geometric_from_words(words: np.ndarray, t: Fraction) -> np.ndarray:
-    """X = ⌊-t·ln U⌋ with U read from the top 52 bits of each word (+ lazy extra bits)."""
-    u = _cell_floats(words.copy())
+_GAUSS_SLACK = 2.0**-38  # absolute margin on θ = exp(-γ) in the Gaussian acceptance
+_NEGATIVE_ZERO = np.uint64(1 << 63)  # the bits of -0.0
+_CHUNK = 1 << 14  # elements per block of the fused kernels: their buffers stay in the L2 cache
+
+
+def _signed_geometric(
+    t: Fraction, signed: bool, size: int, words: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """X = ⌊-t·ln U⌋ with U read from the top 52 bits of each word (+ lazy extra bits), as int64;
+    with ``signed``, -X where the word's lowest bit is 1 (independent of the 52 bits X reads).
+
+    The same certificate as the reference inversion (docs/noise.md), fused and run over blocks
+    of ``_CHUNK`` words so that every intermediate stays in cache. Over the cell
+    [u, u + 2⁻⁵²) of U, -t·ln U lies in (y - w, y] with y = -t·ln u and w = t·ln(1 + 2⁻⁵²/u)
+    <= t·2⁻⁵²/u; with the margin s = (y + 1)·2⁻⁴⁰ (which covers float64's few-ulp log, the
+    rounding of t, and the handful of roundings below), hi = y·(1 + 2⁻⁴⁰) + 2⁻⁴⁰ bounds it from
+    above and lo = y·(1 - 2⁻⁴⁰) - (w + 2⁻⁴⁰) from below. When lo >= ⌊hi⌋, every U in the cell
+    has ⌊-t·ln U⌋ = ⌊hi⌋. The rest (about 2·(t·2⁻⁵²/u + s) of the draws, and u = 0, where lo is
+    NaN) are finished exactly with the same U, in index order, after the vectorised pass.
+    Without ``words``, the ``size`` words are drawn block by block as they are used (the same
+    stream as one ``random_words(size)``, without a large temporary); ``words`` is not
+    modified. Also returns, in increasing order, the indices of the draws
+    (-, 0) (sign bit set and X = 0) that the discrete Laplace rejects (none unless ``signed``).
+    """
+    out = np.empty(size, dtype=np.int64)
     t_float = float(t)
-    with np.errstate(divide="ignore"):
-        # ln is decreasing: over the cell [u, u + 2⁻⁵²), -t·ln U lies in
-        # (y_high - width, y_high] with y_high = -t·ln u and width = t·ln(1 + 2⁻⁵²/u) <= t·2⁻⁵²/u.
-        width = t_float * _CELL / u
-        y_high = np.log(u)
-        y_high *= -t_float
-    slack = np.abs(y_high)
-    slack += 1.0
-    slack *= _REL
-    k_high = np.floor(y_high + slack)
-    y_high -= width
-    y_high -= slack
-    k_low = np.floor(y_high, out=y_high)
-    undecided = k_low != k_high  # also catches u = 0, where y_high is infinite
-    if _FORCE_EXACT:
-        undecided[:] = True
-    k_low[undecided] = 0.0
-    if k_low.size and float(k_low.max()) >= 2.0**62:
-        raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
-    result = k_low.astype(np.int64)
-    for i in np.flatnonzero(undecided):
-        value = _exact_floor_neg_log(_cell_index(u[i]), t)
+    t_cell = t_float * _CELL
+    up, down = 1.0 + _REL, 1.0 - _REL
+    # u >= 2⁻⁵² when u > 0, so y <= t·52·ln 2 < 37·t: no decided value can reach 2^62 then
+    check_max = not t_float * 37.0 < 2.0**62
+    block = min(size, _CHUNK)
+    bits = np.empty(block, dtype=np.uint64)
+    sign = np.empty(block, dtype=np.uint64)
+    y = np.empty(block, dtype=np.float64)
+    hi = np.empty(block, dtype=np.float64)
+    width = np.empty(block, dtype=np.float64)
+    decided = np.empty(block, dtype=bool)
+    flag = np.empty(block, dtype=bool)
+    undecided_parts = []
+    undecided_words = []
+    zero_parts = []
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for start in range(0, size, _CHUNK):
+            stop = min(size, start + _CHUNK)
+            m = stop - start
+            b, yy, hh, ww, ok = bits[:m], y[:m], hi[:m], width[:m], decided[:m]
+            wb = random_words(m) if words is None else words[start:stop]
+            np.right_shift(wb, np.uint64(64 - _BITS), out=b)
+            b |= _ONE_BITS
+            u = b.view(np.float64)
+            u -= 1.0  # exact: the cell's low end w·2⁻⁵²
+            np.divide(t_cell, u, out=ww)  # w (inf at u = 0)
+            ww += _REL
+            np.log(u, out=yy)
+            yy *= -t_float  # y
+            np.multiply(yy, up, out=hh)
+            hh += _REL
+            np.floor(hh, out=hh)  # ⌊hi⌋
+            yy *= down
+            yy -= ww  # lo (NaN at u = 0)
+            np.greater_equal(yy, hh, out=ok)
+            if _FORCE_EXACT:
+                ok[:] = False
+            if check_max and float(np.max(hh, where=ok, initial=0.0)) >= 2.0**62:
+                raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
+            if signed:  # the word's lowest bit becomes the sign bit of ⌊hi⌋ (-0.0 for (-, 0))
+                s = sign[:m]
+                np.bitwise_and(wb, np.uint64(1), out=s)
+                s <<= np.uint64(63)
+                hh.view(np.uint64)[...] |= s
+                np.equal(hh.view(np.uint64), _NEGATIVE_ZERO, out=flag[:m])
+                if flag[:m].any():
+                    zero_parts.append(np.flatnonzero(flag[:m]) + start)
+            np.copyto(out[start:stop], hh, casting="unsafe")  # undecided: overwritten below
+            if not ok.all():
+                np.logical_not(ok, out=ok)
+                undecided = np.flatnonzero(ok)
+                undecided_parts.append(undecided + start)
+                undecided_words.append(wb[undecided])
+    undecided = np.concatenate(undecided_parts) if undecided_parts else np.zeros(0, np.int64)
+    held = np.concatenate(undecided_words) if undecided_words else np.zeros(0, np.uint64)
+    for i, word in zip(undecided.tolist(), held.tolist(), strict=True):
+        value = _exact_floor_neg_log(word >> (64 - _BITS), t)
         if value >= 2**62:
             raise OverflowError("geometric sample does not fit in int64; use a coarser grid")
-        result[i] = value
-    return result
+        out[i] = -value if signed and word & 1 else value
+    redo = np.concatenate(zero_parts) if zero_parts else np.zeros(0, np.int64)
+    if signed and undecided.size:  # the undecided draws held placeholders: recheck them
+        negative_zero = (out[undecided] == 0) & (held & np.uint64(1) == 1)
+        redo = np.union1d(redo[~np.isin(redo, undecided)], undecided[negative_zero])
+    return out, redo
+
+
+def _gaussian_accept(
+    y: np.ndarray, sigma2: Fraction, shift: Fraction, need: int | None = None
+) -> np.ndarray:
+    """Accept each proposal y_i with probability e^{-γ_i}, γ_i = (|y_i| - σ²/t)²/(2σ²), exactly:
+    [U_i < e^{-γ_i}] for fresh uniforms U_i (one word each, drawn block by block: the same
+    stream as one ``random_words(len(y))``), in blocks.
+
+    With ``need``, stops after the first block by which ``need`` proposals are surely accepted
+    and returns False for every later one: the caller keeps the first ``need`` accepted
+    proposals only, and whether a proposal is kept never depends on a later one.
+
+    The float certificate. γ is computed as in the reference (``(a - shift)² / (2σ²)`` with
+    a = |y| in float64), whose error is below m = (A²/(2σ²) + γ + 1)·2⁻⁴⁴ with A = a + shift
+    (docs/noise.md, a factor 4 to spare). As shift = σ²/t < σ (t = ⌊σ⌋ + 1),
+    A² <= 2(a - shift)² + 8·shift² gives A²/(2σ²) <= 2γ + 4, so m <= (3γ + 5)·2⁻⁴⁴. With
+    θ = exp(-γ) (float64 exp, within a few ulps: 2⁻⁵⁰ relative), the exact e^{-γ*} lies within
+    θ·(2m + 2⁻⁴⁹) <= θ·(γ + 1)·2⁻⁴⁰ <= 2⁻⁴⁰ of θ, because (γ + 1)·e^{-γ} <= 1. So a draw is
+    surely accepted when U's whole 52-bit cell lies at or below θ - 2⁻³⁸ and surely rejected
+    when the cell starts at or above θ + 2⁻³⁸ (margins 4 times the bound, which also absorb the
+    rounding of θ ± 2⁻³⁸); the rest (about 2⁻³⁶ of the draws) are finished exactly with the
+    same U. Draws with γ > 512 (exp near underflow; |y| beyond 32σ) are all finished exactly.
+    """
+    size = y.shape[0]
+    out = np.empty(size, dtype=bool)
+    s_float, shift_float = float(sigma2), float(shift)
+    block = min(size, _CHUNK)
+    bits = np.empty(block, dtype=np.uint64)
+    gamma = np.empty(block, dtype=np.float64)
+    theta = np.empty(block, dtype=np.float64)
+    flag = np.empty(block, dtype=bool)
+    undecided_parts = []
+    undecided_words = []
+    accepted = 0
+    for start in range(0, size, _CHUNK):
+        if need is not None and accepted >= need:
+            out[start:] = False
+            discard_words(size - start)  # the stream continues as if all had been drawn
+            break
+        stop = min(size, start + _CHUNK)
+        m = stop - start
+        gg, th, fl = gamma[:m], theta[:m], flag[:m]
+        accept = out[start:stop]
+        np.abs(y[start:stop], out=gg, casting="unsafe")  # float(|y|), as in the reference
+        gg -= shift_float
+        gg *= gg
+        gg /= -2.0 * s_float  # -γ (the reference's quotient, negated exactly)
+        far = float(np.min(gg)) < -_SPLIT_GAMMA
+        if far:  # astronomically rare: those draws go to the exact path
+            far_mask = gg < -_SPLIT_GAMMA
+            gg[far_mask] = 0.0
+        np.exp(gg, out=th)  # θ
+        wb = random_words(m)  # block by block: the same stream as one random_words(size)
+        np.right_shift(wb, np.uint64(64 - _BITS), out=bits[:m])
+        bits[:m] |= _ONE_BITS
+        u = bits[:m].view(np.float64)
+        u -= 1.0  # the cell's low end, exact
+        np.add(th, _GAUSS_SLACK, out=gg)
+        np.less(u, gg, out=fl)  # not surely rejected
+        th -= _GAUSS_SLACK
+        u += _CELL  # the cell's high end, exact
+        np.less_equal(u, th, out=accept)  # surely accepted
+        fl &= ~accept
+        if far:
+            fl |= far_mask
+            accept[far_mask] = False
+        accepted += int(np.count_nonzero(accept))
+        if _FORCE_EXACT:
+            fl[:] = True
+        if fl.any():
+            undecided = np.flatnonzero(fl)
+            undecided_parts.append(undecided + start)
+            undecided_words.append(wb[undecided])
+    if undecided_parts:
+        indices = np.concatenate(undecided_parts).tolist()
+        held = np.concatenate(undecided_words).tolist()
+        for i, word in zip(indices, held, strict=True):
+            gamma_exact = (abs(int(y[i])) - shift) ** 2 / (2 * sigma2)
+            out[i] = _exact_below_exp(word >> (64 - _BITS), gamma_exact)
+    return out
 
 
 def geometric_exp(t: Fraction, size: int) -> np.ndarray:
     """X >= 0 with P(X >= k) = e^{-k/t} (ratio e^{-1/t}), exactly, as int64."""
     if t <= 0:
         raise ValueError("t must be > 0")
-    return _geometric_from_words(random_words(size), t)
+    return _signed_geometric(t, False, size)[0]
 
 
 def discrete_laplace(t: Fraction, size: int) -> np.ndarray:
@@ -437,18 +588,11 @@ def discrete_laplace(t: Fraction, size: int) -> np.ndarray:
     """
     if t <= 0:
         raise ValueError("t must be > 0")
-    words = random_words(size)
-    z = _geometric_from_words(words, t)
-    negative = (words & np.uint64(1)).astype(bool)
-    np.negative(z, out=z, where=negative)
-    redo = np.flatnonzero(negative & (z == 0))
+    z, redo = _signed_geometric(t, True, size)
     while redo.size:
-        words = random_words(redo.size)
-        fresh = _geometric_from_words(words, t)
-        negative = (words & np.uint64(1)).astype(bool)
-        fresh[negative] *= -1
+        fresh, again = _signed_geometric(t, True, redo.size)
         z[redo] = fresh
-        redo = redo[negative & (fresh == 0)]
+        redo = redo[again]
     return z
 
 
@@ -469,25 +613,18 @@ def discrete_gaussian(sigma2: Fraction, size: int) -> np.ndarray:
         raise ValueError("sigma2 must be > 0")
     t = _isqrt_floor_fraction(sigma2) + 1
     shift = sigma2 / t  # σ²/t, rational
-    s_float, shift_float = float(sigma2), float(shift)
     out = np.empty(size, dtype=np.int64)
     filled = 0
     while filled < size:
         need = size - filled
         draw = need + need // 2 + 16  # acceptance >= ~0.6 for every σ
         y = discrete_laplace(Fraction(t), draw)
-        a = np.abs(y).astype(np.float64)
-        d = a - shift_float
-        gamma = d * d / (2.0 * s_float)
-        # |error| of gamma: each float op is within 2^-52 relative; with A = |y| + σ²/t the error
-        # is below (A²/(2σ²) + γ)·2^-46 (see docs/noise.md); 2^-44 leaves a factor 4.
-        big = (a + shift_float) ** 2 / (2.0 * s_float)
-        margin = (big + gamma + 1.0) * 2.0**-44
-
-        def exact(i: int, y: np.ndarray = y) -> Fraction:
-            return (abs(int(y[i])) - shift) ** 2 / (2 * sigma2)
-
-        accepted = y[_below_exp_vector(gamma, margin, exact)][:need]
-        out[filled : filled + accepted.size] = accepted
-        filled += accepted.size
+        accept = _gaussian_accept(y, sigma2, shift, need)
+        for start in range(0, draw, _CHUNK):  # the first `need` accepted, block by block
+            accepted = y[start : start + _CHUNK][accept[start : start + _CHUNK]]
+            take = min(accepted.size, size - filled)
+            out[filled : filled + take] = accepted[:take]
+            filled += take
+            if filled == size:
+                break
     return out

@@ -85,6 +85,14 @@ def random_words(size: int) -> np.ndarray:
     return words
 
 
+def discard_words(size: int) -> None:
+    """Advance the stream past ``size`` words without materialising them: the stream then
+    continues exactly as if ``random_words(size)`` had been called and its result dropped."""
+    bit_generator = generator(size).bit_generator
+    with bit_generator.lock:
+        bit_generator.random_raw(size, output=False)
+
+
 def random_bytes(size: int) -> np.ndarray:
     """``size`` independent uniform bytes (uint8): the bytes of ⌈size/8⌉ uniform words."""
     words = random_words(-(-size // 8))

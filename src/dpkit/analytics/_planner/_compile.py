@@ -105,11 +105,13 @@ def compile_query(
     defaults: Bounding | None = None,
     salt: int | None = None,
     unit_label: str | None = None,
+    source_text: str | None = None,
 ) -> CompiledQuery:
     """Validate, rewrite, bound and calibrate ``query`` for ``budget``; no data is read.
 
     ``unit_label``: how the explanation names the unit (a joined relation's unit column is an
-    internal name; its label is the declared ``table.column``)."""
+    internal name; its label is the declared ``table.column``); ``source_text``: how the
+    explanation shows the relation the query reads (its joins), instead of ``source``."""
     checked = validate(query, schema, unit)
     aggregate = checked.aggregate
     key_set = checked.key_set
@@ -141,8 +143,11 @@ def compile_query(
     parts: list[Part] = []
     mechanisms: set[str] = set()
     label = unit_label or unit
+    shown = aggregate.render()
+    if source_text is not None and shown.startswith("source"):
+        shown = source_text + shown[len("source") :]
     lines = [
-        f"plan: {aggregate.render()}",  # the validated plan: & / | chains balanced
+        f"plan: {shown}",  # the validated plan: & / | chains balanced
         f"privacy unit: {label!r}; bounds: {bounding.describe()} -> one unit adds at most "
         f"{contrib.rows_l1} rows, {contrib.rows_per_group} per group, in "
         f"{contrib.groups} group(s)",

@@ -1,0 +1,215 @@
+"""Sessions over several tables (dpkit.analytics._joins): every catalogue and query that cannot
+be planned is refused before anything is read or charged, naming what is wrong; joins that can
+be planned answer what they say."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import dpkit as dp
+from dpkit.analytics import Session, col, count
+from dpkit.analytics._joins import Catalog
+from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
+
+CUSTOMER = pd.DataFrame({"c_id": [1, 2, 3], "c_nation": [0, 1, 1], "who": ["a", "b", "c"]})
+ORDERS = pd.DataFrame(
+    {"o_id": [10, 11, 12, 13], "o_cust": [1, 1, 2, 3], "o_total": [5.0, 6.0, 7.0, 8.0]}
+)
+LINES = pd.DataFrame({"l_order": [10, 10, 11, 12, 13, 13], "l_qty": [1, 2, 3, 4, 5, 6]})
+NATION = pd.DataFrame({"n_key": [0, 1], "n_name": ["X", "Y"]})
+LINKS = {"orders.o_cust": "customer.c_id", "lines.l_order": "orders.o_id"}
+
+
+def _session(**options: Any) -> Session:
+    settings: dict[str, Any] = {
+        "privacy_unit": "customer.c_id",
+        "links": LINKS,
+        "public": {"nation": NATION},
+        "budget": dp.PureDP(10),
+        "engine": "pandas",
+        "max_rows": 5,
+    }
+    settings.update(options)
+    return Session({"customer": CUSTOMER, "orders": ORDERS, "lines": LINES}, **settings)
+
+
+KINDS: dict[str, dict[str, Any]] = {
+    "customer": {"c_id": "numeric", "c_nation": "numeric"},
+    "orders": {"o_id": "numeric", "o_cust": "numeric", "o_day": "temporal"},
+    "lines": {"l_order": "numeric"},
+    "nation": {"n_key": "numeric"},
+}
+
+
+@pytest.mark.parametrize(
+    ("unit", "links", "public", "parameter", "said"),
+    [
+        ("c_id", LINKS, {"nation"}, "privacy_unit", "table.column"),
+        ("nope.c_id", LINKS, {"nation"}, "privacy_unit", "private table"),
+        ("nation.n_key", LINKS, {"nation"}, "privacy_unit", "private table"),
+        ("customer.nope", LINKS, {"nation"}, "privacy_unit", "a column of table"),
+        ("customer.c_id", {"orders.o_cust": "customer.c_id"}, {"nation"}, "links", "lines"),
+        ("customer.c_id", {**LINKS, "orders.o_cust": "nation.n_key"}, {"nation"}, "links", "public"),  # noqa: E501
+        ("customer.c_id", {**LINKS, "lines.nope": "orders.o_id"}, {"nation"}, "links", "a column"),
+        ("customer.c_id", {**LINKS, "customer.c_nation": "orders.o_id"}, {"nation"}, "links", "holds"),  # noqa: E501
+        (
+            "customer.c_id",
+            [("orders.o_cust", "customer.c_id"), ("orders.o_id", "lines.l_order"),
+             ("lines.l_order", "orders.o_id")],
+            {"nation"},
+            "links",
+            "one link per table",
+        ),
+        ("customer.c_id", {**LINKS, "orders.o_day": "customer.c_id"}, {"nation"}, "links", "one link"),  # noqa: E501
+        ("customer.c_id", {"orders.o_day": "customer.c_id", "lines.l_order": "orders.o_id"},
+         {"nation"}, "links", "same kind"),
+        ("customer.c_id", {"orders.o_id": "lines.l_order", "lines.l_order": "orders.o_id"},
+         {"nation"}, "links", "cycle"),
+    ],
+)  # fmt: skip
+def test_a_catalogue_that_cannot_be_planned_is_refused(
+    unit: str, links: Any, public: set[str], parameter: str, said: str
+) -> None:
+    with pytest.raises(InvalidParameterError) as caught:
+        Catalog.build(KINDS, public, unit, links)
+    assert caught.value.parameter == parameter
+    assert said in str(caught.value)
+
+
+def test_the_session_refuses_a_bad_catalogue_before_reading() -> None:
+    with pytest.raises(InvalidParameterError, match="links"):
+        _session(links={"orders.o_cust": "customer.c_id"})  # lines has no path
+    with pytest.raises(InvalidParameterError, match="public"):
+        Session(
+            {"customer": CUSTOMER}, "customer.c_id", dp.PureDP(1), public={"customer": CUSTOMER}
+        )
+
+
+REFUSED_SQL = [
+    ("SELECT COUNT(*) FROM orders a JOIN orders b ON a.o_total = b.o_total", "same person"),
+    ("SELECT COUNT(*) FROM nation", "public tables only"),
+    ("SELECT COUNT(*) FROM orders JOIN lines ON o_id < l_order", "non-equi"),
+    ("SELECT COUNT(*) FROM orders RIGHT JOIN lines ON o_id = l_order", "RIGHT JOIN"),
+    ("SELECT COUNT(*) FROM orders FULL OUTER JOIN lines ON o_id = l_order", "JOIN"),
+    ("SELECT COUNT(*) FROM orders, lines", "ON or USING"),
+    ("SELECT COUNT(*) FROM orders CROSS JOIN lines", "CROSS"),
+    ("SELECT COUNT(*) FROM orders JOIN lines ON o_id = nope", "nope"),
+    ("SELECT COUNT(*) FROM orders JOIN nope ON o_id = x", "nope"),
+    ("SELECT COUNT(*) FROM orders JOIN orders ON o_cust = o_cust", "alias"),
+    ("SELECT COUNT(*) FROM (SELECT o_id, COUNT(*) AS n FROM orders GROUP BY o_id) s", "privacy unit"),  # noqa: E501
+    ("SELECT COUNT(*) FROM orders JOIN nation ON o_id = n_key WHERE o_total LIKE 'x%'", "string values"),  # noqa: E501
+    ("SELECT COUNT(*) FROM orders WHERE o_id IN (SELECT l_order FROM lines)", "subquery"),
+    ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT 1 FROM lines)", ""),
+    ("SELECT COUNT(*) FROM customer LEFT JOIN orders ON c_id = o_cust AND who = 'a'", "right side"),
+    ("SELECT COUNT(*) FROM customer a JOIN customer b ON a.c_nation = b.c_nation", "same person"),
+    ("WITH RECURSIVE r AS (SELECT * FROM orders) SELECT COUNT(*) FROM r", "RECURSIVE"),
+    ("SELECT COUNT(*) FROM orders, LATERAL (SELECT 1)", ""),
+    ("SELECT COUNT(*) FROM orders JOIN customer ON customer.c_id = o_cust WHERE c_nation = 'x'", ""),  # noqa: E501
+    ("SELECT COUNT(*)", "FROM"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "said"), REFUSED_SQL)
+def test_unsupported_sql_is_refused_before_anything_is_charged(text: str, said: str) -> None:
+    session = _session()
+    try:
+        with pytest.raises(DPError) as caught:
+            session.evaluate_sql(text, epsilon=1)
+        assert said.lower() in str(caught.value).lower()
+        assert session.spent == dp.PureDP(0)
+        assert [e.kind for e in session.ledger.history(session.dataset)] == ["create"]
+    finally:
+        session.close()
+
+
+def test_builder_refusals_charge_nothing() -> None:
+    session = _session()
+    try:
+        for build in (
+            lambda: session.query().agg(count()),  # several tables: name one
+            lambda: session.query("orders").join("orders", on="o_cust").agg(count()),
+            lambda: session.query("orders").per_unit("o_id", n="count").agg(count()),
+            lambda: session.query("orders").join("lines", on=("o_total", "l_qty")).agg(count()),
+        ):
+            with pytest.raises(DPError):
+                session.evaluate(build(), epsilon=1)
+        assert session.spent == dp.PureDP(0)
+    finally:
+        session.close()
+
+
+def test_one_table_sessions_refuse_joins_by_name() -> None:
+    session = Session(ORDERS, "o_cust", dp.PureDP(1), engine="pandas", max_rows=5)
+    try:
+        with pytest.raises(UnsupportedQueryError, match="JOIN"):
+            session.evaluate_sql("SELECT COUNT(*) FROM t JOIN u ON a = b", epsilon=1)
+        with pytest.raises(UnsupportedQueryError, match="several tables"):
+            session.evaluate(session.query("other").agg(count()), epsilon=1)
+        assert session.spent == dp.PureDP(0)
+    finally:
+        session.close()
+
+
+def _exact_count(session: Session, text: str) -> int:
+    """The exact count a query releases (its bounded plan's row count, before noise)."""
+    measurement = session.compile(session.sql(text), epsilon=1)
+    engine = session._resolve(session.sql(text))[4]
+    table = measurement.bounding(engine)[0].to_pandas()  # type: ignore[misc]
+    return int(table["__dpkit_o0"].sum())
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("SELECT COUNT(*) FROM lines", 6),
+        ("SELECT COUNT(*) FROM lines JOIN orders ON l_order = o_id", 6),
+        ("SELECT COUNT(*) FROM orders o JOIN lines l ON l.l_order = o.o_id WHERE o.o_total > 5", 4),
+        ("SELECT COUNT(*) FROM customer LEFT JOIN orders ON c_id = o_cust AND o_total > 6", 3),
+        ("SELECT COUNT(*) FROM orders JOIN customer ON o_cust = c_id AND o_total > who", None),
+        ("SELECT COUNT(*) FROM orders JOIN customer ON o_cust = c_id AND o_total > 6", 2),
+        ("SELECT COUNT(*) FROM customer JOIN nation ON c_nation = n_key WHERE n_name = 'Y'", 2),
+        ("SELECT COUNT(*) FROM nation LEFT JOIN customer ON n_key = c_nation", 3),
+        ("WITH big AS (SELECT * FROM orders WHERE o_total >= 7) SELECT COUNT(*) FROM big", 2),
+        (
+            "SELECT COUNT(*) FROM (SELECT o_cust, SUM(l_qty) AS q FROM orders JOIN lines ON "
+            "o_id = l_order GROUP BY o_cust HAVING SUM(l_qty) > 6) AS heavy",
+            1,  # customer 1 has 1 + 2 + 3, customer 2 has 4, customer 3 has 5 + 6
+        ),
+        ("SELECT COUNT(*) FROM orders a JOIN orders b ON a.o_cust = b.o_cust", 6),
+    ],
+)
+def test_joins_answer_what_they_say(text: str, expected: int | None) -> None:
+    session = _session()
+    try:
+        if expected is None:
+            with pytest.raises(UnsupportedQueryError):
+                _exact_count(session, text)
+        else:
+            assert _exact_count(session, text) == expected
+    finally:
+        session.close()
+
+
+def test_using_keeps_one_key_column() -> None:
+    people = pd.DataFrame({"pid": [1, 2], "age": [30, 40]})
+    visits = pd.DataFrame({"pid": [1, 1, 2], "cost": [1.0, 2.0, 3.0]})
+    session = Session(
+        {"people": people, "visits": visits},
+        "people.pid",
+        dp.PureDP(1),
+        links={"visits.pid": "people.pid"},
+        engine="pandas",
+        max_rows=5,
+    )
+    try:
+        query = session.query("people").join("visits", on="pid").filter(col("age") > 35)
+        measurement = session.compile(query.agg(count()), epsilon=1)
+        engine = session._resolve(query.agg(count()))[4]
+        assert int(measurement.bounding(engine)[0].to_pandas()["__dpkit_o0"].sum()) == 1  # type: ignore[misc]
+        assert "customer" not in session.explain(query.agg(count()), epsilon=1)
+        assert "people.pid" in session.explain(query.agg(count()), epsilon=1)
+    finally:
+        session.close()
