@@ -102,7 +102,12 @@ def _loss_fields(loss: PrivacyLoss) -> dict[str, Fraction]:
 def create(
     dataset: Annotated[str, typer.Argument(help="The dataset's name, e.g. transactions.")],
     unit: Annotated[
-        str, typer.Option("--unit", help="The privacy unit column (one person), e.g. user_id.")
+        str,
+        typer.Option(
+            "--unit",
+            help="The privacy unit column (one person), e.g. user_id; for a dataset of several "
+            "tables TABLE.COLUMN, e.g. customer.c_custkey.",
+        ),
     ],
     epsilon: Annotated[float | None, typer.Option(help="The dataset's total ε.")] = None,
     delta: Annotated[float | None, typer.Option(help="The dataset's total δ (optional).")] = None,
@@ -136,6 +141,12 @@ def create(
     else:
         assert epsilon is not None
         total = PureDP(fraction_of("epsilon", epsilon))
+    table, dot, column = unit.partition(".")
+    if dot and (not table.strip() or not column.strip() or "." in column):
+        raise CLIError(
+            f"--unit {unit!r}: expected a column, or TABLE.COLUMN for a dataset of several tables",
+            "e.g. --unit user_id, or --unit customer.c_custkey (dpkit query --table ...).",
+        )
     where = resolve_ledger(ledger)
     opened = _open(where, verify=True, must_exist=False)
     try:

@@ -60,6 +60,12 @@ GROUP BY: public keys from --keys col=v1,v2; without --keys the groups are found
 \b
 Columns of a CSV file are text until declared: --schema amount=float,day=date.
 \b
+Several tables: give the query alone, the tables and the unit's links:
+  --table NAME=PATH (private, repeat)   --public NAME=PATH (public lookup, repeat)
+  --link CHILD.COLUMN=PARENT.COLUMN (repeat)   --unit TABLE.COLUMN (default: the dataset's)
+  --schema TABLE.COLUMN=KIND; the query may JOIN ... ON/USING, LEFT JOIN, use subqueries in
+  FROM and WITH; the bound applies per person after the joins (docs/joins.md).
+\b
 With --server URL --token TOKEN (or $DPKIT_TOKEN) the query goes to a dpkit
 service (dpkit serve): DATA is the dataset's name there, and the bounds, unit and schema its
 privacy officer registered apply (--max-rows, --schema, --ledger ... are refused).
@@ -72,6 +78,10 @@ Examples:
       "SELECT category, AVG(amount, 0, 500) WHERE day >= DATE '2024-03-01' GROUP BY category" \\
       --dataset transactions --epsilon 0.5 --max-rows 20 --schema amount=float \\
       --keys category=food,travel,rent
+  dpkit budget create tpch --epsilon 10 --unit customer.c_custkey
+  dpkit query "SELECT COUNT(*) FROM orders JOIN customer ON o_custkey = c_custkey" \\
+      --table customer=customer.parquet --table orders=orders.parquet \\
+      --link orders.o_custkey=customer.c_custkey --dataset tpch --epsilon 1 --max-rows 50
   dpkit query transactions "SELECT COUNT(*)" --epsilon 0.1 \\
       --server http://dp.internal:8000 --token "$DPKIT_TOKEN"
 """
@@ -277,8 +287,7 @@ def _rehearse(
     query_loss: PrivacyLoss,
     alpha: float,
     parsed: ParsedQuery,
-    data: Path,
-    dataset: str,
+    label: str,
     ledger: str,
 ) -> None:
     """Release ``final`` on the empty table (no data, nothing reserved) and print it to nowhere:
@@ -307,7 +316,7 @@ def _rehearse(
         render_release(
             release,
             Console(file=io.StringIO(), width=100),
-            f"{data.name} (dataset {dataset})",
+            label,
             aggregations=parsed.aggregations,
             ledger=ledger,
             keys=parsed.group_by,
@@ -337,12 +346,32 @@ def _unreadable_hint(data: Path) -> str:
     )
 
 
+def _check_bounds(
+    max_rows: int | None, max_groups: int | None, max_rows_per_group: int | None
+) -> None:
+    for flag, value in (
+        ("--max-rows", max_rows),
+        ("--max-groups", max_groups),
+        ("--max-rows-per-group", max_rows_per_group),
+    ):
+        if value is not None and value < 1:
+            raise CLIError(f"{flag} must be a positive whole number (got {value})")
+    if max_rows is None and max_groups is None:
+        raise CLIError(
+            "give the per-person bound: --max-rows K (rows one person may contribute; for "
+            "GROUP BY also --max-groups G with --max-rows-per-group R)",
+            "This is a privacy decision: rows beyond the bound are dropped (totals undercount), "
+            "and a larger bound adds more noise. Pick what most people stay within.",
+        )
+
+
 def _footnotes(
     parsed: ParsedQuery,
     max_rows: int | None,
     max_groups: int | None,
     max_rows_per_group: int | None,
     private_keys: bool,
+    joined: bool = False,
 ) -> list[str]:
     bound = []
     if max_rows is not None:
@@ -357,6 +386,12 @@ def _footnotes(
         + ". Rows beyond the bound were dropped, so counts and sums undercount for people "
         "with more rows."
     ]
+    if joined:
+        notes[0] += (
+            " Over several tables the bound applies per person after the joins: a person's "
+            "rows are the rows of the joined relation that reach them through the links "
+            "(--link)."
+        )
     if parsed.post_processed:
         notes.append(
             "HAVING / ORDER BY / LIMIT were applied to the released (noisy) table afterwards: "
@@ -374,12 +409,22 @@ def _footnotes(
 @handles_errors
 def query_command(
     data: Annotated[
-        Path, typer.Argument(help="CSV or Parquet file (with --server: the dataset's name).")
-    ],
+        str | None,
+        typer.Argument(
+            help="CSV or Parquet file (with --server: the dataset's name). Left out with "
+            "--table: the query is then the only argument.",
+            metavar="DATA",
+            show_default=False,
+        ),
+    ] = None,
     query: Annotated[
-        str,
-        typer.Argument(help='The query, e.g. "SELECT COUNT(*), AVG(amount, 0, 500)".'),
-    ],
+        str | None,
+        typer.Argument(
+            help='The query, e.g. "SELECT COUNT(*), AVG(amount, 0, 500)".',
+            metavar="QUERY",
+            show_default=False,
+        ),
+    ] = None,
     dataset: Annotated[
         str | None,
         typer.Option(
@@ -403,7 +448,31 @@ def query_command(
     ] = None,
     unit: Annotated[
         str | None,
-        typer.Option("--unit", help="The privacy unit column (default: the dataset's)."),
+        typer.Option(
+            "--unit",
+            help="The privacy unit column (default: the dataset's); with --table, TABLE.COLUMN.",
+        ),
+    ] = None,
+    table: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--table",
+            help="A private table NAME=PATH (repeat per table); the query names the tables.",
+        ),
+    ] = None,
+    public: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--public", help="A public table NAME=PATH (repeat): lookup data, not protected."
+        ),
+    ] = None,
+    link: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--link",
+            help="A foreign key CHILD.COLUMN=PARENT.COLUMN (repeat): how a private table's rows "
+            "reach the privacy unit.",
+        ),
     ] = None,
     keys: Annotated[
         list[str] | None,
@@ -442,11 +511,34 @@ def query_command(
         ),
     ] = None,
 ) -> None:
+    several = bool(table or public or link)
+    if several and server is not None:
+        given = [f for f, v in (("--table", table), ("--public", public), ("--link", link)) if v]
+        raise CLIError(
+            f"{', '.join(given)} cannot be used with --server",
+            "The service's privacy officer registers the tables of a dataset; ask it by name: "
+            'dpkit query NAME "SELECT ..." --server URL.',
+        )
+    if several:
+        if query is not None:
+            raise CLIError(
+                "with --table, give only the query: the tables are the --table and --public files",
+                'e.g. dpkit query "SELECT COUNT(*) FROM orders" --table orders=orders.parquet '
+                "--unit orders.o_custkey --dataset NAME --epsilon 1 --max-rows 10",
+            )
+        data, query = None, data
+    if query is None:
+        raise CLIError(
+            "give the data and the query: dpkit query DATA QUERY (or, over several tables, "
+            "dpkit query QUERY --table NAME=PATH ...)",
+            'e.g. dpkit query data.csv "SELECT COUNT(*)" --dataset NAME --epsilon 1 --max-rows 1',
+        )
     if server is not None:
+        assert data is not None
         _query_server(
             server,
             token,
-            data,
+            Path(data),
             query,
             dataset,
             epsilon,
@@ -466,6 +558,31 @@ def query_command(
             },
         )
         return
+    if several:
+        _query_tables(
+            query,
+            tables=table or [],
+            public=public or [],
+            links=link or [],
+            dataset=dataset,
+            epsilon=epsilon,
+            delta=delta,
+            rho=rho,
+            max_rows=max_rows,
+            max_groups=max_groups,
+            max_rows_per_group=max_rows_per_group,
+            unit=unit,
+            keys=keys or [],
+            schema=schema or [],
+            ledger=ledger,
+            engine=engine,
+            alpha=alpha,
+            allow_large_delta=allow_large_delta,
+            explain=explain,
+        )
+        return
+    assert data is not None
+    data_path = Path(data)
     # ---- everything public is checked before the ledger or the data is touched
     if not dataset:
         raise CLIError(
@@ -474,29 +591,16 @@ def query_command(
             "COLUMN; `dpkit budget status` lists the datasets.",
         )
     query_loss = _query_loss(epsilon, delta, rho, allow_large_delta)
-    for flag, value in (
-        ("--max-rows", max_rows),
-        ("--max-groups", max_groups),
-        ("--max-rows-per-group", max_rows_per_group),
-    ):
-        if value is not None and value < 1:
-            raise CLIError(f"{flag} must be a positive whole number (got {value})")
-    if max_rows is None and max_groups is None:
-        raise CLIError(
-            "give the per-person bound: --max-rows K (rows one person may contribute; for "
-            "GROUP BY also --max-groups G with --max-rows-per-group R)",
-            "This is a privacy decision: rows beyond the bound are dropped (totals undercount), "
-            "and a larger bound adds more noise. Pick what most people stay within.",
-        )
+    _check_bounds(max_rows, max_groups, max_rows_per_group)
     if not 0 < alpha < 1:
         raise CLIError(f"--alpha must be in (0, 1) (got {human_number(alpha)})")
-    if not data.exists():
-        raise CLIError(f"no file {str(data)!r}", "Give a CSV or Parquet file.")
-    if data.is_dir():
-        raise CLIError(f"{str(data)!r} is a directory", "Give a CSV or Parquet file.")
-    if data.suffix.lower() not in (".csv", ".parquet", ".pq", ".tsv"):
+    if not data_path.exists():
+        raise CLIError(f"no file {str(data_path)!r}", "Give a CSV or Parquet file.")
+    if data_path.is_dir():
+        raise CLIError(f"{str(data_path)!r} is a directory", "Give a CSV or Parquet file.")
+    if data_path.suffix.lower() not in (".csv", ".parquet", ".pq", ".tsv"):
         raise CLIError(
-            f"{data.name!r}: dpkit query reads .csv and .parquet files", "Convert it first."
+            f"{data_path.name!r}: dpkit query reads .csv and .parquet files", "Convert it first."
         )
     declared = _declared_schema(schema or [])
 
@@ -547,13 +651,13 @@ def query_command(
             )
         unit = dataset_unit
         parsed = parse_query(query, unit)  # COUNT(DISTINCT col) must name this unit
-        _check_source(parsed, data, dataset)
+        _check_source(parsed, data_path, dataset)
         parsed, integer_notes = _on_integers(parsed, schema or [])
 
-        with spinner(f"opening {data.name}") as progress:
+        with spinner(f"opening {data_path.name}") as progress:
             task = progress.task_ids[0]
             session = Session(
-                str(data),
+                str(data_path),
                 unit,
                 engine=engine,
                 ledger=opened,
@@ -565,7 +669,7 @@ def query_command(
             )
             try:
                 table_schema = dict(session.schema)
-                _check_columns(parsed, table_schema, data, unit)
+                _check_columns(parsed, table_schema, data_path, unit)
                 built = parsed.rows(Query())
                 private_keys = False
                 if parsed.group_by:
@@ -591,19 +695,27 @@ def query_command(
                 # the answer is printed after the commit: rehearse the printing on the empty
                 # table first, so a failure there is a refusal, never an answer lost after the
                 # charge
-                _rehearse(session, final, query_loss, alpha, parsed, data, dataset, where)
+                _rehearse(
+                    session,
+                    final,
+                    query_loss,
+                    alpha,
+                    parsed,
+                    f"{data_path.name} (dataset {dataset})",
+                    where,
+                )
                 progress.update(
-                    task, description=f"scanning {data.name} (budget reserved)", total=None
+                    task, description=f"scanning {data_path.name} (budget reserved)", total=None
                 )
                 try:
                     release = session.evaluate(final, loss=query_loss, alpha=alpha)
                     release = post_process(release, parsed)  # HAVING, ORDER BY, LIMIT
                 except UnreadableDataError:
                     raise CLIError(
-                        f"{data.name} could not be read; the query's budget stays spent (which "
-                        "line or value is wrong is not shown: it could tell something about the "
-                        "data)",
-                        _unreadable_hint(data),
+                        f"{data_path.name} could not be read; the query's budget stays spent "
+                        "(which line or value is wrong is not shown: it could tell something "
+                        "about the data)",
+                        _unreadable_hint(data_path),
                         code=1,
                     ) from None
             finally:
@@ -626,7 +738,7 @@ def query_command(
     render_release(
         release,
         console,
-        f"{data.name} (dataset {dataset})",
+        f"{data_path.name} (dataset {dataset})",
         aggregations=parsed.aggregations,
         footnotes=footnotes,
         ledger=where,
@@ -682,3 +794,295 @@ def _query_server(
 
 
 query_command.__doc__ = QUERY_HELP
+
+
+def _dotted(text: str, flag: str, example: str) -> tuple[str, str]:
+    table, dot, column = text.strip().partition(".")
+    if not dot or not table or not column:
+        raise CLIError(f"{flag} {text!r}: expected TABLE.COLUMN", f"e.g. {flag} {example}.")
+    return table, column
+
+
+def _table_files(specs: list[str], flag: str, seen: dict[str, str]) -> dict[str, str]:
+    """``--table NAME=PATH`` / ``--public NAME=PATH`` as {name: path}, every file checked."""
+    found: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        name = name.strip()
+        if not sep or not name or not path or "." in name:
+            raise CLIError(
+                f"{flag} {spec!r}: expected NAME=PATH",
+                f"e.g. {flag} orders=orders.parquet (a table name has no '.').",
+            )
+        if name in seen:
+            raise CLIError(
+                f"{flag} {name}: table {name!r} was already given ({seen[name]})",
+                "Give each table once, either private (--table) or public (--public).",
+            )
+        file = Path(path)
+        if not file.exists():
+            raise CLIError(f"{flag} {name}: no file {path!r}", "Give a CSV or Parquet file.")
+        if file.is_dir():
+            raise CLIError(f"{flag} {name}: {path!r} is a directory", "Give a CSV or Parquet file.")
+        if file.suffix.lower() not in (".csv", ".parquet", ".pq", ".tsv"):
+            raise CLIError(
+                f"{flag} {name}: {file.name!r}: dpkit query reads .csv and .parquet files",
+                "Convert it first.",
+            )
+        seen[name] = flag
+        found[name] = path
+    return found
+
+
+def _table_schemas(specs: list[str], tables: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``--schema TABLE.COLUMN=KIND,...`` as {table: {column: kind}}."""
+    declared: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        for item in spec.split(","):
+            if not item.strip():
+                continue
+            target, sep, kind = item.partition("=")
+            kind = kind.strip().lower()
+            if not sep or kind not in _KIND_ALIASES or "." not in target:
+                raise CLIError(
+                    f"--schema {item.strip()!r}: expected TABLE.COLUMN=kind over several tables",
+                    "Kinds: int, float, bool, text, date, timestamp; e.g. --schema "
+                    "orders.o_totalprice=float.",
+                )
+            name, column = _dotted(target, "--schema", "orders.o_totalprice=float")
+            if name not in tables:
+                raise CLIError(
+                    f"--schema {item.strip()!r}: no table {name!r}",
+                    f"The tables are: {', '.join(tables)}.",
+                )
+            declared.setdefault(name, {})[column.strip()] = _KIND_ALIASES[kind]
+    return declared
+
+
+def _integer_specs(specs: list[str]) -> list[str]:
+    """``--schema`` items ``TABLE.COLUMN=int`` also as ``COLUMN=int`` (a query may name the
+    column bare), for :func:`_on_integers`."""
+    items = []
+    for spec in specs:
+        for item in spec.split(","):
+            target, _, kind = item.partition("=")
+            items.append(item)
+            if "." in target:
+                items.append(f"{target.partition('.')[2]}={kind}")
+    return items
+
+
+def _query_tables(
+    query: str,
+    *,
+    tables: list[str],
+    public: list[str],
+    links: list[str],
+    dataset: str | None,
+    epsilon: float | None,
+    delta: float | None,
+    rho: float | None,
+    max_rows: int | None,
+    max_groups: int | None,
+    max_rows_per_group: int | None,
+    unit: str | None,
+    keys: list[str],
+    schema: list[str],
+    ledger: str | None,
+    engine: str,
+    alpha: float,
+    allow_large_delta: bool,
+    explain: bool,
+) -> None:
+    """``dpkit query QUERY --table NAME=PATH ... [--public NAME=PATH] --link C.COL=P.COL``: a
+    query over several tables (a :class:`~dpkit.analytics.Session` over several tables). Every
+    input is checked, and the session built, before anything is reserved."""
+    if not tables:
+        raise CLIError(
+            "--public and --link need the private tables: --table NAME=PATH (repeat)",
+            "The privacy unit lives in a private table, e.g. --table customer=customer.parquet "
+            "--unit customer.c_custkey.",
+        )
+    if not dataset:
+        raise CLIError(
+            "give --dataset NAME: the dataset whose budget this query spends",
+            "A privacy officer creates it once: dpkit budget create NAME --epsilon E --unit "
+            "TABLE.COLUMN; `dpkit budget status` lists the datasets.",
+        )
+    query_loss = _query_loss(epsilon, delta, rho, allow_large_delta)
+    _check_bounds(max_rows, max_groups, max_rows_per_group)
+    if not 0 < alpha < 1:
+        raise CLIError(f"--alpha must be in (0, 1) (got {human_number(alpha)})")
+    seen: dict[str, str] = {}
+    private_files = _table_files(tables, "--table", seen)
+    public_files = _table_files(public, "--public", seen)
+    if unit is not None:
+        unit_table, _ = _dotted(unit, "--unit", "customer.c_custkey")
+        if unit_table not in private_files:
+            raise CLIError(
+                f"--unit {unit}: {unit_table!r} is not a private table (--table)",
+                f"The private tables are: {', '.join(private_files)}.",
+            )
+    link_map: dict[str, str] = {}
+    for spec in links:
+        child, sep, parent = spec.partition("=")
+        if not sep:
+            raise CLIError(
+                f"--link {spec!r}: expected CHILD.COLUMN=PARENT.COLUMN",
+                "e.g. --link orders.o_custkey=customer.c_custkey.",
+            )
+        for side in (child, parent):
+            name, _ = _dotted(side, "--link", "orders.o_custkey=customer.c_custkey")
+            if name not in seen:
+                raise CLIError(
+                    f"--link {spec}: no table {name!r}",
+                    f"The tables are: {', '.join(seen)} (give each with --table or --public).",
+                )
+        child, parent = child.strip(), parent.strip()
+        if child in link_map:
+            raise CLIError(
+                f"--link {child} was given twice",
+                "A row reaches the privacy unit by one path: one link per child column.",
+            )
+        link_map[child] = parent
+    declared = _table_schemas(schema, seen)
+
+    from dpkit.analytics._querytext import parse_query
+
+    # the syntax is checked before the ledger is opened (the unit's column is checked again
+    # below, once the dataset's unit is known)
+    parsed = parse_query(query, (unit or ".").partition(".")[2] or None, relations=True)
+    if max_rows is None and (not parsed.group_by or max_rows_per_group is None):
+        raise CLIError(
+            "--max-groups alone does not bound a person's rows: add --max-rows K"
+            + (" (or --max-rows-per-group R)" if parsed.group_by else ""),
+            "Rows beyond the bound are dropped (totals undercount); pick what most people "
+            "stay within.",
+        )
+    if parsed.group_by and not keys and delta in (None, 0) and rho is None:
+        raise CLIError(
+            "GROUP BY without --keys finds the groups privately, which needs δ > 0",
+            "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
+        )
+    check_key_columns(parsed.group_by, keys)
+    where = resolve_ledger(ledger)
+    check_ledger_file(where, must_exist=True)
+
+    from dpkit.analytics._querytext import check_released, post_process
+    from dpkit.analytics._session import Session
+    from dpkit.errors import UnreadableDataError
+    from dpkit.ledger import BudgetMonitor, Ledger
+
+    names = ", ".join(private_files) + "".join(f", {n} (public)" for n in public_files)
+    label = f"tables {names} (dataset {dataset})"
+    alerts: list[Any] = []
+    opened = Ledger.open(where, monitor=BudgetMonitor(log=False, callbacks=[alerts.append]))
+    try:
+        budgets = {(s.dataset, s.analyst): s for s in opened.budgets()}
+        if (dataset, None) not in budgets:
+            known = sorted({d for d, _ in budgets})
+            raise CLIError(
+                f"dataset {dataset!r} does not exist in the ledger {where}",
+                "A privacy officer creates it first: dpkit budget create "
+                f"{dataset} --epsilon E --unit TABLE.COLUMN. Known datasets: "
+                + (", ".join(known) or "none")
+                + ".",
+            )
+        dataset_unit = budgets[(dataset, None)].privacy_unit
+        if unit is not None and unit.strip() != dataset_unit:
+            raise CLIError(
+                f"--unit {unit} does not match the privacy unit of dataset {dataset!r} "
+                f"({dataset_unit})",
+                f"Leave --unit out (the dataset's unit is used) or pass --unit {dataset_unit}.",
+            )
+        unit_table, dot, _ = dataset_unit.partition(".")
+        if not dot:
+            raise CLIError(
+                f"dataset {dataset!r} protects the unit {dataset_unit!r}, a column of one "
+                "table: a query over several tables needs a unit TABLE.COLUMN",
+                "A privacy officer creates such a dataset with dpkit budget create NAME "
+                "--epsilon E --unit TABLE.COLUMN.",
+            )
+        if unit_table not in private_files:
+            raise CLIError(
+                f"the privacy unit of dataset {dataset!r} is {dataset_unit}, but "
+                f"{unit_table!r} is not a private table (--table)",
+                f"The private tables are: {', '.join(private_files)}.",
+            )
+        with spinner(f"opening {len(seen)} tables") as progress:
+            task = progress.task_ids[0]
+            session = Session(
+                private_files,
+                dataset_unit,
+                engine=engine,
+                ledger=opened,
+                dataset=dataset,
+                max_rows=max_rows,
+                max_groups=max_groups,
+                max_rows_per_group=max_rows_per_group,
+                schema=declared,
+                public=public_files or None,
+                links=link_map,
+            )
+            try:
+                parsed = session._parse_sql(query)  # COUNT(DISTINCT col) must name the unit
+                parsed, integer_notes = _on_integers(parsed, _integer_specs(schema))
+                private_keys = bool(parsed.group_by) and not keys
+                key_values: dict[str, list[Any]] | None = None
+                if parsed.group_by and keys:
+                    # the joined relation's kinds read the key values (numbers as numbers)
+                    relation = session._resolve(session._sql_query(parsed, None))[1]
+                    key_values = parse_keys(keys, relation)
+                    missing = [k for k in parsed.group_by if k not in key_values]
+                    if missing:
+                        raise CLIError(
+                            f"--keys is missing {', '.join(missing)}",
+                            "Give --keys for every GROUP BY column, or none.",
+                        )
+                final = session._sql_query(parsed, key_values)
+                check_released(parsed, session._resolve(final)[1])
+                plan_text = session.explain(final, loss=query_loss) if explain else ""
+                _rehearse(session, final, query_loss, alpha, parsed, label, where)
+                progress.update(task, description="joining (budget reserved)", total=None)
+                try:
+                    release = session.evaluate(final, loss=query_loss, alpha=alpha)
+                    release = post_process(release, parsed)  # HAVING, ORDER BY, LIMIT
+                except UnreadableDataError:
+                    raise CLIError(
+                        "a table could not be read; the query's budget stays spent (which "
+                        "file, line or value is wrong is not shown: it could tell something "
+                        "about the data)",
+                        'Check each file locally, without dpkit (e.g. duckdb -c "DESCRIBE '
+                        "SELECT * FROM 'orders.parquet'\"), and match --schema to its columns.",
+                        code=1,
+                    ) from None
+            finally:
+                session.close()
+    finally:
+        opened.close()
+
+    console = out_console()
+    footnotes = _footnotes(
+        parsed, max_rows, max_groups, max_rows_per_group, private_keys, joined=True
+    )
+    footnotes += integer_notes
+    if explain:
+        console.print(plan_text, style="dim", markup=False)
+        console.print(
+            "explain: the tables are joined first; then rows beyond the per-person bound are "
+            "dropped before aggregating, so totals undercount when people have more joined "
+            "rows than the bound."
+        )
+    console.print(f"query: {query}", markup=False)
+    from dpkit.analytics._render import print_alerts, render_release
+
+    render_release(
+        release,
+        console,
+        label,
+        aggregations=parsed.aggregations,
+        footnotes=footnotes,
+        ledger=where,
+        keys=parsed.group_by,
+    )
+    print_alerts(alerts, err_console())

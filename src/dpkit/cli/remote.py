@@ -84,7 +84,7 @@ def release_from_answer(answer: Answer) -> Any:
     )
 
 
-def _bound_notes(bounds: Mapping[str, Any], private_keys: bool) -> list[str]:
+def _bound_notes(bounds: Mapping[str, Any], private_keys: bool, joined: bool = False) -> list[str]:
     contribution = dict(bounds.get("contribution") or {})
     parts = []
     if contribution.get("max_rows") is not None:
@@ -99,6 +99,11 @@ def _bound_notes(bounds: Mapping[str, Any], private_keys: bool) -> list[str]:
         + ". Rows beyond the bound were dropped, so counts and sums undercount for people "
         "with more rows."
     ]
+    if joined:
+        notes[0] += (
+            " Over several tables the bound applies per person after the joins: a person's "
+            "rows are the rows of the joined relation that reach them through the links."
+        )
     if private_keys:
         notes.append(
             "groups were found privately: groups with few people are suppressed, so a group "
@@ -195,8 +200,12 @@ def query_remote(
     try:
         info = _dataset_info(client, name, server)
         unit = str(info.get("privacy_unit", ""))
-        parsed = parse_query(query, unit)
-        if parsed.source is not None and parsed.source != name:
+        several = bool(info.get("tables"))
+        if several:  # the tables of the dataset are named by the query (FROM, JOIN)
+            parsed = parse_query(query, unit.partition(".")[2], relations=True)
+        else:
+            parsed = parse_query(query, unit)
+        if not several and parsed.source is not None and parsed.source != name:
             raise CLIError(
                 f"FROM {parsed.source}: the query may only read the dataset {name!r}",
                 f"Leave FROM out, or write FROM {name}.",
@@ -208,6 +217,8 @@ def query_remote(
             )
         check_key_columns(parsed.group_by, list(keys))
         schema = dict(info.get("schema") or {})
+        if several:  # declared as table.column; a query may name the column bare
+            schema.update({k.partition(".")[2]: v for k, v in list(schema.items())})
         with contextlib.suppress(DPError):  # a GROUP BY expression's keys read as its kind
             schema = query_schema(parsed, schema)
         key_values = parse_keys(list(keys), schema)
@@ -244,7 +255,7 @@ def query_remote(
         f"dataset {name} (dpkit service {server})",
         aggregations=parsed.aggregations,
         footnotes=_bound_notes(
-            dict(info.get("bounds") or {}), bool(parsed.group_by) and not key_values
+            dict(info.get("bounds") or {}), bool(parsed.group_by) and not key_values, several
         ),
         ledger=None,
         keys=parsed.group_by,

@@ -44,6 +44,7 @@ from dpkit.service._core import (
     ServiceConfig,
     loss_from_parts,
     loss_json,
+    tables_of,
 )
 from dpkit.service._registry import Principal
 
@@ -247,17 +248,37 @@ def list_datasets(principal: Anyone, service: ServiceDep) -> list[w.DatasetOut]:
         scope = (record.name, None if principal.role == "officer" else principal.name)
         status = budgets.get(scope)
         out.append(
-            w.DatasetOut(
-                name=record.name,
-                privacy_unit=record.privacy_unit,
-                schema=record.schema,
-                bounds=record.bounds,
-                description=record.description,
-                budget=None if status is None else budget_out(status),
-                source=record.source if principal.role == "officer" else None,
+            dataset_out(
+                record,
+                principal.role == "officer",
+                None if status is None else budget_out(status),
             )
         )
     return out
+
+
+def dataset_out(record: Any, officer: bool, budget: w.BudgetOut | None) -> w.DatasetOut:
+    """A dataset as the API shows it: paths only to officers; a dataset over several tables
+    with its tables' names (officers: their paths) and links."""
+    bounds = {k: v for k, v in record.bounds.items() if k != "tables"}
+    tables = tables_of(record)
+    shown = None
+    if tables is not None:
+        shown = {
+            "private": dict(tables["private"]) if officer else sorted(tables["private"]),
+            "public": dict(tables["public"]) if officer else sorted(tables["public"]),
+            "links": dict(tables["links"]),
+        }
+    return w.DatasetOut(
+        name=record.name,
+        privacy_unit=record.privacy_unit,
+        schema=record.schema,
+        bounds=bounds,
+        description=record.description,
+        budget=budget,
+        source=record.source if officer and tables is None else None,
+        tables=shown,
+    )
 
 
 @router.post("/datasets", response_model=w.DatasetOut, status_code=201, tags=["officer"])
@@ -276,6 +297,9 @@ def register_dataset(body: w.DatasetIn, principal: Officer, service: ServiceDep)
             bounds,
             total,
             body.description,
+            tables=body.tables,
+            public=body.public,
+            links=body.links,
         )
     except Exception as exc:
         service.registry.audit(
@@ -287,15 +311,7 @@ def register_dataset(body: w.DatasetIn, principal: Officer, service: ServiceDep)
             {"reason": _public_reason(exc)},
         )
         raise
-    return w.DatasetOut(
-        name=record.name,
-        privacy_unit=record.privacy_unit,
-        schema=record.schema,
-        bounds=record.bounds,
-        description=record.description,
-        budget=budget_out(service.ledger.budget(record.name)),
-        source=record.source,
-    )
+    return dataset_out(record, True, budget_out(service.ledger.budget(record.name)))
 
 
 @router.put("/datasets/{dataset}/budget", response_model=w.BudgetOut, tags=["officer"])

@@ -49,7 +49,7 @@ from dpkit.ledger import (
     Ledger,
     LedgerEntry,
 )
-from dpkit.service._engine import SqlBuilder, WarmDuckDBEngine
+from dpkit.service._engine import SqlBuilder, WarmDuckDBEngine, source_stamp
 from dpkit.service._registry import DatasetRecord, Principal, Registry
 from dpkit.service._webhooks import WebhookSender
 
@@ -287,6 +287,8 @@ class Service:
         self.ledger = Ledger.open(database, monitor=self.monitor)
         self.registry = Registry(database, sqlite_path=sqlite_path)
         self._sessions: dict[tuple[str, str], tuple[Session, threading.Lock]] = {}
+        # the files' stamps each session over several tables was opened on (rebuilt on change)
+        self._stamps: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._engines: dict[str, WarmDuckDBEngine] = {}
         self._closed = False
         self._records: dict[str, DatasetRecord] = {}
@@ -317,11 +319,17 @@ class Service:
     def close(self) -> None:
         self._closed = True
         with self._sessions_lock:
-            engines = {id(s.engine): s.engine for s, _ in self._sessions.values()}
+            engines = {
+                id(s.engine): s.engine for s, _ in self._sessions.values() if s.tables is None
+            }
             engines.update((id(e), e) for e in self._engines.values())
             for engine in engines.values():
                 engine.close()
+            for session, _ in self._sessions.values():
+                if session.tables is not None:
+                    session.close()
             self._sessions.clear()
+            self._stamps.clear()
             self._engines.clear()
         if self._builder is not None:
             self._builder.close()
@@ -457,15 +465,37 @@ class Service:
         self,
         officer: Principal,
         name: str,
-        source: str,
+        source: str | None,
         privacy_unit: str,
         schema: Mapping[str, str],
         bounds: Mapping[str, Any],
         budget: PrivacyLoss,
         description: str = "",
+        *,
+        tables: Mapping[str, str] | None = None,
+        public: Mapping[str, str] | None = None,
+        links: Mapping[str, str] | None = None,
     ) -> DatasetRecord:
         self.require(officer, "officer")
         check_name("name", name)
+        if tables is not None or public is not None or links is not None:
+            return self._register_tables(
+                officer,
+                name,
+                source,
+                privacy_unit,
+                schema,
+                bounds,
+                budget,
+                description,
+                dict(tables or {}),
+                dict(public or {}),
+                dict(links or {}),
+            )
+        if source is None:
+            raise InvalidParameterError(
+                "source", source, "a path under the data root (or 'tables' for several tables)"
+            )
         check_column(privacy_unit)
         clean_schema: dict[str, str] = {}
         for column, kind in schema.items():
@@ -507,6 +537,101 @@ class Service:
         self.ledger.create_budget(name, budget, privacy_unit=privacy_unit, actor=officer.name)
         self.registry.add_dataset(record)
         self.prewarm([record])
+        self.registry.audit(
+            officer.name, "officer", "register_dataset", name, "ok", {"budget": str(budget)}
+        )
+        return record
+
+    def _register_tables(
+        self,
+        officer: Principal,
+        name: str,
+        source: str | None,
+        privacy_unit: str,
+        schema: Mapping[str, str],
+        bounds: Mapping[str, Any],
+        budget: PrivacyLoss,
+        description: str,
+        tables: dict[str, str],
+        public: dict[str, str],
+        links: dict[str, str],
+    ) -> DatasetRecord:
+        """A dataset over several tables: private ``tables`` and ``public`` ones ({name: path
+        under the data root}), the unit as ``table.column``, ``links`` as foreign keys
+        ``{"child.column": "parent.column"}`` and the schema per ``table.column``. The tables
+        are opened once here (their headers: public metadata) and the catalog checked, so a
+        dataset that cannot be planned (no path to the unit, a cycle, an unknown column) is
+        refused at registration."""
+        if source is not None:
+            raise InvalidParameterError(
+                "source", source, "left out with 'tables' (each table has its own path)"
+            )
+        if not tables:
+            raise InvalidParameterError("tables", tables, "at least one private table")
+        for table in [*tables, *public]:
+            check_column(table)
+        for text in [privacy_unit, *links, *links.values(), *schema]:
+            table, dot, column = str(text).partition(".")
+            if not dot:
+                raise InvalidParameterError("column", text, "'table.column' over several tables")
+            check_column(table)
+            check_column(column)
+        nested: dict[str, dict[str, str]] = {}
+        for target, kind in schema.items():
+            if kind not in _KINDS:
+                raise InvalidParameterError(f"schema[{target}]", kind, " | ".join(_KINDS))
+            table, _, column = target.partition(".")
+            if table not in tables and table not in public:
+                raise InvalidParameterError("schema", target, "'table.column' of a table given")
+            nested.setdefault(table, {})[column] = kind
+        clean_bounds = _check_bounds(bounds)
+        paths = {t: self.resolve_source(p) for t, p in {**tables, **public}.items()}
+        if self.registry.dataset(name) is not None or self.ledger.budgets(name):
+            raise InvalidParameterError("name", name, "a dataset name not registered yet")
+        scratch = Ledger.open("memory://", monitor=BudgetMonitor(log=False))
+        scratch.create_budget(name, budget, privacy_unit=privacy_unit)
+        probe = Session(
+            {t: str(paths[t]) for t in tables},
+            privacy_unit,
+            None,
+            dataset=name,
+            ledger=scratch,
+            schema=nested,
+            engine=self.config.engine,
+            public={t: str(paths[t]) for t in public} or None,
+            links=links,
+            **clean_bounds["contribution"],
+        )
+        try:
+            assert probe.catalog is not None
+            missing = [
+                f"{t}.{c}"
+                for t, cols in nested.items()
+                for c in cols
+                if c not in probe.catalog.schemas[t]
+            ]
+        finally:
+            probe.close()
+        if missing:
+            raise InvalidParameterError("schema", missing, "columns of the tables")
+        relative = {t: str(paths[t].relative_to(self.data_root)) for t in paths}
+        clean_bounds["tables"] = {
+            "private": {t: relative[t] for t in tables},
+            "public": {t: relative[t] for t in public},
+            "links": dict(links),
+        }
+        record = DatasetRecord(
+            name,
+            relative[privacy_unit.partition(".")[0]],
+            privacy_unit,
+            dict(schema),
+            clean_bounds,
+            description[:500],
+            time.time(),
+            officer.name,
+        )
+        self.ledger.create_budget(name, budget, privacy_unit=privacy_unit, actor=officer.name)
+        self.registry.add_dataset(record)
         self.registry.audit(
             officer.name, "officer", "register_dataset", name, "ok", {"budget": str(budget)}
         )
@@ -603,6 +728,43 @@ class Service:
         """The query from SQL text or the JSON model; public information only."""
         return self._build(record, sql, model, keys)[0]
 
+    def _build_tables(
+        self,
+        session: Session,
+        sql: str | None,
+        model: Mapping[str, Any] | None,
+        keys: Mapping[str, Sequence[Any]] | None,
+    ) -> tuple[Query, ParsedQuery]:
+        """The query of SQL text over a dataset of several tables (the session parses its
+        joins, subqueries and WITH); public information only."""
+        if model is not None or sql is None:
+            raise InvalidParameterError(
+                "query",
+                "a JSON query",
+                "'sql' text: the JSON query model reads one table, and this dataset has several",
+            )
+        if len(sql) > 10_000:
+            raise UnsupportedQueryError(
+                "the query text must be a string of at most 10,000 characters"
+            )
+        parsed = session._parse_sql(sql)
+        if keys:
+            if not parsed.group_by:
+                raise InvalidParameterError(
+                    "keys",
+                    f"{len(keys)} column(s): {sorted(map(str, keys))[:5]}",
+                    "keys only with a GROUP BY (the query has none)",
+                )
+            missing = [k for k in parsed.group_by if k not in keys]
+            extra = sorted(str(k) for k in keys if k not in parsed.group_by)
+            if missing or extra:
+                raise InvalidParameterError(
+                    "keys", sorted(map(str, keys))[:5], f"keys for exactly {list(parsed.group_by)}"
+                )
+            _check_keys({k: keys[k] for k in parsed.group_by})
+            _check_work(parsed.aggregations, math.prod(len(keys[k]) for k in parsed.group_by))
+        return session._sql_query(parsed, keys or None), parsed
+
     def _build(
         self,
         record: DatasetRecord,
@@ -658,7 +820,8 @@ class Service:
         """The dataset's engine, shared by its analysts' sessions in this process: for DuckDB a
         :class:`WarmDuckDBEngine` (warm data, cached SQL, a cursor per thread), else the engine's
         name (each session opens its own)."""
-        if self.config.engine != "duckdb":
+        if self.config.engine != "duckdb" or tables_of(record) is not None:
+            # several tables: each session opens them (the warm engine reads one source)
             return self.config.engine
         with self._sessions_lock:
             found = self._engines.get(record.name)
@@ -707,6 +870,8 @@ class Service:
         return thread
 
     def _session(self, record: DatasetRecord, analyst: str) -> tuple[Session, threading.Lock]:
+        if tables_of(record) is not None:
+            return self._tables_session(record, analyst)
         key = (record.name, analyst)
         with self._sessions_lock:
             found = self._sessions.get(key)
@@ -726,6 +891,50 @@ class Service:
         )
         with self._sessions_lock:
             return self._sessions.setdefault(key, (session, threading.Lock()))
+
+    def _tables_session(
+        self, record: DatasetRecord, analyst: str
+    ) -> tuple[Session, threading.Lock]:
+        """The analyst's session over the dataset's tables, opened again when one of the files
+        changed (the session keeps per-link key maps computed from the data)."""
+        spec = tables_of(record)
+        assert spec is not None
+        files = {t: self.data_root / p for t, p in {**spec["private"], **spec["public"]}.items()}
+        stamp = tuple((t, source_stamp(path)) for t, path in sorted(files.items()))
+        key = (record.name, analyst)
+        with self._sessions_lock:
+            found = self._sessions.get(key)
+            if found is not None and self._stamps.get(key) == stamp:
+                return found
+        nested: dict[str, dict[str, str]] = {}
+        for target, kind in record.schema.items():
+            table, _, column = target.partition(".")
+            nested.setdefault(table, {})[column] = kind
+        session = _ServiceSession(
+            {t: str(files[t]) for t in spec["private"]},
+            record.privacy_unit,
+            None,
+            ledger=self.ledger,
+            dataset=record.name,
+            analyst=analyst,
+            schema=nested,
+            engine=self.config.engine,
+            public={t: str(files[t]) for t in spec["public"]} or None,
+            links=dict(spec["links"]),
+            **record.bounds.get("contribution", {}),
+        )
+        with self._sessions_lock:
+            old = self._sessions.get(key)
+            if old is not None and self._stamps.get(key) == stamp:
+                session.close()  # another thread opened it first
+                return old
+            self._sessions[key] = (session, threading.Lock())
+            self._stamps[key] = stamp
+            entry = self._sessions[key]
+        if old is not None:
+            with old[1]:  # after a query running on it
+                old[0].close()
+        return entry
 
     def query(
         self,
@@ -756,8 +965,13 @@ class Service:
         # other requests) never competes with more than one of them (docs/service.md).
         heavy = _request_size(sql, model, keys) > HEAVY_REQUEST
         with self._heavy_lane if heavy else contextlib.nullcontext():
-            built, parsed = self._build(record, sql, model, keys)
-            check_released(parsed, session.schema)  # HAVING / ORDER BY read released columns
+            if tables_of(record) is not None:
+                built, parsed = self._build_tables(session, sql, model, keys)
+                schema = session._resolve(built)[1]  # the joined relation's columns
+            else:
+                built, parsed = self._build(record, sql, model, keys)
+                schema = session.schema
+            check_released(parsed, schema)  # HAVING / ORDER BY read released columns
             if heavy:  # plan it here (its SQL is cached by shape); evaluate() finds it ready
                 session.compile(built, loss=loss)
         with watching() as watch:
@@ -856,6 +1070,13 @@ def check_request_texts(name: str, value: Any, *, depth: int = 0) -> None:
 TEXTS_ALLOWED = (
     "valid Unicode text without NUL characters or lone surrogates (such as JSON \\ud800)"
 )
+
+
+def tables_of(record: DatasetRecord) -> Mapping[str, Any] | None:
+    """The tables of a dataset over several tables (``private`` and ``public`` paths and
+    ``links``), or None for a dataset of one source."""
+    found = record.bounds.get("tables")
+    return found if isinstance(found, Mapping) else None
 
 
 def _check_work(aggregations: Sequence[Aggregation], keys: int) -> None:

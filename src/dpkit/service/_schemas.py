@@ -60,10 +60,31 @@ class Bounds(_Strict):
 
 class DatasetIn(_Strict):
     name: str = Name
-    source: str = Field(
-        min_length=1, max_length=1024, description="A .csv/.parquet path under the data root."
+    source: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="A .csv/.parquet path under the data root (one table; or give 'tables').",
     )
-    privacy_unit: str = Column
+    privacy_unit: str = Field(
+        min_length=1,
+        max_length=129,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$",
+        description="The unit's column; over several tables 'table.column'.",
+    )
+    tables: dict[str, str] | None = Field(
+        default=None,
+        max_length=16,
+        description="Several tables: the private ones, {name: path under the data root}.",
+    )
+    public: dict[str, str] | None = Field(
+        default=None, max_length=16, description="Public tables, {name: path} (with 'tables')."
+    )
+    links: dict[str, str] | None = Field(
+        default=None,
+        max_length=16,
+        description="Foreign keys {'child.column': 'parent.column'} (with 'tables').",
+    )
     schema_: dict[str, Literal["numeric", "text", "bool", "temporal"]] = Field(
         default_factory=dict, alias="schema"
     )
@@ -92,6 +113,11 @@ class DatasetOut(BaseModel):
     description: str
     budget: BudgetOut | None = None
     source: str | None = Field(default=None, description="Officers only.")
+    tables: dict[str, Any] | None = Field(
+        default=None,
+        description="Several tables: 'private' and 'public' table names (officers: their "
+        "paths) and 'links'.",
+    )
 
     model_config = ConfigDict(populate_by_name=True)
 
