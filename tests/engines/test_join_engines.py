@@ -59,9 +59,9 @@ SHAPES: dict[str, Callable[[Session], Query]] = {
         .group_by("n", keys=list(range(8)))
         .agg(count())
     ),
-    "public-left-private": lambda s: (
+    "public-join-private": lambda s: (
         s.query("nation")
-        .join("customer", on=("n_nationkey", "c_nationkey"), how="left")
+        .join("customer", on=("n_nationkey", "c_nationkey"))
         .group_by("n_name", keys=NATIONS)
         .agg(count())
     ),

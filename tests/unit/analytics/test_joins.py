@@ -171,7 +171,8 @@ def _exact_count(session: Session, text: str) -> int:
         ("SELECT COUNT(*) FROM orders JOIN customer ON o_cust = c_id AND o_total > who", None),
         ("SELECT COUNT(*) FROM orders JOIN customer ON o_cust = c_id AND o_total > 6", 2),
         ("SELECT COUNT(*) FROM customer JOIN nation ON c_nation = n_key WHERE n_name = 'Y'", 2),
-        ("SELECT COUNT(*) FROM nation LEFT JOIN customer ON n_key = c_nation", 3),
+        ("SELECT COUNT(*) FROM nation JOIN customer ON n_key = c_nation", 3),
+        ("SELECT COUNT(*) FROM nation LEFT JOIN customer ON n_key = c_nation", None),
         ("WITH big AS (SELECT * FROM orders WHERE o_total >= 7) SELECT COUNT(*) FROM big", 2),
         (
             "SELECT COUNT(*) FROM (SELECT o_cust, SUM(l_qty) AS q FROM orders JOIN lines ON "
@@ -211,5 +212,111 @@ def test_using_keeps_one_key_column() -> None:
         assert int(measurement.bounding(engine)[0].to_pandas()["__dpkit_o0"].sum()) == 1  # type: ignore[misc]
         assert "customer" not in session.explain(query.agg(count()), epsilon=1)
         assert "people.pid" in session.explain(query.agg(count()), epsilon=1)
+    finally:
+        session.close()
+
+
+# ---------------------------------------------------------------- the review's findings
+CHAIN_LINKS = {
+    "orders.o_custkey": "customer.c_custkey",
+    "lineitem.l_orderkey": "orders.o_orderkey",
+    "ship.s_linekey": "lineitem.l_linekey",
+}
+
+
+def _chain(with_two: bool) -> dict[str, pd.DataFrame]:
+    """Order 10 belongs to customers 1 and 2; line 500 is under order 10 and under order 20
+    (customer 1); a shipment of line 500 reaches both customers (three links deep)."""
+    customer = pd.DataFrame({"c_custkey": [1, 2]})
+    orders = pd.DataFrame({"o_orderkey": [10, 10, 20, 30], "o_custkey": [1, 2, 1, 2]})
+    lineitem = pd.DataFrame({"l_linekey": [500, 500, 600], "l_orderkey": [10, 20, 30]})
+    ship = pd.DataFrame({"s_linekey": [500, 600], "s_val": [7.0, 8.0]})
+    if not with_two:  # customer 2 with every row reachable from it
+        customer = customer[customer.c_custkey != 2]
+        orders = orders[orders.o_custkey != 2]
+        lineitem = lineitem[~lineitem.l_orderkey.isin([10, 30])]
+        ship = ship[~ship.s_linekey.isin([500, 600])]
+    return {"customer": customer, "orders": orders, "lineitem": lineitem, "ship": ship}
+
+
+def _rows_by_unit(tables: dict[str, pd.DataFrame], links: Any, table: str, engine: str) -> Any:
+    session = Session(tables, "customer.c_custkey", dp.PureDP(1), links=links, engine=engine)
+    try:
+        relation = session._resolve(session.query(table).agg(count()))[4]
+        if engine == "pandas":
+            frame = relation._data()  # type: ignore[attr-defined]
+        else:
+            from sqlglot import exp
+
+            relation._ensure_readable()  # type: ignore[attr-defined]
+            text = exp.select("*").from_(relation._source_sql.copy()).sql("duckdb")  # type: ignore[attr-defined]
+            frame = relation._con.sql(text).df()  # type: ignore[attr-defined]
+    finally:
+        session.close()
+    return sorted(map(tuple, frame.astype(str).values.tolist()))
+
+
+@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+def test_a_row_reaching_two_people_three_links_deep_belongs_to_nobody(engine: str) -> None:
+    full = _rows_by_unit(_chain(True), CHAIN_LINKS, "ship", engine)
+    without_two = _rows_by_unit(_chain(False), CHAIN_LINKS, "ship", engine)
+    mine = [row for row in full if row[-1] == "1.0"]  # customer 1's shipments
+    assert mine == [r for r in without_two if r[-1] == "1.0"]
+    assert all(row[0] != "500" for row in full)  # line 500 reaches customers 1 and 2
+
+
+@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+def test_integer_keys_beyond_2_53_never_put_a_row_in_two_people(engine: str) -> None:
+    import numpy as np
+
+    tables = {
+        "customer": pd.DataFrame({"c_custkey": [1, 2]}),
+        "orders": pd.DataFrame(
+            {"o_orderkey": np.array([2**53, 2**53 + 1], dtype="int64"), "o_custkey": [1, 2]}
+        ),
+        "lineitem": pd.DataFrame({"l_orderkey": [float(2**53)], "l_id": [1]}),
+    }
+    links = {"orders.o_custkey": "customer.c_custkey", "lineitem.l_orderkey": "orders.o_orderkey"}
+    assert _rows_by_unit(tables, links, "lineitem", engine) == []  # two people: nobody's
+
+
+def test_reserved_column_names_are_refused_in_every_table() -> None:
+    bad = CUSTOMER.assign(__dpkit_unit=[1, 2, 3])
+    with pytest.raises(InvalidParameterError, match="__dpkit_unit"):
+        _session().close()
+        Session({"customer": bad, "orders": ORDERS, "lines": LINES}, "customer.c_id",
+                dp.PureDP(1), links=LINKS)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # after a LEFT JOIN, the right side's unit column may be NULL: not the person
+        (
+            "SELECT COUNT(*) FROM (SELECT o_cust, COUNT(*) AS n FROM customer LEFT JOIN "
+            "orders ON c_id = o_cust GROUP BY o_cust) AS s",
+            "privacy unit",
+        ),
+        # a bare name three tables have is ambiguous, as in SQL
+        (
+            "SELECT COUNT(*) FROM customer c JOIN orders o ON c.c_id = o.o_cust "
+            "JOIN lines l ON l.l_order = o.o_id WHERE flag = 1",
+            "ambiguous",
+        ),
+        # c_id here would be lines' own column: not the person
+        ("SELECT COUNT(DISTINCT c_id) FROM lines", "person"),
+    ],
+)
+def test_the_review_s_silent_answers_are_refused(text: str, said: str) -> None:
+    flagged = {
+        "customer": CUSTOMER.assign(flag=1),
+        "orders": ORDERS.assign(flag=1),
+        "lines": LINES.assign(flag=1, c_id=1),
+    }
+    session = Session(flagged, "customer.c_id", dp.PureDP(1), links=LINKS, engine="pandas")
+    try:
+        with pytest.raises(UnsupportedQueryError, match=said):
+            session.evaluate_sql(text, max_rows=5, epsilon=1)
+        assert session.spent == dp.PureDP(0)
     finally:
         session.close()
