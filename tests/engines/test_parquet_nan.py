@@ -31,7 +31,7 @@ def test_a_parquet_nan_is_skipped_not_an_error(engine: str, tmp_path: Path) -> N
         )
         rows, total = session.engine.run(compiled.plans[0]).to_pandas().values.tolist()[0]
         assert int(rows) == 4
-        assert int(total) == 13 * 2**int(-compiled.plans[0].values[0].exponent)
+        assert int(total) == 13 * 2 ** int(-compiled.plans[0].values[0].exponent)
         session.evaluate(query, epsilon=1)  # released, not a charged failure
     finally:
         session.close()

@@ -543,9 +543,7 @@ class Session:
     def _sql_query(
         self, parsed: Any, keys: Mapping[str, Any] | None, bounds: Bounding | None = None
     ) -> Query:
-        if self.catalog is not None and any(
-            isinstance(a, CountUnits) for a in parsed.aggregations
-        ):
+        if self.catalog is not None and any(isinstance(a, CountUnits) for a in parsed.aggregations):
             self._check_distinct_unit(parsed)
         if parsed.relation is not None:
             base = Query(parsed.relation)
