@@ -24,6 +24,7 @@ import dpkit as dp
 from dpkit.analytics import Session, workload
 from dpkit.analytics import sum as dp_sum
 from dpkit.analytics._planner import MAX_ROWS_FOR_INTERVALS, SumGrid, sum_grid
+from dpkit.noise import insecure_deterministic_seed
 
 
 def test_sum_interval_covers_the_accumulated_rounding() -> None:
@@ -85,7 +86,10 @@ def test_workload_of_sums_covers_the_rounding() -> None:
         .group_by("k", keys=["a", "b"])
         .agg(workload([[1, 1], [1, -1]], "w", column="v", bounds=(0, 1)))
     )
-    release = session.evaluate(query, epsilon=5)
+    # Seeded: a 95 % interval misses the truth 5 % of the time by design (one such miss failed
+    # the clean-clone CI); the point here is that the rounding is inside the interval.
+    with insecure_deterministic_seed(3):
+        release = session.evaluate(query, epsilon=5)
     table = release["w"]
     assert table["low"][0] <= 0.3 * n <= table["high"][0]
     assert table["low"][1] <= 0.0 <= table["high"][1]
