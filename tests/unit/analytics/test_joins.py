@@ -320,3 +320,33 @@ def test_the_review_s_silent_answers_are_refused(text: str, said: str) -> None:
         assert session.spent == dp.PureDP(0)
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+def test_unit_ids_beyond_2_53_are_one_unit_wherever_they_meet(engine: str) -> None:
+    """Customers 2^53 and 2^53 + 1 (int64) and an order of customer 2^53 written as a float:
+    the join compares them as doubles, so the units must be doubles too, or the one order would
+    be a row of two units."""
+    import numpy as np
+
+    tables = {
+        "customer": pd.DataFrame({"c_custkey": np.array([2**53, 2**53 + 1], dtype="int64")}),
+        "orders": pd.DataFrame({"o_orderkey": [10], "o_custkey": [float(2**53)]}),
+    }
+    links = {"orders.o_custkey": "customer.c_custkey"}
+    session = Session(tables, "customer.c_custkey", dp.PureDP(1), links=links, engine=engine)
+    try:
+        query = session.query("customer").join("orders", on=("c_custkey", "o_custkey"))
+        relation = session._resolve(query.agg(count()))[4]
+        if engine == "pandas":
+            frame = relation._data()  # type: ignore[attr-defined]
+        else:
+            from sqlglot import exp
+
+            relation._ensure_readable()  # type: ignore[attr-defined]
+            text = exp.select("*").from_(relation._source_sql.copy()).sql("duckdb")  # type: ignore[attr-defined]
+            frame = relation._con.sql(text).df()  # type: ignore[attr-defined]
+    finally:
+        session.close()
+    units_of_order = set(frame.loc[frame["o_orderkey"] == 10, "__dpkit_unit"].tolist())
+    assert len(units_of_order) == 1, units_of_order

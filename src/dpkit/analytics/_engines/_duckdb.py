@@ -46,13 +46,10 @@ from dpkit.analytics._engines._heavy import (
 )
 from dpkit.analytics._engines._relation import Relation, sql_relation, sql_steps
 from dpkit.analytics._engines._sql import (
-    _select,
     build_query,
-    expr_compiler,
     ident,
     source_select,
     sql_text,
-    step_levels,
 )
 from dpkit.analytics._expr import ColumnKind
 from dpkit.errors import InvalidDataError
@@ -302,11 +299,9 @@ class DuckDBEngine:
         bounding reads them several times; the joins would otherwise run each time). The same
         rows, so the same result."""
         needed = plan_columns(plan)
-        compiler = expr_compiler(dict(self._schema), set(self._floats), {}, "duckdb")
-        current = source_select(self._source_sql.copy(), self._columns, {}, "duckdb")
-        for expressions, where in step_levels(plan.steps, compiler, self._columns):
-            node = _select(*expressions).from_(current.subquery("__s", copy=False), copy=False)
-            current = node if where is None else node.where(where, copy=False)
+        source = source_select(self._source_sql.copy(), self._columns, {}, "duckdb")
+        steps = sql_steps("duckdb", set(self._floats))
+        current, _ = steps(source, plan.steps, self._columns, self._schema)
         rows = exp.select(*(exp.column(c, quoted=True) for c in needed)).from_(
             current.subquery("__s", copy=False)
         )

@@ -182,12 +182,14 @@ def relation_kinds(
 # ---------------------------------------------------------------------------------------- SQL
 def sql_steps(
     dialect: Dialect,
+    float_columns: set[str] | None = None,
 ) -> Callable[
     [exp.Select, Sequence[Step], Sequence[str], Mapping[str, ColumnKind]],
     tuple[exp.Select, dict[str, ColumnKind]],
 ]:
-    """The steps of a :class:`Steps` node as SELECTs over the child's (engines' shared step
-    compiler; every numeric column is read as one that may hold NaN, which is always sound)."""
+    """Steps as SELECTs over a relation's (the engines' shared step compiler). The columns that
+    may hold NaN are ``float_columns`` when the engine knows them, else every numeric column
+    (always sound: reading NaN as NULL leaves other numbers unchanged)."""
 
     def build(
         select: exp.Select,
@@ -195,7 +197,11 @@ def sql_steps(
         columns: Sequence[str],
         kinds: Mapping[str, ColumnKind],
     ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-        floats = {c for c, k in kinds.items() if k == "numeric"}
+        floats = (
+            set(float_columns)
+            if float_columns is not None
+            else {c for c, k in kinds.items() if k == "numeric"}
+        )
         compiler = expr_compiler(dict(kinds), floats, {}, dialect)
         current = select
         for expressions, where in step_levels(steps, compiler, columns):
