@@ -55,7 +55,15 @@ from typing import Any
 from dpkit.analytics._engines._base import Step
 from dpkit.analytics._engines._columns import RELATION_UNIT, RESERVED_PREFIX
 from dpkit.analytics._engines._relation import Join as RJoin
-from dpkit.analytics._engines._relation import KeyUnit, Project, Relation, Scan, Steps
+from dpkit.analytics._engines._relation import (
+    KeyUnit,
+    Project,
+    Relation,
+    RowUnit,
+    Scan,
+    Steps,
+    Truncate,
+)
 from dpkit.analytics._engines._relation import PerUnit as RPerUnit
 from dpkit.analytics._expr import (
     Col,
@@ -319,6 +327,9 @@ class Planned:
     unit_equal: set[str] = field(default_factory=set)
     origin: dict[str, tuple[str, str]] = field(default_factory=dict)
     private: bool = False
+    stability: int = 1
+    """After a truncated join: how many rows of the relation one unit changes at most (each
+    row is then its own contribution); 1 for a unit-local relation."""
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -391,6 +402,7 @@ def _steps(planned: Planned, steps: list[Step], kinds: dict[str, ColumnKind]) ->
         planned.unit_equal & set(kinds),
         {k: v for k, v in planned.origin.items() if k in kinds},
         planned.private,
+        planned.stability,
     )
 
 
@@ -407,14 +419,16 @@ def _rename(planned: Planned, mapping: Mapping[str, str]) -> Planned:
         {mapping.get(c, c) for c in planned.unit_equal},
         {mapping.get(c, c): o for c, o in planned.origin.items()},
         planned.private,
+        planned.stability,
     )
     return out
 
 
 class _Planner:
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, max_rows: int | None = None) -> None:
         self.catalog = catalog
         self.references = 0
+        self.max_rows = max_rows
 
     # -- tables ---------------------------------------------------------------------------
     def reach(self, table: str, columns: tuple[str, ...]) -> Relation:
@@ -544,17 +558,29 @@ class _Planner:
                     f"cannot join {a} ({left.kinds[a]}) with {b} ({right.kinds[b]}): the keys "
                     "of an equi-join must be of the same kind"
                 )
-        if (
+        if left.stability > 1 or right.stability > 1:
+            raise UnsupportedQueryError(
+                "the result of a truncated join (a join of private tables with max_per_key) "
+                "cannot be joined again: join public tables to its sides before it"
+            )
+        truncated = (
             left.private
             and right.private
             and not any(self._same_unit(left, a, right, b) for a, b in pairs)
-        ):
+        )
+        if truncated and node.max_per_key is None:
             keys = " AND ".join(f"{a} = {b}" for a, b in node.on)
             raise UnsupportedQueryError(
                 f"the join ON {keys} pairs rows of two private relations by keys that do not "
                 "link them to the same person; join private tables along a declared link "
                 f"({'; '.join(x.render() for x in self.catalog.links.values()) or 'none'}) "
-                f"or on columns equal to the privacy unit ({self.catalog.label})"
+                f"or on columns equal to the privacy unit ({self.catalog.label}), or give "
+                "max_per_key (a truncated join: at most that many rows per key on each side)"
+            )
+        if truncated and self.max_rows is None:
+            raise UnsupportedQueryError(
+                "a truncated join (max_per_key) needs max_rows: the rows each person may bring "
+                "to each side of the join"
             )
         if node.how == "left" and right.private and not left.private:
             raise UnsupportedQueryError(
@@ -597,15 +623,29 @@ class _Planner:
         right = _rename(right, renames_right)
         pairs = [(renames_left.get(a, a), renames_right.get(b, b)) for a, b in pairs]
         on = list(pairs)
-        if left.private and right.private:
+        stability = 1
+        left_node, right_node = left.node, right.node
+        if truncated:
+            assert node.max_per_key is not None and self.max_rows is not None
+            per_left, per_right = node.max_per_key
+            m = self.max_rows
+            left_node = _truncated(left_node, [a for a, _ in pairs], m, per_left, UNIT)
+            right_node = _truncated(right_node, [b for _, b in pairs], m, per_right, _UNIT_RIGHT)
+            # one unit's removal changes each side by at most 2m rows (m of its own, and as
+            # many let in past the per-key cut), each paired with at most the other side's
+            # per-key bound: see docs/joins.md, "Truncated joins"
+            stability = 2 * m * (per_left + per_right)
+        elif left.private and right.private:
             on.append((UNIT, _UNIT_RIGHT))
-        joined = RJoin(left.node, right.node, tuple(on), node.how)
+        joined = RJoin(left_node, right_node, tuple(on), node.how)
         kinds = {**left.kinds, **right.kinds}
         qualifier = {**left.qualifier, **right.qualifier}
         base = {**left.base, **right.base}
         # after a LEFT JOIN the right side's unit columns may be NULL-extended: no longer the
-        # row's unit
+        # row's unit; after a truncated join no column is
         unit_equal = left.unit_equal | (right.unit_equal if node.how == "inner" else set())
+        if truncated:
+            unit_equal = set()
         origin = {**left.origin, **right.origin}
         hidden = {b for _, b in pairs} if node.using else set()
         private = left.private or right.private
@@ -622,6 +662,7 @@ class _Planner:
                 set(unit_equal),
                 dict(origin),
                 private,
+                stability,
             )
             expr = _predicate(self._resolved(node.condition, joined_planned), kinds)
             filtered: Relation = Steps(joined, (Step("filter", expr),), joined.output)
@@ -635,6 +676,7 @@ class _Planner:
             unit_equal & set(visible),
             {c: o for c, o in origin.items() if c in visible},
             private,
+            stability,
         )
         return result
 
@@ -668,6 +710,10 @@ class _Planner:
         if not child.private:
             raise UnsupportedQueryError(
                 "a per-person subquery must read a private table (one with the privacy unit)"
+            )
+        if child.stability > 1:
+            raise UnsupportedQueryError(
+                "a per-person subquery cannot read a truncated join (its rows are not one person's)"
             )
         keys = [child.resolve(k, "keys") for k in node.keys]
         if not set(keys) & child.unit_equal:
@@ -703,17 +749,33 @@ class _Planner:
         )
 
 
-def plan_relation(catalog: Catalog, node: PlanNode) -> Planned:
+def plan_relation(catalog: Catalog, node: PlanNode, max_rows: int | None = None) -> Planned:
     """Plan the relation under a query (see the module docstring); refuses, before anything
     is read, a relation with no private table, an unknown table or column, a join of
-    private relations that would pair rows of different units, keys of different kinds."""
-    planned = _Planner(catalog).plan(node)
+    private relations that would pair rows of different units without ``max_per_key``, keys
+    of different kinds. ``max_rows``: the query's rows per unit, which each side of a truncated
+    join keeps; after one, each row is its own unit (:class:`RowUnit`) and ``stability`` says
+    how many rows one unit changes."""
+    planned = _Planner(catalog, max_rows).plan(node)
     if not planned.private:
         raise UnsupportedQueryError(
             "the query reads public tables only: it needs no privacy budget (query them "
             "directly), and a private table must take part to protect anyone"
         )
+    if planned.stability > 1:
+        planned.node = RowUnit(planned.node, UNIT)
     return planned
+
+
+def _truncated(node: Relation, keys: list[str], max_rows: int, per_key: int, unit: str) -> Relation:
+    """One side of a truncated join: at most ``max_rows`` rows per unit (spread over the join
+    keys), then at most ``per_key`` rows per join key (spread over the units). Both cuts keep
+    rows by an order of each row's own values, so removing one unit's rows changes which rows
+    of others are kept only by letting in one row per row removed."""
+    # a row of no unit takes part in no query (a NULL partition is not cut)
+    owned = Steps(node, (Step("filter", col(unit).is_not_null()),), node.output)
+    per_unit = Truncate(owned, (unit,), max_rows, tuple(keys))
+    return Truncate(per_unit, tuple(keys), per_key, (unit,))
 
 
 def relation_schema(catalog: Catalog, planned: Planned) -> dict[str, ColumnKind]:

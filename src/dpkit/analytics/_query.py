@@ -811,13 +811,18 @@ class Join(Structural):
     how: JoinHow = "inner"
     using: bool = False
     condition: Expr | None = None
+    max_per_key: tuple[int, int] | None = None
 
     def render(self) -> str:
         keys = ", ".join(a if self.using else f"{a} = {b}" for a, b in self.on)
         if self.condition is not None:
             keys += f" and {self.condition.render()}"
         word = "using" if self.using else "on"
-        return f"{self.left.render()}.join({self.right.render()}, {word} {keys}, {self.how})"
+        truncated = "" if self.max_per_key is None else f", max_per_key={self.max_per_key}"
+        return (
+            f"{self.left.render()}.join({self.right.render()}, {word} {keys}, {self.how}"
+            f"{truncated})"
+        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -960,6 +965,26 @@ def _unknown_aggregation(agg: object) -> InvalidParameterError:
     )
 
 
+MAX_PER_KEY = 10**6
+"""The largest per-key truncation bound of a truncated join."""
+
+
+def check_max_per_key(value: object) -> tuple[int, int] | None:
+    """``max_per_key`` as ``(left, right)``: whole numbers in [1, 10^6] (None: not given)."""
+    if value is None:
+        return None
+    pair = value if isinstance(value, tuple) and len(value) == 2 else (value, value)
+    allowed = f"a whole number in [1, {MAX_PER_KEY}] or a pair (left, right) of them"
+    out: list[int] = []
+    for item in pair:
+        if isinstance(item, bool) or not isinstance(item, int | np.integer):
+            raise InvalidParameterError("max_per_key", value, allowed)
+        if not 1 <= int(item) <= MAX_PER_KEY:
+            raise InvalidParameterError("max_per_key", value, allowed)
+        out.append(int(item))
+    return out[0], out[1]
+
+
 def _join_keys(on: object) -> tuple[tuple[tuple[str, str], ...], bool]:
     """``on`` as (left, right) column pairs, and whether it named each key once (USING)."""
     items: list[object] = list(on) if isinstance(on, list) else [on]
@@ -1046,7 +1071,14 @@ class Query(Structural):
             self, bounding=self.bounding.merged(Bounding(max_rows, max_groups, max_rows_per_group))
         )
 
-    def join(self, other: Query | str, on: object, how: str = "inner") -> Query:
+    def join(
+        self,
+        other: Query | str,
+        on: object,
+        how: str = "inner",
+        *,
+        max_per_key: int | tuple[int, int] | None = None,
+    ) -> Query:
         """Join another table of the session (by name) or query (an equi-join).
 
         Args:
@@ -1056,6 +1088,12 @@ class Query(Structural):
                 a list of such, a pair ``("l_orderkey", "o_orderkey")`` (left column, right
                 column) or a list of pairs.
             how: ``"inner"`` or ``"left"`` (every left row, with NULLs when nothing matches).
+            max_per_key: for a join of two private relations on keys that do not link them to
+                the same person (a *truncated join*): keep at most this many rows per key value
+                on each side (one number, or ``(left, right)``). Each side first keeps at most
+                the query's ``max_rows`` rows per person. One person then changes at most
+                ``2 * max_rows * (left + right)`` rows of the result, and the query is
+                calibrated for that many (see docs/joins.md). Not used by other joins.
 
         Joins are planned by :mod:`dpkit.analytics._joins`: each row of the result belongs to
         one privacy unit, and contribution bounding (``max_rows``, ``max_groups``) applies
@@ -1072,7 +1110,8 @@ class Query(Structural):
                 "how", how, "'inner' or 'left'", "Right, full and cross joins are not supported."
             )
         pairs, using = _join_keys(on)
-        joined = Join(self._open(), right.plan, pairs, how, using)  # type: ignore[arg-type]
+        per_key = check_max_per_key(max_per_key)
+        joined = Join(self._open(), right.plan, pairs, how, using, None, per_key)  # type: ignore[arg-type]
         return replace(self, plan=joined, bounding=self.bounding.merged(right.bounding))
 
     def alias(self, name: str) -> Query:

@@ -52,9 +52,19 @@ from dpkit.analytics._planner._measurement import (
     as_charged_for,
     make_query_measurement,
 )
-from dpkit.analytics._query import Bounding, CountUnits, PlanNode, Query, Source, count
+from dpkit.analytics._query import (
+    Aggregate,
+    Bounding,
+    CountUnits,
+    Join,
+    PlanNode,
+    Query,
+    Source,
+    check_max_per_key,
+    count,
+)
 from dpkit.analytics._results import TableRelease
-from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, group_share
 from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
 from dpkit.ledger import Ledger
 from dpkit.noise import random_words
@@ -223,6 +233,24 @@ def _magnitude_penalty(edges: tuple[float, ...]) -> list[Fraction]:
         else:
             out.append(_PENALTY_PER_DOUBLING * (abs(int(np.log2(abs(edge)))) + 1))
     return out
+
+
+_SHRINKS = 24
+"""How many times a truncated join's per-row budget is shrunk (by 4/5) to fit the budget."""
+
+
+def _with_max_per_key(node: PlanNode, per_key: tuple[int, int] | None) -> PlanNode:
+    """``node`` with ``max_per_key`` on each of its joins (None: as is)."""
+    if per_key is None:
+        return node
+    changes = {
+        name: _with_max_per_key(getattr(node, name), per_key)
+        for name in ("child", "left", "right")
+        if isinstance(getattr(node, name, None), PlanNode)
+    }
+    if isinstance(node, Join):
+        changes["max_per_key"] = per_key  # type: ignore[assignment]
+    return replace(cast(Any, node), **changes) if changes else node
 
 
 def _rebuilt(chain: list[PlanNode], root: PlanNode) -> PlanNode:
@@ -449,15 +477,39 @@ class Session:
                 "session over several tables, Session({name: source, ...}, "
                 "privacy_unit='table.column', links=..., public=...)"
             )
-        planned = plan_relation(self.catalog, root)
+        aggregate = next((n for n in chain if isinstance(n, Aggregate)), None)
+        bounding = self.defaults.merged(aggregate.bounding if aggregate else Bounding())
+        planned = plan_relation(self.catalog, root, bounding.max_rows)
         assert self.tables is not None
+        qualified = qualify_chain(chain, planned)
+        label = self.catalog.label
+        if planned.stability > 1:
+            # each row of a truncated join is its own contribution: one row per "unit", and
+            # one unit of the tables is planned.stability of those (see _joins)
+            qualified = [
+                replace(n, bounding=Bounding(max_rows=1)) if isinstance(n, Aggregate) else n
+                for n in qualified
+            ]
+            label = (
+                f"one row of the truncated join (one {label} changes at most {planned.stability})"
+            )
         return (
-            replace(query, plan=_rebuilt(qualify_chain(chain, planned), Source())),
+            replace(query, plan=_rebuilt(qualified, Source())),
             relation_schema(self.catalog, planned),
             UNIT,
-            self.catalog.label,
+            label,
             self.tables.relation(planned.node),
         )
+
+    def _stability(self, query: Query) -> int:
+        """How many units of the relation one unit of the tables is (a truncated join: the
+        rows one unit changes; otherwise 1). Reads the declared schemas only."""
+        if self.catalog is None:
+            return 1
+        chain, root = split_relation(query.plan)
+        aggregate = next((n for n in chain if isinstance(n, Aggregate)), None)
+        bounding = self.defaults.merged(aggregate.bounding if aggregate else Bounding())
+        return plan_relation(self.catalog, root, bounding.max_rows).stability
 
     # ------------------------------------------------------------------ queries
     def query(self, table: str | None = None) -> Query:
@@ -477,6 +529,7 @@ class Session:
         max_rows: int | None = None,
         max_groups: int | None = None,
         max_rows_per_group: int | None = None,
+        max_per_key: int | tuple[int, int] | None = None,
     ) -> Query:
         """A query from SQL text (not yet answered: pass it to :meth:`evaluate`).
 
@@ -487,7 +540,9 @@ class Session:
         ``GROUP BY`` are chosen privately (which needs a δ). ``HAVING``, ``ORDER BY`` and
         ``LIMIT`` post-process a release: use :meth:`evaluate_sql` for them. ``max_rows``,
         ``max_groups``, ``max_rows_per_group``: the query's contribution bounds (default: the
-        session's).
+        session's). ``max_per_key``: makes every join of private tables on keys that do not
+        link them to one person a truncated join (see :meth:`Query.join
+        <dpkit.analytics.Query.join>`).
 
         Example:
             >>> import pandas as pd, dpkit as dp
@@ -504,7 +559,8 @@ class Session:
                 "HAVING, ORDER BY and LIMIT post-process a release: use "
                 "session.evaluate_sql(text, epsilon=...) for them"
             )
-        return self._sql_query(parsed, keys, Bounding(max_rows, max_groups, max_rows_per_group))
+        bounds = Bounding(max_rows, max_groups, max_rows_per_group)
+        return self._sql_query(parsed, keys, bounds, max_per_key)
 
     def evaluate_sql(
         self,
@@ -514,6 +570,7 @@ class Session:
         max_rows: int | None = None,
         max_groups: int | None = None,
         max_rows_per_group: int | None = None,
+        max_per_key: int | tuple[int, int] | None = None,
         **budget: Any,
     ) -> TableRelease:
         """Answer SQL text (see :meth:`sql`), then apply its ``HAVING``, ``ORDER BY`` and
@@ -523,7 +580,7 @@ class Session:
 
         parsed = self._parse_sql(text)
         bounds = Bounding(max_rows, max_groups, max_rows_per_group)
-        query = self._sql_query(parsed, keys, bounds)
+        query = self._sql_query(parsed, keys, bounds, max_per_key)
         check_released(parsed, self._resolve(query)[1])  # before anything is reserved
         release: TableRelease = post_process(self.evaluate(query, **budget), parsed)
         return release
@@ -541,12 +598,19 @@ class Session:
         )
 
     def _sql_query(
-        self, parsed: Any, keys: Mapping[str, Any] | None, bounds: Bounding | None = None
+        self,
+        parsed: Any,
+        keys: Mapping[str, Any] | None,
+        bounds: Bounding | None = None,
+        max_per_key: object = None,
     ) -> Query:
         if self.catalog is not None and any(isinstance(a, CountUnits) for a in parsed.aggregations):
             self._check_distinct_unit(parsed)
+        per_key = check_max_per_key(max_per_key)
+        if per_key is not None and parsed.relation is None:
+            raise InvalidParameterError("max_per_key", max_per_key, "only with a JOIN")
         if parsed.relation is not None:
-            base = Query(parsed.relation)
+            base = Query(_with_max_per_key(parsed.relation, per_key))
         elif self.catalog is not None:
             if parsed.source is None:
                 raise UnsupportedQueryError(
@@ -629,22 +693,36 @@ class Session:
         budget = _query_budget(epsilon, delta, rho, loss)
         try:
             single, schema, unit, label, _ = self._resolve(query)
-            compiled = compile_query(
-                single,
-                schema,
-                unit,
-                budget,
-                mechanism=mechanism,
-                defaults=self.defaults,
-                unit_label=label,
-                source_text=self._source_text(query),
-            )
-            return make_query_measurement(
-                compiled,
-                schema,
-                unit,
-                as_charged_for(_charged_delta(delta, loss)),
-                alpha,
+            stability = self._stability(query)
+            scale = Fraction(1)
+            for _ in range(_SHRINKS):
+                compiled = compile_query(
+                    single,
+                    schema,
+                    unit,
+                    budget if stability == 1 else group_share(budget, stability, scale),
+                    mechanism=mechanism,
+                    defaults=self.defaults if stability == 1 else Bounding(),
+                    unit_label=label,
+                    source_text=self._source_text(query),
+                )
+                measurement = make_query_measurement(
+                    compiled,
+                    schema,
+                    unit,
+                    as_charged_for(_charged_delta(delta, loss)),
+                    alpha,
+                    stability,
+                )
+                # one unit of the tables is `stability` rows of a truncated join: the charge
+                # is the group loss, which must fit the budget (a Gaussian release asked for
+                # with (ε, δ) converts after the group step: shrink until it fits)
+                if stability == 1 or measurement.map(1) <= budget:
+                    return measurement
+                scale *= Fraction(4, 5)
+            raise UnsupportedQueryError(
+                f"one person changes up to {stability} rows of the truncated join: no "
+                f"calibration fits the budget {budget}; lower max_rows or max_per_key"
             )
         except DPError:
             raise

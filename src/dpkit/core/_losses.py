@@ -41,6 +41,7 @@ __all__ = [
     "PureDP",
     "compose",
     "group_privacy",
+    "group_share",
     "parallel",
 ]
 
@@ -288,6 +289,21 @@ def group_privacy(loss: PrivacyLoss, units: Number) -> PrivacyLoss:
     if group_delta >= 1:
         raise vacuous
     return ApproxDP(k * epsilon, group_delta)
+
+
+def group_share(budget: PrivacyLoss, units: int, scale: Fraction = Fraction(1)) -> PrivacyLoss:
+    """A loss per unit whose :func:`group_privacy` at ``units`` fits ``budget``: ε/k, ρ/k², or
+    (ε/k, δ/(2k·e^ε)) (the group δ sums k terms of at most e^ε each). ``scale`` (in (0, 1])
+    shrinks ε or ρ further (for callers that compose the per-unit loss again before the group
+    step and must check the result against ``budget``)."""
+    if units < 1:
+        raise InvalidParameterError("units", units, "a whole number of privacy units >= 1")
+    if isinstance(budget, PureDP):
+        return PureDP(budget.epsilon * scale / units)
+    if isinstance(budget, ZCDP):
+        return ZCDP(budget.rho * scale / units**2)
+    delta = budget.delta / (2 * units * exp_upper(budget.epsilon)) if units > 1 else budget.delta
+    return ApproxDP(budget.epsilon * scale / units, delta)
 
 
 def _fmt(x: Fraction) -> str:

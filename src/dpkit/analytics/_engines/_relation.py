@@ -18,6 +18,14 @@ by the planner), and every engine computes the same multiset of rows:
   nothing). A row belongs to a unit when its range is one unit; a key whose rows reach several
   units gives the rows that reach the unit through it none (see :mod:`dpkit.analytics._joins`
   for why this keeps each unit's rows its own).
+* :class:`Truncate` — at most ``limit`` rows per value of the partition columns (compared as
+  join keys compare them; rows with a NULL partition value are all kept), the first in a fixed
+  order that depends on each row's own values only: the *scrambled* columns first (a number
+  ``x`` as ``fmod(x * 0.6180339887498949, 1)``, text as its md5, so the rows kept are spread
+  over the values rather than the smallest ones), then every column (NULL, and NaN, first).
+  Rows equal in every column are interchangeable, so every engine keeps the same multiset.
+* :class:`RowUnit` — the child with its ``unit`` column replaced by a number distinct for each
+  row (after a truncated join, each row is its own contribution).
 * :class:`PerUnit` — an exact aggregate per group of the child (``GROUP BY``), whose keys hold
   the unit: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT col)``, ``SUM``, ``MIN``, ``MAX``,
   ``AVG``. ``SUM`` of an empty (or all-NULL) group is NULL, as in SQL. Sums and averages are
@@ -31,6 +39,7 @@ planner's, in :mod:`dpkit.analytics._joins`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -49,8 +58,10 @@ __all__ = [
     "PerUnit",
     "Project",
     "Relation",
+    "RowUnit",
     "Scan",
     "Steps",
+    "Truncate",
     "pandas_relation",
     "relation_kinds",
     "sql_relation",
@@ -145,7 +156,35 @@ class PerUnit(Structural):
         return (*self.keys, *(name for name, _, _ in self.aggregates))
 
 
-Relation: TypeAlias = Scan | Project | Steps | Join | KeyUnit | PerUnit
+@dataclass(frozen=True, slots=True, eq=False)
+class Truncate(Structural):
+    """At most ``limit`` rows of ``child`` per value of ``partition`` (a NULL value: no
+    limit), the first in the order of ``scramble`` (each column scrambled) then of every
+    column (see the module docstring)."""
+
+    child: Relation
+    partition: tuple[str, ...]
+    limit: int
+    scramble: tuple[str, ...]
+
+    @property
+    def output(self) -> tuple[str, ...]:
+        return self.child.output
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RowUnit(Structural):
+    """``child`` with column ``unit`` holding a number distinct for each row."""
+
+    child: Relation
+    unit: str
+
+    @property
+    def output(self) -> tuple[str, ...]:
+        return self.child.output
+
+
+Relation: TypeAlias = Scan | Project | Steps | Join | KeyUnit | PerUnit | Truncate | RowUnit
 
 
 def relation_kinds(
@@ -167,6 +206,10 @@ def relation_kinds(
     if isinstance(node, Join):
         return {**relation_kinds(node.left, tables), **relation_kinds(node.right, tables)}
     child = relation_kinds(node.child, tables)
+    if isinstance(node, Truncate):
+        return child
+    if isinstance(node, RowUnit):
+        return {**child, node.unit: "numeric"}
     if isinstance(node, KeyUnit):
         return {
             node.key_out: child[node.key],
@@ -246,13 +289,17 @@ def sql_relation(
     source: Callable[[str], tuple[exp.Select, Mapping[str, ColumnKind]]],
     steps: Callable[[exp.Select, Sequence[Step], Sequence[str], Mapping[str, ColumnKind]], Any],
     keys: Callable[[KeyUnit, exp.Select], exp.Select] | None = None,
+    dialect: Dialect = "duckdb",
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
     """The relation as one SELECT (and its columns' kinds).
 
     ``source(table)`` gives a table's typed SELECT and kinds; ``steps(select, steps, columns,
     kinds)`` the SELECT of steps over a relation (the engine's own step compiler); ``keys(node,
     select)``, when given, what to read for a :class:`KeyUnit` whose SELECT is ``select`` (an
-    engine may compute it once and read the result)."""
+    engine may compute it once and read the result); ``dialect``: the SQL engine (a
+    :class:`RowUnit` numbers rows in the engine's own way)."""
+    if isinstance(node, Truncate | RowUnit):
+        return _sql_truncate(node, source, steps, keys, dialect)
     if isinstance(node, Scan):
         select, kinds = source(node.table)
         inner = select.subquery("__t", copy=False)
@@ -261,7 +308,7 @@ def sql_relation(
         ).from_(inner)
         return out, {dst: kinds[src] for src, dst in node.columns}
     if isinstance(node, Project):
-        child, kinds = sql_relation(node.child, source, steps, keys)
+        child, kinds = sql_relation(node.child, source, steps, keys, dialect)
         inner = child.subquery("__p", copy=False)
         out = exp.select(
             *(
@@ -275,15 +322,15 @@ def sql_relation(
         ).from_(inner)
         return out, {dst: kinds[src] for src, dst in node.columns}
     if isinstance(node, Steps):
-        child, kinds = sql_relation(node.child, source, steps, keys)
+        child, kinds = sql_relation(node.child, source, steps, keys, dialect)
         select, new_kinds = steps(child, node.steps, node.child.output, kinds)
         return select, {c: new_kinds[c] for c in node.output}
     if isinstance(node, Join):
-        return _sql_join(node, source, steps, keys)
+        return _sql_join(node, source, steps, keys, dialect)
     if isinstance(node, KeyUnit):
-        select, kinds = _sql_key_unit(node, source, steps, keys)
+        select, kinds = _sql_key_unit(node, source, steps, keys, dialect)
         return (select if keys is None else keys(node, select)), kinds
-    return _sql_per_unit(node, source, steps, keys)
+    return _sql_per_unit(node, source, steps, keys, dialect)
 
 
 _Source = Callable[[str], tuple[exp.Select, Mapping[str, ColumnKind]]]
@@ -292,10 +339,10 @@ _Keys = Callable[[KeyUnit, exp.Select], exp.Select] | None
 
 
 def _sql_join(
-    node: Join, source: _Source, steps: _StepsSQL, keys: _Keys
+    node: Join, source: _Source, steps: _StepsSQL, keys: _Keys, dialect: Dialect
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    left, lk = sql_relation(node.left, source, steps, keys)
-    right, rk = sql_relation(node.right, source, steps, keys)
+    left, lk = sql_relation(node.left, source, steps, keys, dialect)
+    right, rk = sql_relation(node.right, source, steps, keys, dialect)
     conditions = [
         exp.EQ(this=_key(_col(a, "__l"), lk[a]), expression=_key(_col(b, "__r"), rk[b]))
         for a, b in node.on
@@ -318,9 +365,9 @@ def _sql_join(
 
 
 def _sql_key_unit(
-    node: KeyUnit, source: _Source, steps: _StepsSQL, keys: _Keys
+    node: KeyUnit, source: _Source, steps: _StepsSQL, keys: _Keys, dialect: Dialect
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    child, kinds = sql_relation(node.child, source, steps, keys)
+    child, kinds = sql_relation(node.child, source, steps, keys, dialect)
     key = _key(_col(node.key, "__c"), kinds[node.key])
     lo, hi = _col(node.lo, "__c"), _col(node.hi, "__c")
     out = (
@@ -341,9 +388,9 @@ def _sql_key_unit(
 
 
 def _sql_per_unit(
-    node: PerUnit, source: _Source, steps: _StepsSQL, keys: _Keys
+    node: PerUnit, source: _Source, steps: _StepsSQL, keys: _Keys, dialect: Dialect
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    child, kinds = sql_relation(node.child, source, steps, keys)
+    child, kinds = sql_relation(node.child, source, steps, keys, dialect)
     items: list[exp.Expr] = [_col(k, "__c") for k in node.keys]
     out_kinds: dict[str, ColumnKind] = {k: kinds[k] for k in node.keys}
     for name, function, column in node.aggregates:
@@ -369,6 +416,65 @@ def _sql_per_unit(
     if node.keys:
         grouped = grouped.group_by(*(_col(k, "__c") for k in node.keys))
     return grouped, out_kinds
+
+
+GOLDEN = 0.6180339887498949
+"""A row's scrambled number ``x`` is ``fmod(x * GOLDEN, 1)`` (exact IEEE operations: every
+engine computes the same double)."""
+
+
+def _scrambled(value: exp.Expr, kind: ColumnKind | None) -> exp.Expr:
+    """A column's value as a truncation orders rows first (see :class:`Truncate`)."""
+    if kind == "numeric":
+        double = _key(value, kind)
+        product = exp.Mul(this=double, expression=exp.cast(exp.Literal.number(GOLDEN), "DOUBLE"))
+        return exp.Mod(
+            this=exp.Paren(this=product), expression=exp.cast(exp.Literal.number(1), "DOUBLE")
+        )
+    if kind == "string":
+        return exp.MD5(this=value)
+    return value
+
+
+def _sql_truncate(
+    node: Truncate | RowUnit, source: _Source, steps: _StepsSQL, keys: _Keys, dialect: Dialect
+) -> tuple[exp.Select, dict[str, ColumnKind]]:
+    child, kinds = sql_relation(node.child, source, steps, keys, dialect)
+    inner = child.subquery("__c", copy=False)
+    names = node.child.output
+    if isinstance(node, RowUnit):
+        number: exp.Expr = (
+            exp.Anonymous(this="monotonically_increasing_id", expressions=[])
+            if dialect == "spark"
+            else exp.Window(this=exp.RowNumber())
+        )
+        items = [
+            exp.alias_(number, c, quoted=True) if c == node.unit else _col(c, "__c") for c in names
+        ]
+        return exp.select(*items).from_(inner), {**kinds, node.unit: "numeric"}
+    order = [_scrambled(_col(c, "__c"), kinds[c]) for c in node.scramble]
+    order += [_nan_null(_col(c, "__c"), kinds[c]) for c in names]
+    partition = [_key(_col(c, "__c"), kinds[c]) for c in node.partition]
+    rank = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=partition,
+        order=exp.Order(expressions=[exp.Ordered(this=o, nulls_first=True) for o in order]),
+    )
+    ranked = exp.select(
+        *(_col(c, "__c") for c in names), exp.alias_(rank, "__rank", quoted=True)
+    ).from_(inner)
+    keep: exp.Expr = exp.LTE(this=_col("__rank", "__k"), expression=exp.Literal.number(node.limit))
+    for c in node.partition:
+        keep = exp.Or(
+            this=keep,
+            expression=exp.Is(this=_key(_col(c, "__k"), kinds[c]), expression=exp.Null()),
+        )
+    out = (
+        exp.select(*(_col(c, "__k") for c in names))
+        .from_(ranked.subquery("__k", copy=False))
+        .where(keep)
+    )
+    return out, dict(kinds)
 
 
 # ------------------------------------------------------------------------------------- pandas
@@ -465,7 +571,55 @@ def pandas_relation(
             }
         )
     child = pandas_relation(node.child, source, steps)
+    if isinstance(node, RowUnit):
+        return child.assign(**{node.unit: np.arange(len(child), dtype=np.int64)})
+    if isinstance(node, Truncate):
+        return _truncated(child, node)
     return _per_unit(child, node)
+
+
+def _scramble_values(series: pd.Series) -> Any:
+    """:func:`_scrambled` in numpy: a number as ``fmod(x * GOLDEN, 1)``, text as its md5."""
+    if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
+        return np.fmod(_as_double(series).to_numpy() * GOLDEN, 1.0)
+    if isinstance(series.dtype, pd.StringDtype) or series.dtype == object:
+        texts = series.astype(object)
+        digests = {
+            v: hashlib.md5(str(v).encode("utf-8"), usedforsecurity=False).hexdigest()
+            for v in pd.unique(texts.dropna())
+        }
+        return texts.map(digests).to_numpy()
+    return series.to_numpy()
+
+
+def _truncated(child: pd.DataFrame, node: Truncate) -> pd.DataFrame:
+    """:class:`Truncate` (the reference semantics of :func:`_sql_truncate`)."""
+    child = child.reset_index(drop=True)
+    order = pd.DataFrame(
+        {f"__dpkit_s{i}": _scramble_values(child[c]) for i, c in enumerate(node.scramble)}
+    )
+    for i, c in enumerate(node.output):
+        order[f"__dpkit_o{i}"] = _sortable(child[c]).to_numpy()
+    ranked = order.sort_values(list(order.columns), na_position="first", kind="stable").index
+    keys = pd.DataFrame(
+        {f"__dpkit_p{i}": _merge_key(child[c], child[c]) for i, c in enumerate(node.partition)}
+    )
+    null = _null_keys(keys, list(keys.columns))
+    position = keys.loc[ranked].groupby(list(keys.columns), dropna=True, sort=False).cumcount()
+    rank = np.zeros(len(child), dtype=np.float64)
+    rank[position.index.to_numpy()] = position.to_numpy(dtype=np.float64, na_value=0.0)
+    keep = null | (rank < node.limit)
+    return child[keep].reset_index(drop=True)
+
+
+def _sortable(series: pd.Series) -> pd.Series:
+    """A column as the SQL engines order it in a truncation: NaN as NULL, text by code point,
+    time-zone-aware timestamps as naive UTC."""
+    if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
+        if pd.api.types.is_float_dtype(series.dtype):
+            return _as_double(series)
+        return series
+    return _merge_key(series, series)
 
 
 def _units(series: pd.Series) -> Any:

@@ -64,6 +64,7 @@ class QueryMeasurement(Measurement[Any]):
     bounding: Transformation | None = None
     noisy: Measurement[Any] | None = None
     charge: PrivacyLoss | None = None
+    stability: int = 1
 
     def _parts(self) -> CompiledQuery:
         if self.compiled is None:  # pragma: no cover - built only by make_query_measurement
@@ -101,7 +102,13 @@ class QueryMeasurement(Measurement[Any]):
         mechanisms, the loss split, and the loss the ledger is charged (``map(1)``)."""
         text = self._parts().description
         charge = self.map(1)
-        if charge != self._parts().loss:
+        if self.stability > 1:
+            text += (
+                f"\ncharged to the ledger: {charge} (one person changes at most "
+                f"{self.stability} rows of the truncated join: the loss above for "
+                f"{self.stability} rows, by group privacy)"
+            )
+        elif charge != self._parts().loss:
             text += (
                 f"\ncharged to the ledger: {charge} (the (ε, δ) conversion of "
                 f"{self._parts().loss} at the query's δ)"
@@ -140,6 +147,7 @@ def make_query_measurement(
     unit: str,
     as_charged: Callable[[PrivacyLoss], PrivacyLoss],
     alpha: float = 0.05,
+    stability: int = 1,
 ) -> QueryMeasurement:
     """``bounding >> noise`` for ``compiled``.
 
@@ -149,6 +157,10 @@ def make_query_measurement(
         as_charged: the loss as the ledger is charged (identity, or zCDP -> (ε, δ) at the
             query's δ), applied after group privacy.
         alpha: the confidence level of the released intervals (post-processing).
+        stability: how many units of the compiled relation one unit of the tables is (a
+            truncated join: the rows one unit changes, each its own unit; see
+            :mod:`dpkit.analytics._joins`); the bounding is ``stability``-stable and the
+            charge is the group loss at that distance.
     """
     plans = compiled.plans
     exact_outputs = VectorDomain(AtomDomain("int"))
@@ -158,7 +170,9 @@ def make_query_measurement(
         exact_outputs,
         UnitDistance(unit, bounded=True),
         lambda engine: [_engine(engine).run(plan) for plan in plans],
-        lambda d_in: d_in,  # 1-stable: each unit's rows are bounded by the unit's own hash
+        # 1-stable: each unit's rows are bounded by the unit's own hash (after a truncated
+        # join, one unit of the tables is `stability` units of the relation)
+        lambda d_in: d_in * stability,
         name="contribution bounding",
     )
     per_unit = compiled.loss
@@ -177,6 +191,7 @@ def make_query_measurement(
         d_in=Fraction(1),
     )
     chained = make_chain(bounding, noisy)
+    charge = chained.privacy_map(Fraction(1))  # a truncated join: the group loss
     return QueryMeasurement(
         chained.input_domain,
         chained.input_metric,
@@ -189,6 +204,7 @@ def make_query_measurement(
         bounding=bounding,
         noisy=noisy,
         charge=charge,
+        stability=stability,
     )
 
 
