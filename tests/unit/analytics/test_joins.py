@@ -4,6 +4,7 @@ be planned answer what they say."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import pandas as pd
@@ -350,3 +351,98 @@ def test_unit_ids_beyond_2_53_are_one_unit_wherever_they_meet(engine: str) -> No
         session.close()
     units_of_order = set(frame.loc[frame["o_orderkey"] == 10, "__dpkit_unit"].tolist())
     assert len(units_of_order) == 1, units_of_order
+
+
+# ------------------------------------------------------------------------- truncated joins
+TRUNCATED_SQL = "SELECT COUNT(*) AS n FROM customer a JOIN customer b ON a.c_nation = b.c_nation"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 10**6 + 1, 1.5, True, "2", (1, 2, 3), (1, 0), None])
+def test_max_per_key_is_checked_before_anything_is_read(bad: Any) -> None:
+    session = _session()
+    try:
+        if bad is None:  # not given: the join pairs rows of different people, refused
+            with pytest.raises(UnsupportedQueryError, match="max_per_key"):
+                session.evaluate_sql(TRUNCATED_SQL, epsilon=1)
+        else:
+            with pytest.raises(InvalidParameterError) as caught:
+                session.evaluate_sql(TRUNCATED_SQL, epsilon=1, max_per_key=bad)
+            assert caught.value.parameter == "max_per_key"
+            with pytest.raises(InvalidParameterError):
+                session.query("orders").join("lines", on=("o_total", "l_qty"), max_per_key=bad)
+        assert session.spent == dp.PureDP(0)
+    finally:
+        session.close()
+
+
+def test_truncated_join_refusals_charge_nothing() -> None:
+    session = _session(max_rows=None)
+    try:
+        truncated = session.query("orders").join("lines", on=("o_total", "l_qty"), max_per_key=2)
+        for build in (
+            lambda: truncated.agg(count()),  # no max_rows: the rows each person brings
+            lambda: (
+                truncated.bound(max_rows=2).join("nation", on=("o_total", "n_key")).agg(count())
+            ),
+            lambda: truncated.per_unit("o_cust", n="count").bound(max_rows=2).agg(count()),
+        ):
+            with pytest.raises(UnsupportedQueryError):
+                session.evaluate(build(), epsilon=1)
+        with pytest.raises(InvalidParameterError, match="JOIN"):
+            session.evaluate_sql("SELECT COUNT(*) FROM orders", epsilon=1, max_per_key=2)
+        assert session.spent == dp.PureDP(0)
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(
+    ("budget", "per_row"),
+    [
+        ({"epsilon": 1}, dp.PureDP(Fraction(1, 16))),
+        ({"rho": Fraction(1, 2)}, dp.ZCDP(Fraction(1, 512))),
+    ],
+)
+def test_a_truncated_join_is_calibrated_for_its_stability(budget: Any, per_row: Any) -> None:
+    """max_rows 2, max_per_key (1, 3): one person changes at most 2·2·(1+3) = 16 joined rows.
+    Each row is calibrated for budget/16 (ρ/16²) and the ledger is charged the group loss,
+    exactly the budget: a planner that forgot the stability would charge 16 times too little."""
+    session = _session(max_rows=2, budget=dp.PureDP(10) if "epsilon" in budget else dp.ZCDP(10))
+    try:
+        query = session.sql(TRUNCATED_SQL, max_per_key=(1, 3))
+        measurement = session.compile(query, **budget)
+        assert session._stability(query) == 16
+        assert measurement.split["n"] == per_row
+        expected = dp.PureDP(1) if "epsilon" in budget else dp.ZCDP(Fraction(1, 2))
+        assert measurement.map(1) == expected
+        assert "16 rows" in measurement.explain()
+        session.evaluate(query, **budget)
+        assert session.spent == expected
+    finally:
+        session.close()
+
+
+def test_an_approx_budget_is_never_exceeded_by_a_truncated_join() -> None:
+    session = _session(max_rows=3, budget=dp.ApproxDP(10, Fraction(1, 10**5)))
+    try:
+        query = session.sql(TRUNCATED_SQL, max_per_key=2)
+        for mechanism in ("laplace", "gaussian"):
+            budget = dp.ApproxDP(1, Fraction(1, 10**6))
+            measurement = session.compile(query, loss=budget, mechanism=mechanism)
+            assert measurement.map(1) <= budget
+            assert measurement.map(1).epsilon > Fraction(1, 2)  # not shrunk needlessly
+    finally:
+        session.close()
+
+
+def test_a_link_join_ignores_max_per_key() -> None:
+    """max_per_key only matters where rows of different people pair up: a join along a
+    declared link stays unit-local (stability 1, bounded per person after the join)."""
+    session = _session()
+    try:
+        query = session.sql(
+            "SELECT COUNT(*) FROM orders JOIN lines ON o_id = l_order", max_per_key=1
+        )
+        assert session._stability(query) == 1
+        assert session.compile(query, epsilon=1).map(1) == dp.PureDP(1)
+    finally:
+        session.close()

@@ -441,7 +441,7 @@ def relation_engine(
         members[name] = tables[name]
         return tables[name].typed_select()
 
-    select, _ = sql_relation(node, source, sql_steps("spark"))
+    select, _ = sql_relation(node, source, sql_steps("spark"), dialect="spark")
     first = next(iter(tables.values()))
     session = spark if spark is not None else first._spark
     engine = SparkEngine(session.sql(sql_text(select, "spark")), spark=session)
