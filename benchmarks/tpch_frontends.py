@@ -8,7 +8,8 @@ The CLI time is the whole process (Python start, imports, opening the ledger and
 files, planning, the join and the release); the service time is a request to an in-process
 server (FastAPI's TestClient: routing, JSON, auth, the ledger) after one first, untimed request,
 which opens the analyst's session over the tables and computes the links' key maps (a real
-server keeps them across requests). ``--check`` first runs each query once through the Python
+server keeps them across requests). "API s" is the warm ``Session.evaluate_sql`` of
+benchmarks/tpch.py in the same run. ``--check`` first runs each query once through the Python
 API, the CLI (in process) and the service with the planner's salt fixed, and fails unless the
 three give the same exact (bounded, pre-noise) engine outputs.
 
@@ -35,17 +36,44 @@ ROOT = Path(__file__).resolve().parents[1]
 OFFICER = "officer-token-for-the-tpch-benchmark-0123456789"
 
 
-def tpch() -> Any:
-    """benchmarks/tpch.py as a module (QUERIES, PRIVATE, PUBLIC, LINKS, UNIT, _plain)."""
-    name = "dpkit_bench_tpch"
+def _load(name: str, path: Path) -> Any:
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "tpch.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def tpch() -> Any:
+    """benchmarks/tpch.py as a module (QUERIES, PRIVATE, PUBLIC, LINKS, UNIT, _plain)."""
+    return _load("dpkit_bench_tpch", ROOT / "benchmarks" / "tpch.py")
+
+
+def write_tiny(directory: Path) -> Path:
+    """The tiny TPC-H database of the tests (tests/engines/_tpch_tiny.py) as Parquet files in
+    ``directory``, for fast tests of the front ends."""
+    tiny = _load("dpkit_tests_tpch_tiny", ROOT / "tests" / "engines" / "_tpch_tiny.py")
+    directory.mkdir(parents=True, exist_ok=True)
+    for table, frame in tiny.tables().items():
+        frame.to_parquet(directory / f"{table}.parquet")
+    return directory
+
+
+def python_api(directory: Path, name: str, epsilon: float = 1.0) -> Any:
+    """Query ``name`` through ``Session.evaluate_sql`` over ``directory``'s files (a session
+    of its own)."""
+    bench = tpch()
+    query = bench.QUERIES[name]
+    session = bench._session(directory, "duckdb", epsilon)
+    try:
+        return session.evaluate_sql(
+            query.dp, keys=query.keys or None, max_rows=query.max_rows, epsilon=epsilon
+        )
+    finally:
+        session.close()
 
 
 def keys_flags(keys: dict[str, list[Any]]) -> list[str]:
@@ -101,10 +129,10 @@ def query_body(name: str, epsilon: float = 1.0) -> dict[str, Any]:
     return body
 
 
-def register(client: Any, names: list[str], prefix: str = "") -> str:
-    """Register a dataset per distinct bound of ``names`` and an analyst allowed on each;
-    returns the analyst's token."""
-    auth = {"Authorization": f"Bearer {OFFICER}"}
+def register(client: Any, names: list[str], prefix: str = "", officer: str = OFFICER) -> str:
+    """Register a dataset per distinct bound of ``names`` (the files under ``prefix`` in the
+    data root) and an analyst allowed on each; returns the analyst's token."""
+    auth = {"Authorization": f"Bearer {officer}"}
     bounds = sorted({tpch().QUERIES[n].max_rows for n in names})
     for max_rows in bounds:
         r = client.post("/api/v1/datasets", headers=auth, json=dataset_body(max_rows, prefix))
@@ -166,8 +194,8 @@ def create_budget(ledger: str, dataset: str = "tpch") -> None:
 @contextlib.contextmanager
 def exact_outputs(fixed_salt: bool = True) -> Iterator[list[list[Any]]]:
     """Record the exact engine outputs every release in this process is computed from (one
-    entry per release: each plan's rows, sorted), with the planner's salt fixed so that rows
-    beyond a bound are dropped alike in every front end."""
+    entry per release: each plan's rows, sorted, and the released group keys), with the
+    planner's salt fixed so that rows beyond a bound are dropped alike in every front end."""
     from unittest import mock
 
     from dpkit.analytics._planner import _compile
@@ -177,9 +205,12 @@ def exact_outputs(fixed_salt: bool = True) -> Iterator[list[list[Any]]]:
     original = CompiledQuery.release
 
     def release(self: Any, results: Any, alpha: float = 0.05) -> Any:
+        tables, accuracy = original(self, results, alpha)
         if any(table.num_rows for table in results):  # not the CLI's rehearsal on no rows
-            seen.append([sorted(map(repr, table.to_pylist())) for table in results])
-        return original(self, results, alpha)
+            exact = [sorted(map(repr, table.to_pylist())) for table in results]
+            labels = tables["main"][list(self.keys)].to_dict("records")
+            seen.append([*exact, repr(labels)])  # the group keys as released, with their types
+        return tables, accuracy
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(CompiledQuery, "release", release))
@@ -196,38 +227,23 @@ def check(directory: Path, names: list[str], state: Path) -> None:
     fixed: the same exact outputs, or an error naming the query."""
     from typer.testing import CliRunner
 
-    from dpkit.analytics import Session
     from dpkit.cli import app
 
-    bench = tpch()
     ledger = str(state / "check.sqlite")
     create_budget(ledger)
     with exact_outputs() as seen, service(directory, state / "check") as client:
         token = register(client, names)
-        session = Session(
-            {t: str(directory / f"{t}.parquet") for t in bench.PRIVATE},
-            privacy_unit=bench.UNIT,
-            links=bench.LINKS,
-            public={t: str(directory / f"{t}.parquet") for t in bench.PUBLIC},
-            budget=__import__("dpkit").PureDP(1000),
-        )
-        try:
-            for name in names:
-                query = bench.QUERIES[name]
-                del seen[:]
-                session.evaluate_sql(
-                    query.dp, keys=query.keys or None, max_rows=query.max_rows, epsilon=1
-                )
-                result = CliRunner().invoke(app, cli_args(name, directory, "tpch", ledger))
-                if result.exit_code != 0:
-                    raise RuntimeError(f"dpkit query refused {name}: {result.output[-2000:]}")
-                ask(client, token, name)
-                api, cli, served = seen
-                if not api == cli == served:
-                    raise RuntimeError(f"{name}: the front ends' exact outputs differ")
-                print(f"{name}: the Python API, the CLI and the service agree before noise")
-        finally:
-            session.close()
+        for name in names:
+            del seen[:]
+            python_api(directory, name)
+            result = CliRunner().invoke(app, cli_args(name, directory, "tpch", ledger))
+            if result.exit_code != 0:
+                raise RuntimeError(f"dpkit query refused {name}: {result.output[-2000:]}")
+            ask(client, token, name)
+            api, cli, served = seen
+            if not api == cli == served:
+                raise RuntimeError(f"{name}: the front ends' exact outputs differ")
+            print(f"{name}: the Python API, the CLI and the service agree before noise")
 
 
 def time_cli(directory: Path, name: str, ledger: str) -> float:
@@ -259,18 +275,22 @@ def main() -> None:
         create_budget(ledger)
         print(
             f"TPC-H from {directory}, ε = 1 per query, median of {args.runs} runs: dpkit query "
-            "(whole process), the service (in process, warm) and DuckDB without privacy"
+            "(whole process), the service (in process, warm), the Python API (warm "
+            "Session.evaluate_sql) and DuckDB without privacy"
         )
         head = (
-            f"{'query':6} {'CLI s':>7} {'service s':>10} {'DuckDB s':>9} {'CLI/DuckDB':>11} "
-            f"{'service/DuckDB':>15}"
+            f"{'query':6} {'CLI s':>7} {'service s':>10} {'API s':>7} {'DuckDB s':>9} "
+            f"{'CLI/DuckDB':>11} {'service/DuckDB':>15}"
         )
         print(head)
         print("-" * len(head))
+        session = bench._session(directory, "duckdb", 1.0)
         with service(directory, state) as client:
             token = register(client, args.queries)
             for name in args.queries:
-                _, plain = bench._plain(directory, bench.QUERIES[name].plain)
+                query = bench.QUERIES[name]
+                _, plain = bench._plain(directory, query.plain)
+                python = statistics.median(bench.run_query(session, query, {}, args.runs, 1).times)
                 cli = statistics.median(time_cli(directory, name, ledger) for _ in range(args.runs))
                 ask(client, token, name)  # opens the session, computes the key maps
                 times = []
@@ -280,9 +300,10 @@ def main() -> None:
                     times.append(time.perf_counter() - start)
                 served = statistics.median(times)
                 print(
-                    f"{name:6} {cli:>7.2f} {served:>10.3f} {plain:>9.3f} {cli / plain:>10.1f}x "
-                    f"{served / plain:>14.1f}x"
+                    f"{name:6} {cli:>7.2f} {served:>10.3f} {python:>7.3f} {plain:>9.3f} "
+                    f"{cli / plain:>10.1f}x {served / plain:>14.1f}x"
                 )
+        session.close()
 
 
 if __name__ == "__main__":
