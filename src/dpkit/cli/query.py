@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -366,31 +367,52 @@ def _check_bounds(
         )
 
 
-def _check_request(
-    dataset: str | None,
-    epsilon: float | None,
-    delta: float | None,
-    rho: float | None,
-    max_rows: int | None,
-    max_groups: int | None,
-    max_rows_per_group: int | None,
-    alpha: float,
-    allow_large_delta: bool,
-    unit_form: str,
-) -> PrivacyLoss:
+@dataclass(frozen=True)
+class _Options:
+    """The options of a query answered here (over one file or several tables), as given."""
+
+    dataset: str | None
+    epsilon: float | None
+    delta: float | None
+    rho: float | None
+    max_rows: int | None
+    max_groups: int | None
+    max_rows_per_group: int | None
+    unit: str | None
+    keys: list[str]
+    schema: list[str]
+    ledger: str | None
+    engine: str
+    alpha: float
+    allow_large_delta: bool
+    explain: bool
+
+    @property
+    def bounds(self) -> dict[str, Any]:
+        """The per-person bound, as Session takes it."""
+        return {
+            "max_rows": self.max_rows,
+            "max_groups": self.max_groups,
+            "max_rows_per_group": self.max_rows_per_group,
+        }
+
+
+def _check_request(options: _Options, unit_form: str) -> tuple[str, PrivacyLoss]:
     """The public inputs every local query checks before anything else: the dataset, the loss,
-    the bounds and alpha (``unit_form`` says how the unit is written in the hint)."""
-    if not dataset:
+    the bounds and alpha (``unit_form`` says how the unit is written in the hint). Returns the
+    dataset and the query's loss."""
+    o = options
+    if not o.dataset:
         raise CLIError(
             "give --dataset NAME: the dataset whose budget this query spends",
             "A privacy officer creates it once: dpkit budget create NAME --epsilon E --unit "
             f"{unit_form}; `dpkit budget status` lists the datasets.",
         )
-    query_loss = _query_loss(epsilon, delta, rho, allow_large_delta)
-    _check_bounds(max_rows, max_groups, max_rows_per_group)
-    if not 0 < alpha < 1:
-        raise CLIError(f"--alpha must be in (0, 1) (got {human_number(alpha)})")
-    return query_loss
+    query_loss = _query_loss(o.epsilon, o.delta, o.rho, o.allow_large_delta)
+    _check_bounds(o.max_rows, o.max_groups, o.max_rows_per_group)
+    if not 0 < o.alpha < 1:
+        raise CLIError(f"--alpha must be in (0, 1) (got {human_number(o.alpha)})")
+    return o.dataset, query_loss
 
 
 def _check_file(file: Path, shown: str, prefix: str = "") -> None:
@@ -406,28 +428,22 @@ def _check_file(file: Path, shown: str, prefix: str = "") -> None:
         )
 
 
-def _check_grouping(
-    parsed: ParsedQuery,
-    max_rows: int | None,
-    max_rows_per_group: int | None,
-    keys: list[str],
-    delta: float | None,
-    rho: float | None,
-) -> None:
+def _check_grouping(parsed: ParsedQuery, options: _Options) -> None:
     """The bound and the group keys the parsed query needs, checked before the ledger."""
-    if max_rows is None and (not parsed.group_by or max_rows_per_group is None):
+    o = options
+    if o.max_rows is None and (not parsed.group_by or o.max_rows_per_group is None):
         raise CLIError(
             "--max-groups alone does not bound a person's rows: add --max-rows K"
             + (" (or --max-rows-per-group R)" if parsed.group_by else ""),
             "Rows beyond the bound are dropped (totals undercount); pick what most people "
             "stay within.",
         )
-    if parsed.group_by and not keys and delta in (None, 0) and rho is None:
+    if parsed.group_by and not o.keys and o.delta in (None, 0) and o.rho is None:
         raise CLIError(
             "GROUP BY without --keys finds the groups privately, which needs δ > 0",
             "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
         )
-    check_key_columns(parsed.group_by, keys)
+    check_key_columns(parsed.group_by, o.keys)
 
 
 def _check_all_keys(group_by: tuple[str, ...], key_values: Mapping[str, Any]) -> None:
@@ -479,7 +495,7 @@ def _answer(
     session: Any,
     final: Any,
     query_loss: PrivacyLoss,
-    alpha: float,
+    options: _Options,
     parsed: ParsedQuery,
     label: str,
     where: str,
@@ -495,10 +511,10 @@ def _answer(
 
     # the answer is printed after the commit: rehearse the printing on the empty table first,
     # so a failure there is a refusal, never an answer lost after the charge
-    _rehearse(session, final, query_loss, alpha, parsed, label, where)
+    _rehearse(session, final, query_loss, options.alpha, parsed, label, where)
     progress.update(progress.task_ids[0], description=f"{busy} (budget reserved)", total=None)
     try:
-        release = session.evaluate(final, loss=query_loss, alpha=alpha)
+        release = session.evaluate(final, loss=query_loss, alpha=options.alpha)
         return post_process(release, parsed)  # HAVING, ORDER BY, LIMIT
     except UnreadableDataError:
         what, parts, hint = unreadable
@@ -520,7 +536,8 @@ def _print_answer(
     alerts: list[Any],
     explained: tuple[str, str] | None,
 ) -> None:
-    """Print the answer (after the plan and its note, with ``--explain``), then the alerts."""
+    """Print the answer (after ``explained``: the plan and its note, with ``--explain``), then
+    the alerts."""
     from dpkit.analytics._render import print_alerts, render_release
 
     console = out_console()
@@ -542,13 +559,10 @@ def _print_answer(
 
 
 def _footnotes(
-    parsed: ParsedQuery,
-    max_rows: int | None,
-    max_groups: int | None,
-    max_rows_per_group: int | None,
-    private_keys: bool,
-    joined: bool = False,
+    parsed: ParsedQuery, options: _Options, private_keys: bool, joined: bool = False
 ) -> list[str]:
+    max_rows, max_groups = options.max_rows, options.max_groups
+    max_rows_per_group = options.max_rows_per_group
     bound = []
     if max_rows is not None:
         bound.append(f"at most {max_rows} row(s) per person (--max-rows)")
@@ -734,33 +748,7 @@ def query_command(
             },
         )
         return
-    if several:
-        _query_tables(
-            query,
-            tables=table or [],
-            public=public or [],
-            links=link or [],
-            dataset=dataset,
-            epsilon=epsilon,
-            delta=delta,
-            rho=rho,
-            max_rows=max_rows,
-            max_groups=max_groups,
-            max_rows_per_group=max_rows_per_group,
-            unit=unit,
-            keys=keys or [],
-            schema=schema or [],
-            ledger=ledger,
-            engine=engine,
-            alpha=alpha,
-            allow_large_delta=allow_large_delta,
-            explain=explain,
-        )
-        return
-    assert data is not None
-    data_path = Path(data)
-    # ---- everything public is checked before the ledger or the data is touched
-    query_loss = _check_request(
+    options = _Options(
         dataset,
         epsilon,
         delta,
@@ -768,19 +756,36 @@ def query_command(
         max_rows,
         max_groups,
         max_rows_per_group,
+        unit,
+        keys or [],
+        schema or [],
+        ledger,
+        engine,
         alpha,
         allow_large_delta,
-        "COLUMN",
+        explain,
     )
-    assert dataset is not None
+    if several:
+        _query_tables(query, table or [], public or [], link or [], options)
+        return
+    assert data is not None
+    _query_file(Path(data), query, options)
+
+
+def _query_file(data_path: Path, query: str, options: _Options) -> None:
+    """``dpkit query DATA QUERY``: a query over one CSV or Parquet file. Every input is checked,
+    and the session built, before anything is reserved."""
+    o = options
+    # ---- everything public is checked before the ledger or the data is touched
+    dataset, query_loss = _check_request(o, "COLUMN")
     _check_file(data_path, str(data_path))
-    declared = _declared_schema(schema or [])
+    declared = _declared_schema(o.schema)
 
     from dpkit.analytics._querytext import parse_query
 
-    parsed = parse_query(query, unit)
-    _check_grouping(parsed, max_rows, max_rows_per_group, keys or [], delta, rho)
-    where = resolve_ledger(ledger)
+    parsed = parse_query(query, o.unit)
+    _check_grouping(parsed, o)
+    where = resolve_ledger(o.ledger)
     check_ledger_file(where, must_exist=True)
 
     from dpkit.analytics._query import KeySet, Query
@@ -789,22 +794,20 @@ def query_command(
 
     label = f"{data_path.name} (dataset {dataset})"
     with _open_ledger(where) as (opened, alerts):
-        unit = _dataset_unit(opened, dataset, where, unit, "COLUMN")
+        unit = _dataset_unit(opened, dataset, where, o.unit, "COLUMN")
         parsed = parse_query(query, unit)  # COUNT(DISTINCT col) must name this unit
         _check_source(parsed, data_path, dataset)
-        parsed, integer_notes = _on_integers(parsed, schema or [])
+        parsed, integer_notes = _on_integers(parsed, o.schema)
 
         with spinner(f"opening {data_path.name}") as progress:
             session = Session(
                 str(data_path),
                 unit,
-                engine=engine,
+                engine=o.engine,
                 ledger=opened,
                 dataset=dataset,
-                max_rows=max_rows,
-                max_groups=max_groups,
-                max_rows_per_group=max_rows_per_group,
                 schema=declared,
+                **o.bounds,
             )
             try:
                 table_schema = dict(session.schema)
@@ -812,10 +815,7 @@ def query_command(
                 built = parsed.rows(Query())
                 private_keys = False
                 if parsed.group_by:
-                    key_values = parse_keys(
-                        keys or [],
-                        query_schema(parsed, table_schema),
-                    )
+                    key_values = parse_keys(o.keys, query_schema(parsed, table_schema))
                     key_set = None
                     if key_values:
                         _check_all_keys(parsed.group_by, key_values)
@@ -825,12 +825,12 @@ def query_command(
                     final = built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
                 else:
                     final = built.agg(*parsed.aggregations)
-                plan_text = session.explain(final, loss=query_loss) if explain else ""
+                plan_text = session.explain(final, loss=query_loss) if o.explain else ""
                 release = _answer(
                     session,
                     final,
                     query_loss,
-                    alpha,
+                    o,
                     parsed,
                     label,
                     where,
@@ -841,7 +841,7 @@ def query_command(
             finally:
                 session.close()
 
-    footnotes = _footnotes(parsed, max_rows, max_groups, max_rows_per_group, private_keys)
+    footnotes = _footnotes(parsed, o, private_keys)
     footnotes += integer_notes
     explained = (
         plan_text,
@@ -856,7 +856,7 @@ def query_command(
         footnotes,
         where,
         alerts,
-        explained if explain else None,
+        explained if o.explain else None,
     )
 
 
@@ -977,26 +977,7 @@ def _integer_specs(specs: list[str]) -> list[str]:
 
 
 def _query_tables(
-    query: str,
-    *,
-    tables: list[str],
-    public: list[str],
-    links: list[str],
-    dataset: str | None,
-    epsilon: float | None,
-    delta: float | None,
-    rho: float | None,
-    max_rows: int | None,
-    max_groups: int | None,
-    max_rows_per_group: int | None,
-    unit: str | None,
-    keys: list[str],
-    schema: list[str],
-    ledger: str | None,
-    engine: str,
-    alpha: float,
-    allow_large_delta: bool,
-    explain: bool,
+    query: str, tables: list[str], public: list[str], links: list[str], options: _Options
 ) -> None:
     """``dpkit query QUERY --table NAME=PATH ... [--public NAME=PATH] --link C.COL=P.COL``: a
     query over several tables (a :class:`~dpkit.analytics.Session` over several tables). Every
@@ -1007,19 +988,8 @@ def _query_tables(
             "The privacy unit lives in a private table, e.g. --table customer=customer.parquet "
             "--unit customer.c_custkey.",
         )
-    query_loss = _check_request(
-        dataset,
-        epsilon,
-        delta,
-        rho,
-        max_rows,
-        max_groups,
-        max_rows_per_group,
-        alpha,
-        allow_large_delta,
-        "TABLE.COLUMN",
-    )
-    assert dataset is not None
+    o, unit = options, options.unit
+    dataset, query_loss = _check_request(o, "TABLE.COLUMN")
     seen: dict[str, str] = {}
     private_files = _table_files(tables, "--table", seen)
     public_files = _table_files(public, "--public", seen)
@@ -1052,15 +1022,15 @@ def _query_tables(
                 "A row reaches the privacy unit by one path: one link per child column.",
             )
         link_map[child] = parent
-    declared = _table_schemas(schema, seen)
+    declared = _table_schemas(o.schema, seen)
 
     from dpkit.analytics._querytext import parse_query
 
     # the syntax is checked before the ledger is opened (the unit's column is checked again
     # below, once the dataset's unit is known)
     parsed = parse_query(query, (unit or ".").partition(".")[2] or None, relations=True)
-    _check_grouping(parsed, max_rows, max_rows_per_group, keys, delta, rho)
-    where = resolve_ledger(ledger)
+    _check_grouping(parsed, o)
+    where = resolve_ledger(o.ledger)
     check_ledger_file(where, must_exist=True)
 
     from dpkit.analytics._querytext import check_released
@@ -1089,34 +1059,32 @@ def _query_tables(
             session = Session(
                 private_files,
                 dataset_unit,
-                engine=engine,
+                engine=o.engine,
                 ledger=opened,
                 dataset=dataset,
-                max_rows=max_rows,
-                max_groups=max_groups,
-                max_rows_per_group=max_rows_per_group,
                 schema=declared,
                 public=public_files or None,
                 links=link_map,
+                **o.bounds,
             )
             try:
                 parsed = session._parse_sql(query)  # COUNT(DISTINCT col) must name the unit
-                parsed, integer_notes = _on_integers(parsed, _integer_specs(schema))
-                private_keys = bool(parsed.group_by) and not keys
+                parsed, integer_notes = _on_integers(parsed, _integer_specs(o.schema))
+                private_keys = bool(parsed.group_by) and not o.keys
                 key_values: dict[str, list[Any]] | None = None
-                if parsed.group_by and keys:
+                if parsed.group_by and o.keys:
                     # the joined relation's kinds read the key values (numbers as numbers)
                     relation = session._resolve(session._sql_query(parsed, None))[1]
-                    key_values = parse_keys(keys, relation)
+                    key_values = parse_keys(o.keys, relation)
                     _check_all_keys(parsed.group_by, key_values)
                 final = session._sql_query(parsed, key_values)
                 check_released(parsed, session._resolve(final)[1])
-                plan_text = session.explain(final, loss=query_loss) if explain else ""
+                plan_text = session.explain(final, loss=query_loss) if o.explain else ""
                 release = _answer(
                     session,
                     final,
                     query_loss,
-                    alpha,
+                    o,
                     parsed,
                     label,
                     where,
@@ -1132,9 +1100,7 @@ def _query_tables(
             finally:
                 session.close()
 
-    footnotes = _footnotes(
-        parsed, max_rows, max_groups, max_rows_per_group, private_keys, joined=True
-    )
+    footnotes = _footnotes(parsed, o, private_keys, joined=True)
     footnotes += integer_notes
     explained = (
         plan_text,
@@ -1150,5 +1116,5 @@ def _query_tables(
         footnotes,
         where,
         alerts,
-        explained if explain else None,
+        explained if o.explain else None,
     )
