@@ -8,7 +8,9 @@ every answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -365,14 +367,202 @@ def _check_bounds(
         )
 
 
-def _footnotes(
+@dataclass(frozen=True)
+class _Options:
+    """The options of a query answered here (over one file or several tables), as given."""
+
+    dataset: str | None
+    epsilon: float | None
+    delta: float | None
+    rho: float | None
+    max_rows: int | None
+    max_groups: int | None
+    max_rows_per_group: int | None
+    unit: str | None
+    keys: list[str]
+    schema: list[str]
+    ledger: str | None
+    engine: str
+    alpha: float
+    allow_large_delta: bool
+    explain: bool
+
+    @property
+    def bounds(self) -> dict[str, Any]:
+        """The per-person bound, as Session takes it."""
+        return {
+            "max_rows": self.max_rows,
+            "max_groups": self.max_groups,
+            "max_rows_per_group": self.max_rows_per_group,
+        }
+
+
+def _check_request(options: _Options, unit_form: str) -> tuple[str, PrivacyLoss]:
+    """The public inputs every local query checks before anything else: the dataset, the loss,
+    the bounds and alpha (``unit_form`` says how the unit is written in the hint). Returns the
+    dataset and the query's loss."""
+    o = options
+    if not o.dataset:
+        raise CLIError(
+            "give --dataset NAME: the dataset whose budget this query spends",
+            "A privacy officer creates it once: dpkit budget create NAME --epsilon E --unit "
+            f"{unit_form}; `dpkit budget status` lists the datasets.",
+        )
+    query_loss = _query_loss(o.epsilon, o.delta, o.rho, o.allow_large_delta)
+    _check_bounds(o.max_rows, o.max_groups, o.max_rows_per_group)
+    if not 0 < o.alpha < 1:
+        raise CLIError(f"--alpha must be in (0, 1) (got {human_number(o.alpha)})")
+    return o.dataset, query_loss
+
+
+def _check_file(file: Path, shown: str, prefix: str = "") -> None:
+    """A CSV or Parquet file that exists (``shown``: how the error names it; ``prefix``: the
+    flag that gave it, if any)."""
+    if not file.exists():
+        raise CLIError(f"{prefix}no file {shown!r}", "Give a CSV or Parquet file.")
+    if file.is_dir():
+        raise CLIError(f"{prefix}{shown!r} is a directory", "Give a CSV or Parquet file.")
+    if file.suffix.lower() not in (".csv", ".parquet", ".pq", ".tsv"):
+        raise CLIError(
+            f"{prefix}{file.name!r}: dpkit query reads .csv and .parquet files", "Convert it first."
+        )
+
+
+def _check_grouping(parsed: ParsedQuery, options: _Options) -> None:
+    """The bound and the group keys the parsed query needs, checked before the ledger."""
+    o = options
+    if o.max_rows is None and (not parsed.group_by or o.max_rows_per_group is None):
+        raise CLIError(
+            "--max-groups alone does not bound a person's rows: add --max-rows K"
+            + (" (or --max-rows-per-group R)" if parsed.group_by else ""),
+            "Rows beyond the bound are dropped (totals undercount); pick what most people "
+            "stay within.",
+        )
+    if parsed.group_by and not o.keys and o.delta in (None, 0) and o.rho is None:
+        raise CLIError(
+            "GROUP BY without --keys finds the groups privately, which needs δ > 0",
+            "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
+        )
+    check_key_columns(parsed.group_by, o.keys)
+
+
+def _check_all_keys(group_by: tuple[str, ...], key_values: Mapping[str, Any]) -> None:
+    missing = [k for k in group_by if k not in key_values]
+    if missing:
+        raise CLIError(
+            f"--keys is missing {', '.join(missing)}",
+            "Give --keys for every GROUP BY column, or none.",
+        )
+
+
+@contextmanager
+def _open_ledger(where: str) -> Iterator[tuple[Any, list[Any]]]:
+    """The ledger file, and the budget alerts its charges raise (printed after the answer)."""
+    from dpkit.ledger import BudgetMonitor, Ledger
+
+    alerts: list[Any] = []
+    opened = Ledger.open(where, monitor=BudgetMonitor(log=False, callbacks=[alerts.append]))
+    try:
+        yield opened, alerts
+    finally:
+        opened.close()
+
+
+def _dataset_unit(opened: Any, dataset: str, where: str, unit: str | None, unit_form: str) -> str:
+    """The privacy unit of ``dataset`` in the ledger (which must exist), checked against
+    ``--unit`` if given."""
+    budgets = {(s.dataset, s.analyst): s for s in opened.budgets()}
+    if (dataset, None) not in budgets:
+        known = sorted({d for d, _ in budgets})
+        raise CLIError(
+            f"dataset {dataset!r} does not exist in the ledger {where}",
+            "A privacy officer creates it first: dpkit budget create "
+            f"{dataset} --epsilon E --unit {unit_form}. Known datasets: "
+            + (", ".join(known) or "none")
+            + ".",
+        )
+    dataset_unit: str = budgets[(dataset, None)].privacy_unit
+    if unit is not None and unit != dataset_unit:
+        raise CLIError(
+            f"--unit {unit} does not match the privacy unit of dataset {dataset!r} "
+            f"({dataset_unit})",
+            f"Leave --unit out (the dataset's unit is used) or pass --unit {dataset_unit}.",
+        )
+    return dataset_unit
+
+
+def _answer(
+    session: Any,
+    final: Any,
+    query_loss: PrivacyLoss,
+    options: _Options,
     parsed: ParsedQuery,
-    max_rows: int | None,
-    max_groups: int | None,
-    max_rows_per_group: int | None,
-    private_keys: bool,
-    joined: bool = False,
+    label: str,
+    where: str,
+    progress: Any,
+    busy: str,
+    unreadable: tuple[str, str, str],
+) -> Any:
+    """Rehearse printing the answer, then reserve, evaluate and post-process it (HAVING,
+    ORDER BY, LIMIT). ``busy``: what the spinner says once the budget is reserved;
+    ``unreadable``: (what, which parts, hint) when a source cannot be read."""
+    from dpkit.analytics._querytext import post_process
+    from dpkit.errors import UnreadableDataError
+
+    # the answer is printed after the commit: rehearse the printing on the empty table first,
+    # so a failure there is a refusal, never an answer lost after the charge
+    _rehearse(session, final, query_loss, options.alpha, parsed, label, where)
+    progress.update(progress.task_ids[0], description=f"{busy} (budget reserved)", total=None)
+    try:
+        release = session.evaluate(final, loss=query_loss, alpha=options.alpha)
+        return post_process(release, parsed)  # HAVING, ORDER BY, LIMIT
+    except UnreadableDataError:
+        what, parts, hint = unreadable
+        raise CLIError(
+            f"{what} could not be read; the query's budget stays spent (which {parts} is "
+            "wrong is not shown: it could tell something about the data)",
+            hint,
+            code=1,
+        ) from None
+
+
+def _print_answer(
+    release: Any,
+    parsed: ParsedQuery,
+    query: str,
+    label: str,
+    footnotes: list[str],
+    where: str,
+    alerts: list[Any],
+    explained: tuple[str, str] | None,
+) -> None:
+    """Print the answer (after ``explained``: the plan and its note, with ``--explain``), then
+    the alerts."""
+    from dpkit.analytics._render import print_alerts, render_release
+
+    console = out_console()
+    if explained is not None:
+        plan_text, note = explained
+        console.print(plan_text, style="dim", markup=False)
+        console.print(note)
+    console.print(f"query: {query}", markup=False)
+    render_release(
+        release,
+        console,
+        label,
+        aggregations=parsed.aggregations,
+        footnotes=footnotes,
+        ledger=where,
+        keys=parsed.group_by,
+    )
+    print_alerts(alerts, err_console())
+
+
+def _footnotes(
+    parsed: ParsedQuery, options: _Options, private_keys: bool, joined: bool = False
 ) -> list[str]:
+    max_rows, max_groups = options.max_rows, options.max_groups
+    max_rows_per_group = options.max_rows_per_group
     bound = []
     if max_rows is not None:
         bound.append(f"at most {max_rows} row(s) per person (--max-rows)")
@@ -558,114 +748,66 @@ def query_command(
             },
         )
         return
+    options = _Options(
+        dataset,
+        epsilon,
+        delta,
+        rho,
+        max_rows,
+        max_groups,
+        max_rows_per_group,
+        unit,
+        keys or [],
+        schema or [],
+        ledger,
+        engine,
+        alpha,
+        allow_large_delta,
+        explain,
+    )
     if several:
-        _query_tables(
-            query,
-            tables=table or [],
-            public=public or [],
-            links=link or [],
-            dataset=dataset,
-            epsilon=epsilon,
-            delta=delta,
-            rho=rho,
-            max_rows=max_rows,
-            max_groups=max_groups,
-            max_rows_per_group=max_rows_per_group,
-            unit=unit,
-            keys=keys or [],
-            schema=schema or [],
-            ledger=ledger,
-            engine=engine,
-            alpha=alpha,
-            allow_large_delta=allow_large_delta,
-            explain=explain,
-        )
+        _query_tables(query, table or [], public or [], link or [], options)
         return
     assert data is not None
-    data_path = Path(data)
+    _query_file(Path(data), query, options)
+
+
+def _query_file(data_path: Path, query: str, options: _Options) -> None:
+    """``dpkit query DATA QUERY``: a query over one CSV or Parquet file. Every input is checked,
+    and the session built, before anything is reserved."""
+    o = options
     # ---- everything public is checked before the ledger or the data is touched
-    if not dataset:
-        raise CLIError(
-            "give --dataset NAME: the dataset whose budget this query spends",
-            "A privacy officer creates it once: dpkit budget create NAME --epsilon E --unit "
-            "COLUMN; `dpkit budget status` lists the datasets.",
-        )
-    query_loss = _query_loss(epsilon, delta, rho, allow_large_delta)
-    _check_bounds(max_rows, max_groups, max_rows_per_group)
-    if not 0 < alpha < 1:
-        raise CLIError(f"--alpha must be in (0, 1) (got {human_number(alpha)})")
-    if not data_path.exists():
-        raise CLIError(f"no file {str(data_path)!r}", "Give a CSV or Parquet file.")
-    if data_path.is_dir():
-        raise CLIError(f"{str(data_path)!r} is a directory", "Give a CSV or Parquet file.")
-    if data_path.suffix.lower() not in (".csv", ".parquet", ".pq", ".tsv"):
-        raise CLIError(
-            f"{data_path.name!r}: dpkit query reads .csv and .parquet files", "Convert it first."
-        )
-    declared = _declared_schema(schema or [])
+    dataset, query_loss = _check_request(o, "COLUMN")
+    _check_file(data_path, str(data_path))
+    declared = _declared_schema(o.schema)
 
     from dpkit.analytics._querytext import parse_query
 
-    parsed = parse_query(query, unit)
-    if max_rows is None and (not parsed.group_by or max_rows_per_group is None):
-        raise CLIError(
-            "--max-groups alone does not bound a person's rows: add --max-rows K"
-            + (" (or --max-rows-per-group R)" if parsed.group_by else ""),
-            "Rows beyond the bound are dropped (totals undercount); pick what most people "
-            "stay within.",
-        )
-    if parsed.group_by and not keys and delta in (None, 0) and rho is None:
-        raise CLIError(
-            "GROUP BY without --keys finds the groups privately, which needs δ > 0",
-            "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
-        )
-    check_key_columns(parsed.group_by, keys or [])
-    where = resolve_ledger(ledger)
+    parsed = parse_query(query, o.unit)
+    _check_grouping(parsed, o)
+    where = resolve_ledger(o.ledger)
     check_ledger_file(where, must_exist=True)
 
     from dpkit.analytics._query import KeySet, Query
-    from dpkit.analytics._querytext import post_process, query_schema
+    from dpkit.analytics._querytext import query_schema
     from dpkit.analytics._session import Session
-    from dpkit.errors import UnreadableDataError
-    from dpkit.ledger import BudgetMonitor, Ledger
 
-    alerts: list[Any] = []
-    opened = Ledger.open(where, monitor=BudgetMonitor(log=False, callbacks=[alerts.append]))
-    try:
-        budgets = {(s.dataset, s.analyst): s for s in opened.budgets()}
-        if (dataset, None) not in budgets:
-            known = sorted({d for d, _ in budgets})
-            raise CLIError(
-                f"dataset {dataset!r} does not exist in the ledger {where}",
-                "A privacy officer creates it first: dpkit budget create "
-                f"{dataset} --epsilon E --unit COLUMN. Known datasets: "
-                + (", ".join(known) or "none")
-                + ".",
-            )
-        dataset_unit = budgets[(dataset, None)].privacy_unit
-        if unit is not None and unit != dataset_unit:
-            raise CLIError(
-                f"--unit {unit} does not match the privacy unit of dataset {dataset!r} "
-                f"({dataset_unit})",
-                f"Leave --unit out (the dataset's unit is used) or pass --unit {dataset_unit}.",
-            )
-        unit = dataset_unit
+    label = f"{data_path.name} (dataset {dataset})"
+    with _open_ledger(where) as (opened, alerts):
+        unit = _dataset_unit(opened, dataset, where, o.unit, "COLUMN")
         parsed = parse_query(query, unit)  # COUNT(DISTINCT col) must name this unit
         _check_source(parsed, data_path, dataset)
-        parsed, integer_notes = _on_integers(parsed, schema or [])
+        parsed, integer_notes = _on_integers(parsed, o.schema)
 
         with spinner(f"opening {data_path.name}") as progress:
-            task = progress.task_ids[0]
             session = Session(
                 str(data_path),
                 unit,
-                engine=engine,
+                engine=o.engine,
                 ledger=opened,
                 dataset=dataset,
-                max_rows=max_rows,
-                max_groups=max_groups,
-                max_rows_per_group=max_rows_per_group,
                 schema=declared,
+                **o.bounds,
             )
             try:
                 table_schema = dict(session.schema)
@@ -673,78 +815,49 @@ def query_command(
                 built = parsed.rows(Query())
                 private_keys = False
                 if parsed.group_by:
-                    key_values = parse_keys(
-                        keys or [],
-                        query_schema(parsed, table_schema),
-                    )
+                    key_values = parse_keys(o.keys, query_schema(parsed, table_schema))
                     key_set = None
                     if key_values:
-                        missing = [k for k in parsed.group_by if k not in key_values]
-                        if missing:
-                            raise CLIError(
-                                f"--keys is missing {', '.join(missing)}",
-                                "Give --keys for every GROUP BY column, or none.",
-                            )
+                        _check_all_keys(parsed.group_by, key_values)
                         key_set = KeySet.from_dict({k: key_values[k] for k in parsed.group_by})
                     else:
                         private_keys = True
                     final = built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
                 else:
                     final = built.agg(*parsed.aggregations)
-                plan_text = session.explain(final, loss=query_loss) if explain else ""
-                # the answer is printed after the commit: rehearse the printing on the empty
-                # table first, so a failure there is a refusal, never an answer lost after the
-                # charge
-                _rehearse(
+                plan_text = session.explain(final, loss=query_loss) if o.explain else ""
+                release = _answer(
                     session,
                     final,
                     query_loss,
-                    alpha,
+                    o,
                     parsed,
-                    f"{data_path.name} (dataset {dataset})",
+                    label,
                     where,
+                    progress,
+                    f"scanning {data_path.name}",
+                    (data_path.name, "line or value", _unreadable_hint(data_path)),
                 )
-                progress.update(
-                    task, description=f"scanning {data_path.name} (budget reserved)", total=None
-                )
-                try:
-                    release = session.evaluate(final, loss=query_loss, alpha=alpha)
-                    release = post_process(release, parsed)  # HAVING, ORDER BY, LIMIT
-                except UnreadableDataError:
-                    raise CLIError(
-                        f"{data_path.name} could not be read; the query's budget stays spent "
-                        "(which line or value is wrong is not shown: it could tell something "
-                        "about the data)",
-                        _unreadable_hint(data_path),
-                        code=1,
-                    ) from None
             finally:
                 session.close()
-    finally:
-        opened.close()
 
-    console = out_console()
-    footnotes = _footnotes(parsed, max_rows, max_groups, max_rows_per_group, private_keys)
+    footnotes = _footnotes(parsed, o, private_keys)
     footnotes += integer_notes
-    if explain:
-        console.print(plan_text, style="dim", markup=False)
-        console.print(
-            "explain: rows beyond the per-person bound are dropped before aggregating, so "
-            "totals undercount when people have more rows than the bound."
-        )
-    console.print(f"query: {query}", markup=False)
-    from dpkit.analytics._render import print_alerts, render_release
-
-    render_release(
-        release,
-        console,
-        f"{data_path.name} (dataset {dataset})",
-        aggregations=parsed.aggregations,
-        footnotes=footnotes,
-        ledger=where,
-        keys=parsed.group_by,
+    explained = (
+        plan_text,
+        "explain: rows beyond the per-person bound are dropped before aggregating, so "
+        "totals undercount when people have more rows than the bound.",
     )
-    print_alerts(alerts, err_console())
+    _print_answer(
+        release,
+        parsed,
+        query,
+        label,
+        footnotes,
+        where,
+        alerts,
+        explained if o.explain else None,
+    )
 
 
 def _query_server(
@@ -819,16 +932,7 @@ def _table_files(specs: list[str], flag: str, seen: dict[str, str]) -> dict[str,
                 f"{flag} {name}: table {name!r} was already given ({seen[name]})",
                 "Give each table once, either private (--table) or public (--public).",
             )
-        file = Path(path)
-        if not file.exists():
-            raise CLIError(f"{flag} {name}: no file {path!r}", "Give a CSV or Parquet file.")
-        if file.is_dir():
-            raise CLIError(f"{flag} {name}: {path!r} is a directory", "Give a CSV or Parquet file.")
-        if file.suffix.lower() not in (".csv", ".parquet", ".pq", ".tsv"):
-            raise CLIError(
-                f"{flag} {name}: {file.name!r}: dpkit query reads .csv and .parquet files",
-                "Convert it first.",
-            )
+        _check_file(Path(path), path, f"{flag} {name}: ")
         seen[name] = flag
         found[name] = path
     return found
@@ -873,26 +977,7 @@ def _integer_specs(specs: list[str]) -> list[str]:
 
 
 def _query_tables(
-    query: str,
-    *,
-    tables: list[str],
-    public: list[str],
-    links: list[str],
-    dataset: str | None,
-    epsilon: float | None,
-    delta: float | None,
-    rho: float | None,
-    max_rows: int | None,
-    max_groups: int | None,
-    max_rows_per_group: int | None,
-    unit: str | None,
-    keys: list[str],
-    schema: list[str],
-    ledger: str | None,
-    engine: str,
-    alpha: float,
-    allow_large_delta: bool,
-    explain: bool,
+    query: str, tables: list[str], public: list[str], links: list[str], options: _Options
 ) -> None:
     """``dpkit query QUERY --table NAME=PATH ... [--public NAME=PATH] --link C.COL=P.COL``: a
     query over several tables (a :class:`~dpkit.analytics.Session` over several tables). Every
@@ -903,16 +988,8 @@ def _query_tables(
             "The privacy unit lives in a private table, e.g. --table customer=customer.parquet "
             "--unit customer.c_custkey.",
         )
-    if not dataset:
-        raise CLIError(
-            "give --dataset NAME: the dataset whose budget this query spends",
-            "A privacy officer creates it once: dpkit budget create NAME --epsilon E --unit "
-            "TABLE.COLUMN; `dpkit budget status` lists the datasets.",
-        )
-    query_loss = _query_loss(epsilon, delta, rho, allow_large_delta)
-    _check_bounds(max_rows, max_groups, max_rows_per_group)
-    if not 0 < alpha < 1:
-        raise CLIError(f"--alpha must be in (0, 1) (got {human_number(alpha)})")
+    o, unit = options, options.unit
+    dataset, query_loss = _check_request(o, "TABLE.COLUMN")
     seen: dict[str, str] = {}
     private_files = _table_files(tables, "--table", seen)
     public_files = _table_files(public, "--public", seen)
@@ -945,56 +1022,25 @@ def _query_tables(
                 "A row reaches the privacy unit by one path: one link per child column.",
             )
         link_map[child] = parent
-    declared = _table_schemas(schema, seen)
+    declared = _table_schemas(o.schema, seen)
 
     from dpkit.analytics._querytext import parse_query
 
     # the syntax is checked before the ledger is opened (the unit's column is checked again
     # below, once the dataset's unit is known)
     parsed = parse_query(query, (unit or ".").partition(".")[2] or None, relations=True)
-    if max_rows is None and (not parsed.group_by or max_rows_per_group is None):
-        raise CLIError(
-            "--max-groups alone does not bound a person's rows: add --max-rows K"
-            + (" (or --max-rows-per-group R)" if parsed.group_by else ""),
-            "Rows beyond the bound are dropped (totals undercount); pick what most people "
-            "stay within.",
-        )
-    if parsed.group_by and not keys and delta in (None, 0) and rho is None:
-        raise CLIError(
-            "GROUP BY without --keys finds the groups privately, which needs δ > 0",
-            "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
-        )
-    check_key_columns(parsed.group_by, keys)
-    where = resolve_ledger(ledger)
+    _check_grouping(parsed, o)
+    where = resolve_ledger(o.ledger)
     check_ledger_file(where, must_exist=True)
 
-    from dpkit.analytics._querytext import check_released, post_process
+    from dpkit.analytics._querytext import check_released
     from dpkit.analytics._session import Session
-    from dpkit.errors import UnreadableDataError
-    from dpkit.ledger import BudgetMonitor, Ledger
 
     names = ", ".join(private_files) + "".join(f", {n} (public)" for n in public_files)
     label = f"tables {names} (dataset {dataset})"
-    alerts: list[Any] = []
-    opened = Ledger.open(where, monitor=BudgetMonitor(log=False, callbacks=[alerts.append]))
-    try:
-        budgets = {(s.dataset, s.analyst): s for s in opened.budgets()}
-        if (dataset, None) not in budgets:
-            known = sorted({d for d, _ in budgets})
-            raise CLIError(
-                f"dataset {dataset!r} does not exist in the ledger {where}",
-                "A privacy officer creates it first: dpkit budget create "
-                f"{dataset} --epsilon E --unit TABLE.COLUMN. Known datasets: "
-                + (", ".join(known) or "none")
-                + ".",
-            )
-        dataset_unit = budgets[(dataset, None)].privacy_unit
-        if unit is not None and unit.strip() != dataset_unit:
-            raise CLIError(
-                f"--unit {unit} does not match the privacy unit of dataset {dataset!r} "
-                f"({dataset_unit})",
-                f"Leave --unit out (the dataset's unit is used) or pass --unit {dataset_unit}.",
-            )
+    given_unit = None if unit is None else unit.strip()
+    with _open_ledger(where) as (opened, alerts):
+        dataset_unit = _dataset_unit(opened, dataset, where, given_unit, "TABLE.COLUMN")
         unit_table, dot, _ = dataset_unit.partition(".")
         if not dot:
             raise CLIError(
@@ -1010,79 +1056,65 @@ def _query_tables(
                 f"The private tables are: {', '.join(private_files)}.",
             )
         with spinner(f"opening {len(seen)} tables") as progress:
-            task = progress.task_ids[0]
             session = Session(
                 private_files,
                 dataset_unit,
-                engine=engine,
+                engine=o.engine,
                 ledger=opened,
                 dataset=dataset,
-                max_rows=max_rows,
-                max_groups=max_groups,
-                max_rows_per_group=max_rows_per_group,
                 schema=declared,
                 public=public_files or None,
                 links=link_map,
+                **o.bounds,
             )
             try:
                 parsed = session._parse_sql(query)  # COUNT(DISTINCT col) must name the unit
-                parsed, integer_notes = _on_integers(parsed, _integer_specs(schema))
-                private_keys = bool(parsed.group_by) and not keys
+                parsed, integer_notes = _on_integers(parsed, _integer_specs(o.schema))
+                private_keys = bool(parsed.group_by) and not o.keys
                 key_values: dict[str, list[Any]] | None = None
-                if parsed.group_by and keys:
+                if parsed.group_by and o.keys:
                     # the joined relation's kinds read the key values (numbers as numbers)
                     relation = session._resolve(session._sql_query(parsed, None))[1]
-                    key_values = parse_keys(keys, relation)
-                    missing = [k for k in parsed.group_by if k not in key_values]
-                    if missing:
-                        raise CLIError(
-                            f"--keys is missing {', '.join(missing)}",
-                            "Give --keys for every GROUP BY column, or none.",
-                        )
+                    key_values = parse_keys(o.keys, relation)
+                    _check_all_keys(parsed.group_by, key_values)
                 final = session._sql_query(parsed, key_values)
                 check_released(parsed, session._resolve(final)[1])
-                plan_text = session.explain(final, loss=query_loss) if explain else ""
-                _rehearse(session, final, query_loss, alpha, parsed, label, where)
-                progress.update(task, description="joining (budget reserved)", total=None)
-                try:
-                    release = session.evaluate(final, loss=query_loss, alpha=alpha)
-                    release = post_process(release, parsed)  # HAVING, ORDER BY, LIMIT
-                except UnreadableDataError:
-                    raise CLIError(
-                        "a table could not be read; the query's budget stays spent (which "
-                        "file, line or value is wrong is not shown: it could tell something "
-                        "about the data)",
+                plan_text = session.explain(final, loss=query_loss) if o.explain else ""
+                release = _answer(
+                    session,
+                    final,
+                    query_loss,
+                    o,
+                    parsed,
+                    label,
+                    where,
+                    progress,
+                    "joining",
+                    (
+                        "a table",
+                        "file, line or value",
                         'Check each file locally, without dpkit (e.g. duckdb -c "DESCRIBE '
                         "SELECT * FROM 'orders.parquet'\"), and match --schema to its columns.",
-                        code=1,
-                    ) from None
+                    ),
+                )
             finally:
                 session.close()
-    finally:
-        opened.close()
 
-    console = out_console()
-    footnotes = _footnotes(
-        parsed, max_rows, max_groups, max_rows_per_group, private_keys, joined=True
-    )
+    footnotes = _footnotes(parsed, o, private_keys, joined=True)
     footnotes += integer_notes
-    if explain:
-        console.print(plan_text, style="dim", markup=False)
-        console.print(
-            "explain: the tables are joined first; then rows beyond the per-person bound are "
-            "dropped before aggregating, so totals undercount when people have more joined "
-            "rows than the bound."
-        )
-    console.print(f"query: {query}", markup=False)
-    from dpkit.analytics._render import print_alerts, render_release
-
-    render_release(
-        release,
-        console,
-        label,
-        aggregations=parsed.aggregations,
-        footnotes=footnotes,
-        ledger=where,
-        keys=parsed.group_by,
+    explained = (
+        plan_text,
+        "explain: the tables are joined first; then rows beyond the per-person bound are "
+        "dropped before aggregating, so totals undercount when people have more joined "
+        "rows than the bound.",
     )
-    print_alerts(alerts, err_console())
+    _print_answer(
+        release,
+        parsed,
+        query,
+        label,
+        footnotes,
+        where,
+        alerts,
+        explained if o.explain else None,
+    )

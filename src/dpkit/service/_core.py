@@ -476,22 +476,83 @@ class Service:
         public: Mapping[str, str] | None = None,
         links: Mapping[str, str] | None = None,
     ) -> DatasetRecord:
+        """Register a dataset: one ``source`` file (or directory of Parquet files), or several
+        tables (``tables``, ``public``, ``links``; see :meth:`_tables_inputs`). Its files are
+        opened once here (their headers: public metadata; no values are read) to check the
+        unit and the declared columns, so a dataset that cannot be planned is refused now."""
         self.require(officer, "officer")
         check_name("name", name)
-        if tables is not None or public is not None or links is not None:
-            return self._register_tables(
-                officer,
-                name,
+        several = tables is not None or public is not None or links is not None
+        if several:
+            inputs = self._tables_inputs(
                 source,
                 privacy_unit,
                 schema,
                 bounds,
-                budget,
-                description,
                 dict(tables or {}),
                 dict(public or {}),
                 dict(links or {}),
             )
+        else:
+            inputs = self._file_inputs(source, privacy_unit, schema, bounds)
+        if self.registry.dataset(name) is not None or self.ledger.budgets(name):
+            raise InvalidParameterError("name", name, "a dataset name not registered yet")
+        scratch = Ledger.open("memory://", monitor=BudgetMonitor(log=False))
+        scratch.create_budget(name, budget, privacy_unit=privacy_unit)
+        probe = Session(
+            inputs.files,
+            privacy_unit,
+            None,
+            dataset=name,
+            ledger=scratch,
+            schema=inputs.schema,
+            engine=self.config.engine,
+            **inputs.options,
+            **inputs.bounds["contribution"],
+        )
+        try:
+            if probe.catalog is None:
+                missing = [c for c in inputs.schema if c not in probe.schema]
+            else:
+                missing = [
+                    f"{t}.{c}"
+                    for t, cols in inputs.schema.items()
+                    for c in cols
+                    if c not in probe.catalog.schemas[t]
+                ]
+        finally:
+            probe.close()
+        if missing:
+            raise InvalidParameterError(
+                "schema", missing, "columns of the tables" if several else "columns of the source"
+            )
+        record = DatasetRecord(
+            name,
+            inputs.source,
+            privacy_unit,
+            inputs.record_schema,
+            inputs.bounds,
+            description[:500],
+            time.time(),
+            officer.name,
+        )
+        self.ledger.create_budget(name, budget, privacy_unit=privacy_unit, actor=officer.name)
+        self.registry.add_dataset(record)
+        if not several:  # several tables: each analyst's session opens them
+            self.prewarm([record])
+        self.registry.audit(
+            officer.name, "officer", "register_dataset", name, "ok", {"budget": str(budget)}
+        )
+        return record
+
+    def _file_inputs(
+        self,
+        source: str | None,
+        privacy_unit: str,
+        schema: Mapping[str, str],
+        bounds: Mapping[str, Any],
+    ) -> _Inputs:
+        """A dataset of one source, checked (public information only)."""
         if source is None:
             raise InvalidParameterError(
                 "source", source, "a path under the data root (or 'tables' for several tables)"
@@ -505,63 +566,24 @@ class Service:
             clean_schema[column] = kind
         clean_bounds = _check_bounds(bounds)
         path = self.resolve_source(source)
-        if self.registry.dataset(name) is not None or self.ledger.budgets(name):
-            raise InvalidParameterError("name", name, "a dataset name not registered yet")
-        # open it once to check the unit and the declared columns against the file's header
-        # (public metadata; no values are read)
-        scratch = Ledger.open("memory://", monitor=BudgetMonitor(log=False))
-        scratch.create_budget(name, budget, privacy_unit=privacy_unit)
-        probe = Session(
-            str(path),
-            privacy_unit,
-            None,
-            dataset=name,
-            ledger=scratch,
-            schema=clean_schema,
-            engine=self.config.engine,
-            **clean_bounds["contribution"],
-        )
-        missing = [c for c in clean_schema if c not in probe.schema]
-        if missing:
-            raise InvalidParameterError("schema", missing, "columns of the source")
-        record = DatasetRecord(
-            name,
-            str(path.relative_to(self.data_root)),
-            privacy_unit,
-            clean_schema,
-            clean_bounds,
-            description[:500],
-            time.time(),
-            officer.name,
-        )
-        self.ledger.create_budget(name, budget, privacy_unit=privacy_unit, actor=officer.name)
-        self.registry.add_dataset(record)
-        self.prewarm([record])
-        self.registry.audit(
-            officer.name, "officer", "register_dataset", name, "ok", {"budget": str(budget)}
-        )
-        return record
+        relative = str(path.relative_to(self.data_root))
+        return _Inputs(str(path), clean_schema, {}, clean_bounds, relative, clean_schema)
 
-    def _register_tables(
+    def _tables_inputs(
         self,
-        officer: Principal,
-        name: str,
         source: str | None,
         privacy_unit: str,
         schema: Mapping[str, str],
         bounds: Mapping[str, Any],
-        budget: PrivacyLoss,
-        description: str,
         tables: dict[str, str],
         public: dict[str, str],
         links: dict[str, str],
-    ) -> DatasetRecord:
+    ) -> _Inputs:
         """A dataset over several tables: private ``tables`` and ``public`` ones ({name: path
         under the data root}), the unit as ``table.column``, ``links`` as foreign keys
-        ``{"child.column": "parent.column"}`` and the schema per ``table.column``. The tables
-        are opened once here (their headers: public metadata) and the catalog checked, so a
-        dataset that cannot be planned (no path to the unit, a cycle, an unknown column) is
-        refused at registration."""
+        ``{"child.column": "parent.column"}`` and the schema per ``table.column``, checked
+        (public information only); the probe then checks the catalog (no path to the unit, a
+        cycle, an unknown column)."""
         if source is not None:
             raise InvalidParameterError(
                 "source", source, "left out with 'tables' (each table has its own path)"
@@ -576,66 +598,27 @@ class Service:
                 raise InvalidParameterError("column", text, "'table.column' over several tables")
             check_column(table)
             check_column(column)
-        nested: dict[str, dict[str, str]] = {}
         for target, kind in schema.items():
             if kind not in _KINDS:
                 raise InvalidParameterError(f"schema[{target}]", kind, " | ".join(_KINDS))
-            table, _, column = target.partition(".")
-            if table not in tables and table not in public:
+            if target.partition(".")[0] not in {**tables, **public}:
                 raise InvalidParameterError("schema", target, "'table.column' of a table given")
-            nested.setdefault(table, {})[column] = kind
         clean_bounds = _check_bounds(bounds)
         paths = {t: self.resolve_source(p) for t, p in {**tables, **public}.items()}
-        if self.registry.dataset(name) is not None or self.ledger.budgets(name):
-            raise InvalidParameterError("name", name, "a dataset name not registered yet")
-        scratch = Ledger.open("memory://", monitor=BudgetMonitor(log=False))
-        scratch.create_budget(name, budget, privacy_unit=privacy_unit)
-        probe = Session(
-            {t: str(paths[t]) for t in tables},
-            privacy_unit,
-            None,
-            dataset=name,
-            ledger=scratch,
-            schema=nested,
-            engine=self.config.engine,
-            public={t: str(paths[t]) for t in public} or None,
-            links=links,
-            **clean_bounds["contribution"],
-        )
-        try:
-            assert probe.catalog is not None
-            missing = [
-                f"{t}.{c}"
-                for t, cols in nested.items()
-                for c in cols
-                if c not in probe.catalog.schemas[t]
-            ]
-        finally:
-            probe.close()
-        if missing:
-            raise InvalidParameterError("schema", missing, "columns of the tables")
         relative = {t: str(paths[t].relative_to(self.data_root)) for t in paths}
         clean_bounds["tables"] = {
             "private": {t: relative[t] for t in tables},
             "public": {t: relative[t] for t in public},
             "links": dict(links),
         }
-        record = DatasetRecord(
-            name,
-            relative[privacy_unit.partition(".")[0]],
-            privacy_unit,
-            dict(schema),
+        return _Inputs(
+            {t: str(paths[t]) for t in tables},
+            nested_schema(schema),
+            {"public": {t: str(paths[t]) for t in public} or None, "links": links},
             clean_bounds,
-            description[:500],
-            time.time(),
-            officer.name,
+            relative[privacy_unit.partition(".")[0]],
+            dict(schema),
         )
-        self.ledger.create_budget(name, budget, privacy_unit=privacy_unit, actor=officer.name)
-        self.registry.add_dataset(record)
-        self.registry.audit(
-            officer.name, "officer", "register_dataset", name, "ok", {"budget": str(budget)}
-        )
-        return record
 
     def dataset_for(self, principal: Principal, name: str) -> DatasetRecord:
         if not _NAME.match(name or ""):
@@ -906,10 +889,6 @@ class Service:
             found = self._sessions.get(key)
             if found is not None and self._stamps.get(key) == stamp:
                 return found
-        nested: dict[str, dict[str, str]] = {}
-        for target, kind in record.schema.items():
-            table, _, column = target.partition(".")
-            nested.setdefault(table, {})[column] = kind
         session = _ServiceSession(
             {t: str(files[t]) for t in spec["private"]},
             record.privacy_unit,
@@ -917,7 +896,7 @@ class Service:
             ledger=self.ledger,
             dataset=record.name,
             analyst=analyst,
-            schema=nested,
+            schema=nested_schema(record.schema),
             engine=self.config.engine,
             public={t: str(files[t]) for t in spec["public"]} or None,
             links=dict(spec["links"]),
@@ -1070,6 +1049,29 @@ def check_request_texts(name: str, value: Any, *, depth: int = 0) -> None:
 TEXTS_ALLOWED = (
     "valid Unicode text without NUL characters or lone surrogates (such as JSON \\ud800)"
 )
+
+
+@dataclass
+class _Inputs:
+    """A dataset's checked registration: what its probe session opens (``files``, ``schema``
+    as the session takes it, ``options``), its bounds, its source as recorded (relative to the
+    data root) and the schema as recorded."""
+
+    files: str | dict[str, str]
+    schema: dict[str, Any]
+    options: dict[str, Any]
+    bounds: dict[str, Any]
+    source: str
+    record_schema: dict[str, str]
+
+
+def nested_schema(schema: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """A schema over several tables, ``{"table.column": kind}``, per table."""
+    nested: dict[str, dict[str, str]] = {}
+    for target, kind in schema.items():
+        table, _, column = target.partition(".")
+        nested.setdefault(table, {})[column] = kind
+    return nested
 
 
 def tables_of(record: DatasetRecord) -> Mapping[str, Any] | None:

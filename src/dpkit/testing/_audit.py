@@ -35,7 +35,6 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
-from scipy.stats import beta
 
 from dpkit._exact import Number, fraction_of
 from dpkit.core._framework import Measurement
@@ -126,6 +125,8 @@ def _check_confidence(confidence: float) -> float:
 
 def _lower(k: np.ndarray, n: int, level: float) -> np.ndarray:
     """Clopper–Pearson lower bound: P(p >= bound) >= level."""
+    from scipy.stats import beta  # here: scipy.stats costs ~1 s to import (every CLI query)
+
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         out = beta.ppf(1.0 - level, k, n - k + 1.0)
@@ -134,6 +135,8 @@ def _lower(k: np.ndarray, n: int, level: float) -> np.ndarray:
 
 def _upper(k: np.ndarray, n: int, level: float) -> np.ndarray:
     """Clopper–Pearson upper bound: P(p <= bound) >= level."""
+    from scipy.stats import beta
+
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         out = beta.ppf(level, k + 1.0, n - k)

@@ -76,8 +76,6 @@ from dpkit.analytics._results import Accuracy
 from dpkit.core._losses import PrivacyLoss
 from dpkit.errors import UnsupportedQueryError
 from dpkit.noise._distributions import DiscreteGaussian, LatticeNoise
-from dpkit.workloads._measure import matrix_info
-from dpkit.workloads._residual import _subsets
 
 __all__ = ["MarginalsPlan", "RangesPlan", "plan_marginals", "plan_ranges"]
 
@@ -223,7 +221,8 @@ class MarginalsPlan:
             # floored: at a large ε the lattice's variance underflows to 0 (the measurement is
             # exact), and 1/0 in the weights below failed after the charge
             var[a] = max(float(lattice.variance()), _VARIANCE_FLOOR)
-        subsets = _subsets
+        from dpkit.workloads._residual import _subsets as subsets
+
         closure = sorted(
             {b for c in self.agg.cliques for b in subsets(c)}, key=lambda t: (len(t), t)
         )
@@ -370,6 +369,8 @@ class RangesPlan:
             epsilon=share.amount if self.pure else None,
             rho=None if self.pure else share.amount,
         )
+        from dpkit.workloads._measure import matrix_info
+
         info = matrix_info(self.measurement)
         self.quantised = info.quantised
         self.lattice: LatticeNoise = info.lattice
