@@ -223,3 +223,27 @@ def test_dpkit_query_server_answers_a_join(tpch: Api, capsys: pytest.CaptureFixt
         for segment, n in QUERIES[0][3].items():
             assert re.search(rf"{segment}\s*│\s*{n}\b", out), out
     assert _spent(tpch) == {None: 2e6, "ana": 2e6}
+
+
+def test_a_truncated_join_needs_the_officer_s_max_per_key(api: Api, data_root: Path) -> None:
+    """Customers of the same nation pair rows of different people: refused (nothing charged)
+    unless the officer registered bounds.max_per_key; then each side keeps one row per key
+    (max_rows 1): the four nation keys give four pairs."""
+    _write(data_root / "tpch")
+    sql = "SELECT COUNT(*) AS n FROM customer a JOIN customer b ON a.c_nationkey = b.c_nationkey"
+    r = api.post("/api/v1/datasets", OFFICER, json=_body(bounds={"max_rows": 1}))
+    assert r.status_code == 201, r.text
+    ana = api.analyst("ana", "tpch", "10000000")
+    r = api.post("/api/v1/query", ana, json={"dataset": "tpch", "sql": sql, "loss": EXACT})
+    assert r.status_code == 400 and "max_per_key" in r.text, r.text
+    assert _spent(api) == {None: 0.0, "ana": 0.0}
+    body = _body(name="tpch2", bounds={"max_rows": 1, "max_per_key": 1})
+    r = api.post("/api/v1/datasets", OFFICER, json=body)
+    assert r.status_code == 201, r.text
+    bob = api.analyst("bob", "tpch2", "10000000")
+    for _ in range(2):
+        r = api.post("/api/v1/query", bob, json={"dataset": "tpch2", "sql": sql, "loss": EXACT})
+        assert r.status_code == 200, r.text
+        assert round(r.json()["tables"]["main"][0]["n"]) == 4
+    r = api.post("/api/v1/datasets", OFFICER, json=_body(name="t3", bounds={"max_per_key": 0}))
+    assert r.status_code in (400, 422), r.text

@@ -386,6 +386,7 @@ class _Options:
     alpha: float
     allow_large_delta: bool
     explain: bool
+    max_per_key: int | None = None
 
     @property
     def bounds(self) -> dict[str, Any]:
@@ -636,6 +637,14 @@ def query_command(
     max_rows_per_group: Annotated[
         int | None, typer.Option(help="Rows per person and group.")
     ] = None,
+    max_per_key: Annotated[
+        int | None,
+        typer.Option(
+            "--max-per-key",
+            help="With --table: rows per join key on each side of a join of private tables on "
+            "keys of different people (a truncated join; see docs/joins.md).",
+        ),
+    ] = None,
     unit: Annotated[
         str | None,
         typer.Option(
@@ -740,6 +749,7 @@ def query_command(
             {
                 "--max-rows": max_rows,
                 "--max-groups": max_groups,
+                "--max-per-key": max_per_key,
                 "--max-rows-per-group": max_rows_per_group,
                 "--unit": unit,
                 "--schema": schema or None,
@@ -764,7 +774,13 @@ def query_command(
         alpha,
         allow_large_delta,
         explain,
+        max_per_key,
     )
+    if max_per_key is not None and not several:
+        raise CLIError(
+            "--max-per-key is for joins over several tables (--table)",
+            "A query over one file has no join to truncate.",
+        )
     if several:
         _query_tables(query, table or [], public or [], link or [], options)
         return
@@ -1077,7 +1093,7 @@ def _query_tables(
                     relation = session._resolve(session._sql_query(parsed, None))[1]
                     key_values = parse_keys(o.keys, relation)
                     _check_all_keys(parsed.group_by, key_values)
-                final = session._sql_query(parsed, key_values)
+                final = session._sql_query(parsed, key_values, None, o.max_per_key)
                 check_released(parsed, session._resolve(final)[1])
                 plan_text = session.explain(final, loss=query_loss) if o.explain else ""
                 release = _answer(

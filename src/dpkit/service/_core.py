@@ -717,9 +717,11 @@ class Service:
         sql: str | None,
         model: Mapping[str, Any] | None,
         keys: Mapping[str, Sequence[Any]] | None,
+        max_per_key: int | None = None,
     ) -> tuple[Query, ParsedQuery]:
         """The query of SQL text over a dataset of several tables (the session parses its
-        joins, subqueries and WITH); public information only."""
+        joins, subqueries and WITH; a join of private tables on keys of different people is
+        truncated at the officer's ``max_per_key``); public information only."""
         if model is not None or sql is None:
             raise InvalidParameterError(
                 "query",
@@ -746,7 +748,7 @@ class Service:
                 )
             _check_keys({k: keys[k] for k in parsed.group_by})
             _check_work(parsed.aggregations, math.prod(len(keys[k]) for k in parsed.group_by))
-        return session._sql_query(parsed, keys or None), parsed
+        return session._sql_query(parsed, keys or None, None, max_per_key), parsed
 
     def _build(
         self,
@@ -945,7 +947,8 @@ class Service:
         heavy = _request_size(sql, model, keys) > HEAVY_REQUEST
         with self._heavy_lane if heavy else contextlib.nullcontext():
             if tables_of(record) is not None:
-                built, parsed = self._build_tables(session, sql, model, keys)
+                per_key = record.bounds.get("max_per_key")
+                built, parsed = self._build_tables(session, sql, model, keys, per_key)
                 schema = session._resolve(built)[1]  # the joined relation's columns
             else:
                 built, parsed = self._build(record, sql, model, keys)
@@ -1160,7 +1163,13 @@ def _check_bounds(bounds: Mapping[str, Any]) -> dict[str, Any]:
                 f"bounds.columns[{column}]", pair, "[lower, upper], lower < upper"
             )
         columns[column] = [float(pair[0]), float(pair[1])]
-    return {"contribution": contribution, "columns": columns}
+    checked: dict[str, Any] = {"contribution": contribution, "columns": columns}
+    per_key = bounds.get("max_per_key")
+    if per_key is not None:
+        if isinstance(per_key, bool) or not isinstance(per_key, int) or not 1 <= per_key <= 10**6:
+            raise InvalidParameterError("bounds.max_per_key", per_key, "an integer in [1, 1000000]")
+        checked["max_per_key"] = per_key
+    return checked
 
 
 _SYNTAX_HELP = "The query syntax is described in docs/service.md (Queries)."

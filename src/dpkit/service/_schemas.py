@@ -53,6 +53,13 @@ class Bounds(_Strict):
     max_rows: StrictInt | None = Field(default=1, ge=1, le=1_000_000)
     max_groups: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
     max_rows_per_group: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    max_per_key: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Several tables: rows per join key on each side of a join of private tables "
+        "on keys of different people (a truncated join); without it such joins are refused.",
+    )
     columns: dict[str, tuple[Number, Number]] = Field(
         default_factory=dict, description="Declared value bounds per numeric column."
     )

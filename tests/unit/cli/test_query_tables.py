@@ -353,3 +353,24 @@ def test_budget_create_refuses_a_half_dotted_unit(tmp_path: Path) -> None:
         )
         assert result.exit_code == 2, result.output
         assert "TABLE.COLUMN" in result.output
+
+
+def test_a_truncated_join_with_max_per_key(files: dict[str, Path], ledger: Path) -> None:
+    """Customers of the same nation pair rows of different people: refused without
+    --max-per-key; with it, each side keeps one row per customer and one per nation key, so
+    the four nation keys give four pairs, charged once at the query's ε."""
+    query = "SELECT COUNT(*) AS n FROM customer a JOIN customer b ON a.c_nationkey = b.c_nationkey"
+    code, out = invoke(ledger, query, *_tables(files), *EXACT, "--max-rows", "1")
+    assert code == 2 and "max_per_key" in out
+    assert spent(ledger) == (0.0, 0)
+    out = run(
+        ledger, query, *_tables(files), *EXACT, "--max-rows", "1", "--max-per-key", "1", "--explain"
+    )
+    assert number(cells(out, "n")[0]) == 4
+    assert "truncated join" in out
+    assert spent(ledger) == (1e6, 1)
+    code, out = invoke(
+        ledger, str(files["customer"]), "SELECT COUNT(*)", *EXACT, "--max-per-key", "1"
+    )
+    assert code == 2 and "--max-per-key" in out
+    assert spent(ledger) == (1e6, 1)
