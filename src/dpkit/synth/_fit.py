@@ -22,7 +22,7 @@ import numpy as np
 from dpkit._door import Books, Stage, release
 from dpkit._exact import check_delta, check_epsilon, check_rho
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import InternalError, InvalidParameterError, PrivacyCheckError
 from dpkit.synth._domain import DEFAULT_MAX_CELLS, Domain
 from dpkit.synth._model import GraphicalModel
 from dpkit.synth._mst import MSTPlan, MSTRun, run_mst
@@ -46,7 +46,8 @@ class Synthesizer:
         receipt: Any,
         run: MSTRun,
     ) -> None:
-        assert run.model is not None
+        if run.model is None:  # pragma: no cover - run_mst always fits a model
+            raise InternalError("the synthesis returned no model", charged=True)
         self.domain = domain
         self.method = method
         self.loss = loss
@@ -167,7 +168,8 @@ def _check_range(name: str, value: Fraction, given: Any) -> None:
 
 def _charge(plan: MSTPlan, rho: Fraction, delta: Fraction | None, eps: Fraction | None) -> Any:
     exact = plan.charge()
-    assert isinstance(exact, ZCDP)
+    if not isinstance(exact, ZCDP):  # pragma: no cover - every step is zCDP
+        raise PrivacyCheckError(f"internal check failed: MST's charge {exact} is not zCDP")
     if delta is None or eps is None:
         return exact
     converted = exact.to_approx(delta)

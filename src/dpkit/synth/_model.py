@@ -25,8 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import logsumexp
-
 from dpkit.noise import generator
 
 __all__ = ["GraphicalModel", "JunctionTree", "Measurement", "estimate"]
@@ -50,12 +48,20 @@ def _expand(values: np.ndarray, attrs: Clique, target: Clique) -> np.ndarray:
     return values.reshape(shape)
 
 
+def logsumexp(values: np.ndarray, axis: tuple[int, ...] | None = None) -> np.ndarray:
+    """log Σ exp(values) over ``axis`` (all axes if None), stable."""
+    top = np.max(values, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    out = np.log(np.sum(np.exp(values - top), axis=axis, keepdims=True)) + top
+    return np.asarray(np.squeeze(out, axis=axis) if axis is not None else out.reshape(()))
+
+
 def _reduce(values: np.ndarray, attrs: Clique, keep: Clique, *, log: bool) -> np.ndarray:
     axes = tuple(i for i, a in enumerate(attrs) if a not in keep)
     if not axes:
         return values
     if log:
-        return np.asarray(logsumexp(values, axis=axes))
+        return logsumexp(values, axes)
     return np.asarray(values.sum(axis=axes))
 
 
@@ -109,7 +115,8 @@ class JunctionTree:
                     w = len(set(nodes[i]) & set(nodes[j]))
                     if best is None or w > best[0]:
                         best = (w, i, j)
-            assert best is not None
+            if best is None:  # pragma: no cover - the loop runs while nodes are left
+                break
             parent[best[2]] = best[1]
             in_tree.append(best[2])
         order = [0]
@@ -161,6 +168,14 @@ class GraphicalModel:
             beliefs[child] = beliefs[child] + _expand(msg, sep, tree.cliques[child])
         log_z = float(logsumexp(beliefs[0]))
         self.beliefs = [b - log_z for b in beliefs]
+        self._probs: dict[int, np.ndarray] = {}
+
+    def probabilities(self, node: int) -> np.ndarray:
+        """The junction-tree clique's distribution (sums to 1)."""
+        probs = self._probs.get(node)
+        if probs is None:
+            probs = self._probs[node] = np.exp(self.beliefs[node])
+        return probs
 
     def marginal(self, clique: Clique) -> np.ndarray:
         """The model's marginal (counts summing to ``total``) over a clique inside one
@@ -169,8 +184,7 @@ class GraphicalModel:
         i = self.tree.home.get(c)
         if i is None:
             i = next(j for j, n in enumerate(self.tree.cliques) if set(c) <= set(n))
-        probs = np.exp(self.beliefs[i])
-        return self.total * _reduce(probs, self.tree.cliques[i], c, log=False)
+        return self.total * _reduce(self.probabilities(i), self.tree.cliques[i], c, log=False)
 
     def sample(self, rows: int) -> np.ndarray:
         """``rows`` records (indices, one column per attribute) by Private-PGM's rounding."""
@@ -180,7 +194,7 @@ class GraphicalModel:
         order = [0] + [child for _, child in self.tree.edges]
         for node in order:
             nodes = self.tree.cliques[node]
-            probs = np.exp(self.beliefs[node])
+            probs = self.probabilities(node)
             for a in nodes:
                 if a in drawn:
                     continue
@@ -239,16 +253,20 @@ def estimate_total(measurements: Sequence[Measurement]) -> float:
 
 def _loss(
     model: GraphicalModel, measurements: Sequence[Measurement]
-) -> tuple[float, dict[Clique, np.ndarray]]:
+) -> tuple[float, dict[Clique, np.ndarray], dict[Clique, np.ndarray]]:
+    """(loss, gradient and marginal per measured clique) of Σ ||(μ_C - y)/σ||²/2."""
     loss = 0.0
     grads: dict[Clique, np.ndarray] = {}
+    mus: dict[Clique, np.ndarray] = {}
     for m in measurements:
-        mu = model.marginal(m.clique)
+        mu = mus.get(m.clique)
+        if mu is None:
+            mu = mus[m.clique] = model.marginal(m.clique)
         diff = (mu - m.values) / m.std
         loss += 0.5 * float(np.sum(diff * diff))
         g = diff / m.std
-        grads[m.clique] = grads.get(m.clique, 0.0) + g
-    return loss, grads
+        grads[m.clique] = grads[m.clique] + g if m.clique in grads else g
+    return loss, grads, mus
 
 
 def estimate(
@@ -257,27 +275,31 @@ def estimate(
     *,
     iterations: int = 1000,
     cliques: Sequence[Clique] = (),
+    total: float | None = None,
 ) -> GraphicalModel:
-    """The graphical model over ``shape`` fitted to ``measurements`` by mirror descent (with
-    Private-PGM's Armijo step size search) for ``iterations`` steps."""
+    """The graphical model over ``shape`` fitted to ``measurements`` by ``iterations`` steps
+    of mirror descent: θ ← θ - α∇L(μ(θ)), a step kept only if it meets the Armijo condition
+    L(μ) - L(μ') >= α/2·⟨∇L, μ - μ'⟩, α grown by 1 % after a kept step and halved after a
+    refused one (Private-PGM's ``mirror_descent``), starting from α = 2·min σ²/N (the inverse
+    of the loss's Lipschitz constant times 2/N)."""
     all_cliques = [m.clique for m in measurements] + [tuple(sorted(c)) for c in cliques]
-    model = GraphicalModel(shape, all_cliques, estimate_total(measurements))
-    loss, grads = _loss(model, measurements)
-    alpha = 1.0 / model.total**2
+    n = estimate_total(measurements) if total is None else float(total)
+    model = GraphicalModel(shape, all_cliques, n)
+    loss, grads, mus = _loss(model, measurements)
+    smallest = min(float(np.min(m.std)) for m in measurements)
+    alpha = 2.0 * smallest**2 / model.total
     for _ in range(iterations):
         theta = {c: t.copy() for c, t in model.theta.items()}
-        mus = {c: model.marginal(c) for c in grads}
-        alpha *= 2
-        for _ in range(25):
-            for c, g in grads.items():
-                model.theta[c] = theta[c] - alpha * g
-            model.calibrate()
-            new_loss, new_grads = _loss(model, measurements)
-            decrease = sum(
-                float(np.sum(g * (mus[c] - model.marginal(c)))) for c, g in grads.items()
-            )
-            if loss - new_loss >= 0.5 * alpha * decrease:
-                break
+        for c, g in grads.items():
+            model.theta[c] = theta[c] - alpha * g
+        model.calibrate()
+        new_loss, new_grads, new_mus = _loss(model, measurements)
+        decrease = sum(float(np.sum(g * (mus[c] - new_mus[c]))) for c, g in grads.items())
+        if loss - new_loss >= 0.5 * alpha * decrease:
+            loss, grads, mus = new_loss, new_grads, new_mus
+            alpha *= 1.01
+        else:
+            model.theta = theta
             alpha *= 0.5
-        loss, grads = new_loss, new_grads
+    model.calibrate()
     return model

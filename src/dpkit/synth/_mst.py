@@ -34,7 +34,7 @@ from dpkit.core._losses import ZCDP, PrivacyLoss, compose
 from dpkit.mechanisms import make_discrete_gaussian, make_exponential
 from dpkit.synth._model import GraphicalModel, Measurement, estimate
 
-__all__ = ["MSTPlan", "MSTRun", "run_mst"]
+__all__ = ["MSTPlan", "MSTRun", "compress", "pair_scores", "run_mst"]
 
 Pair = tuple[int, int]
 
@@ -121,6 +121,20 @@ def _compress_table(table: np.ndarray, maps: list[np.ndarray], sizes: list[int])
     return out
 
 
+def pair_scores(
+    tables: dict[Pair, np.ndarray], independent: GraphicalModel
+) -> dict[Pair, float]:
+    """MST's selection scores: ||x_ab - x̂_ab||_1 for each pair, x the true 2-way counts and x̂
+    the independent model's (public: from the released 1-way measurements). One unit changes
+    x_ab by at most c in L1, so each score by at most c."""
+    total = independent.total
+    out: dict[Pair, float] = {}
+    for (a, b), x in tables.items():
+        xhat = np.outer(independent.marginal((a,)), independent.marginal((b,))) / total
+        out[(a, b)] = float(np.abs(x - xhat).sum())
+    return out
+
+
 def run_mst(
     plan: MSTPlan,
     marginals: Callable[[], dict[tuple[int, ...], np.ndarray]],
@@ -164,16 +178,12 @@ def run_mst(
         run.model = estimate(sizes, run.measurements, iterations=iterations)
         return run
     # selection: scores against the independent estimate from the 1-way measurements
-    independent = estimate(sizes, one_way, iterations=max(100, iterations // 4))
+    independent = estimate(sizes, one_way, iterations=min(iterations, 250))
     compressed = {
         (a, b): _compress_table(tables[(a, b)], [maps[a], maps[b]], [sizes[a], sizes[b]])
         for a, b in itertools.combinations(range(d), 2)
     }
-    total = independent.total
-    scores: dict[Pair, float] = {}
-    for (a, b), x in compressed.items():
-        xhat = np.outer(independent.marginal((a,)), independent.marginal((b,))) / total
-        scores[(a, b)] = float(np.abs(x - xhat).sum())
+    scores = pair_scores(compressed, independent)
     component = list(range(d))
 
     def find(v: int) -> int:
