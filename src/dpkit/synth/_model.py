@@ -256,7 +256,7 @@ def round_sample(table: np.ndarray, groups: np.ndarray) -> np.ndarray:
     integ = np.floor(target)
     frac = target - integ
     extra = (sizes - integ.sum(axis=1)).round().astype(np.int64)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         keys = np.log(rng.random((g_count, k))) / frac  # Efraimidis-Spirakis keys, -inf at 0
     rank = np.argsort(np.argsort(-keys, axis=1, kind="stable"), axis=1, kind="stable")
     counts = integ.astype(np.int64) + (rank < extra[:, None])
