@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import resource
 import statistics
 import time
-import resource
 from pathlib import Path
 
 import numpy as np
@@ -140,7 +140,12 @@ def main() -> None:
             ind = independent(true, shape, float(rho_for(dp.Fraction(eps), dp.Fraction(1, 10**9))))
             elapsed = time.perf_counter() - start
             rows["indep"].append(
-                (workload_error(true, ind, shape, 3), workload_error(true, ind, shape, 2), elapsed, 0)
+                (
+                    workload_error(true, ind, shape, 3),
+                    workload_error(true, ind, shape, 2),
+                    elapsed,
+                    0,
+                )
             )
         ref = REFERENCE.get(eps, (float("nan"),) * 4)
         for key, label, r3, r2 in (

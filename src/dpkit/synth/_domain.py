@@ -57,7 +57,7 @@ class Domain:
 
     __slots__ = ("_columns",)
 
-    def __init__(self, columns: Mapping[str, Any]) -> None:
+    def __init__(self, columns: Mapping[str, Any] | Domain) -> None:
         if isinstance(columns, Domain):
             columns = columns.columns
         if not isinstance(columns, Mapping) or not columns:

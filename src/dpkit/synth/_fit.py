@@ -11,7 +11,6 @@ model is returned. Sampling is post-processing (free, any number of times).
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
@@ -69,7 +68,7 @@ class Synthesizer:
     def sample(self, n: int | None = None) -> Any:
         """``n`` synthetic records (default: the model's noisy row count) as a pandas
         DataFrame with the domain's columns and declared values."""
-        import pandas as pd
+        import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 
         rows = max(1, round(self.total)) if n is None else n
         if isinstance(rows, bool) or not isinstance(rows, int | np.integer) or rows < 0:
@@ -132,7 +131,9 @@ def _relation(data: Any) -> tuple[Any, Any]:
     )
 
 
-def _budget(epsilon: Any, delta: Any, rho: Any) -> tuple[Fraction, Fraction | None, Fraction | None]:
+def _budget(
+    epsilon: Any, delta: Any, rho: Any
+) -> tuple[Fraction, Fraction | None, Fraction | None]:
     """(ρ, δ or None, ε or None): an (ε, δ) request runs at the Session's ρ for (ε, δ)."""
     if (epsilon is None) == (rho is None):
         raise InvalidParameterError(
@@ -178,9 +179,7 @@ def _charge(plan: MSTPlan, rho: Fraction, delta: Fraction | None, eps: Fraction 
     return ApproxDP(converted.epsilon, converted.delta)
 
 
-def _books(
-    ledger: Any, budget: Any, dataset: str, analyst: str | None, unit: str | None
-) -> Books:
+def _books(ledger: Any, budget: Any, dataset: str, analyst: str | None, unit: str | None) -> Books:
     from dpkit.ledger import Ledger
 
     label = unit or "row"
@@ -244,8 +243,10 @@ def fit(
     """
     if method not in METHODS:
         raise InvalidParameterError("method", method, " or ".join(map(repr, METHODS)))
-    dom = domain if isinstance(domain, Domain) else (
-        Domain.load(domain) if isinstance(domain, str | Path) else Domain(domain)
+    dom = (
+        domain
+        if isinstance(domain, Domain)
+        else (Domain.load(domain) if isinstance(domain, str | Path) else Domain(domain))
     )
     if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
         raise InvalidParameterError("max_cells", max_cells, "an integer >= 1")
@@ -323,5 +324,3 @@ def fit(
         if con is not None:
             con.close()
     return Synthesizer(dom, method, charge, receipt, run)
-
-

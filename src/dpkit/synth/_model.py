@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from dpkit.noise import generator
 
 __all__ = ["GraphicalModel", "JunctionTree", "Measurement", "estimate"]
@@ -173,8 +174,10 @@ class GraphicalModel:
         """log Σ exp over ``axes``, keepdims (axes non-empty)."""
         if not axes:
             return values
-        top = np.maximum.reduce(values, axis=axes, keepdims=True) if len(axes) == 1 else (
-            values.max(axis=axes, keepdims=True)
+        top = (
+            np.maximum.reduce(values, axis=axes, keepdims=True)
+            if len(axes) == 1
+            else (values.max(axis=axes, keepdims=True))
         )
         top = np.where(np.isfinite(top), top, 0.0)
         return np.log(np.exp(values - top).sum(axis=axes, keepdims=True)) + top
@@ -189,7 +192,7 @@ class GraphicalModel:
             msg = self._lse(beliefs[child], child_axes).reshape(in_parent)
             up[child] = msg
             beliefs[parent] = beliefs[parent] + msg
-        for parent, child, _, parent_axes, in_parent, in_child in self._edges:
+        for parent, child, _, parent_axes, _, in_child in self._edges:
             msg = self._lse(beliefs[parent] - up[child], parent_axes)
             beliefs[child] = beliefs[child] + msg.reshape(in_child)
         log_z = float(logsumexp(beliefs[0]))

@@ -121,9 +121,7 @@ def _compress_table(table: np.ndarray, maps: list[np.ndarray], sizes: list[int])
     return out
 
 
-def pair_scores(
-    tables: dict[Pair, np.ndarray], independent: GraphicalModel
-) -> dict[Pair, float]:
+def pair_scores(tables: dict[Pair, np.ndarray], independent: GraphicalModel) -> dict[Pair, float]:
     """MST's selection scores: ||x_ab - x̂_ab||_1 for each pair, x the true 2-way counts and x̂
     the independent model's (public: from the released 1-way measurements). One unit changes
     x_ab by at most c in L1, so each score by at most c."""

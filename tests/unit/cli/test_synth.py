@@ -46,8 +46,24 @@ def test_synth_writes_a_table_and_charges_once(files: tuple[Path, Path, Path]) -
     out = data.parent / "out.parquet"
     result = CliRunner().invoke(
         app,
-        ["synth", str(data), "--dataset", "t", "--epsilon", "1", "--delta", "1e-9",
-         "--domain", str(domain), "--out", str(out), "--ledger", str(ledger), "--rows", "123"],
+        [
+            "synth",
+            str(data),
+            "--dataset",
+            "t",
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-9",
+            "--domain",
+            str(domain),
+            "--out",
+            str(out),
+            "--ledger",
+            str(ledger),
+            "--rows",
+            "123",
+        ],
     )
     assert result.exit_code == 0, result.output
     table = pd.read_parquet(out)
@@ -76,8 +92,19 @@ def test_bad_flags_are_refused_with_nothing_charged(
     out = data.parent / "out.parquet"
     result = CliRunner().invoke(
         app,
-        ["synth", str(data), "--dataset", "t", "--domain", str(domain), "--out", str(out),
-         "--ledger", str(ledger), *flags],
+        [
+            "synth",
+            str(data),
+            "--dataset",
+            "t",
+            "--domain",
+            str(domain),
+            "--out",
+            str(out),
+            "--ledger",
+            str(ledger),
+            *flags,
+        ],
     )
     assert result.exit_code == 2, result.output
     assert message in result.output.replace("\n", " ")

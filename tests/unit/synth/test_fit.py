@@ -18,9 +18,7 @@ from dpkit.synth import Domain, Synthesizer, fit
 from dpkit.synth import _fit as fit_module
 
 ROOT = Path(__file__).resolve().parents[3]
-ADULT = next(
-    (p for p in (ROOT.parent / "shared", ROOT.parents[1] / "shared") if p.is_dir()), None
-)
+ADULT = next((p for p in (ROOT.parent / "shared", ROOT.parents[1] / "shared") if p.is_dir()), None)
 
 
 def _ledger(budget: dp.PrivacyLoss, unit: str = "row") -> Ledger:
@@ -128,7 +126,13 @@ def test_a_privacy_unit_scales_the_noise_and_bounds_each_units_rows() -> None:
     frame["id"] = frame["id"] // 3  # three rows per person
     ledger = _ledger(ZCDP(1), unit="id")
     model = fit(
-        frame, DOMAIN, rho=1, privacy_unit="id", max_rows=2, ledger=ledger, dataset="t",
+        frame,
+        DOMAIN,
+        rho=1,
+        privacy_unit="id",
+        max_rows=2,
+        ledger=ledger,
+        dataset="t",
         iterations=10,
     )
     assert ledger.spent("t") == model.loss
@@ -172,8 +176,15 @@ def test_adult_end_to_end_at_small_size() -> None:
     ledger = Ledger.open(":memory:", monitor=BudgetMonitor(log=False))
     ledger.create_budget("adult", dp.ApproxDP(1, 1e-9), privacy_unit="person")
     model = fit(
-        frame, domain, epsilon=1, delta=1e-9, privacy_unit="person", max_rows=1,
-        ledger=ledger, dataset="adult", iterations=100,
+        frame,
+        domain,
+        epsilon=1,
+        delta=1e-9,
+        privacy_unit="person",
+        max_rows=1,
+        ledger=ledger,
+        dataset="adult",
+        iterations=100,
     )
     rows = model.sample()
     assert list(rows.columns) == list(domain)
