@@ -219,3 +219,34 @@ def test_adult_mst_matches_the_reference_error_at_epsilon_1() -> None:
         )
         errors.append(np.abs(x / x.sum() - y / y.sum()).sum())
     assert float(np.mean(errors)) < 0.26
+
+
+@pytest.mark.skipif(ADULT is None, reason="../shared/data/adult is not here")
+def test_neighbours_on_adult_fail_or_release_alike() -> None:
+    """dpkit.testing's failure check on adult (1,000 rows) and adult with one person added: a
+    person with every value at the low end of its domain, one at the high end, and one with a
+    value outside the domain. Each run must release (never a data-dependent error) and charge
+    the same loss."""
+    from dpkit.testing import check_failure_behaviour
+
+    assert ADULT is not None
+    base = ADULT / "data" / "adult"
+    domain = json.loads((base / "adult-domain.json").read_text())
+    frame = pd.read_csv(base / "adult.csv", nrows=1000)
+    people = [
+        {c: 0 for c in domain},
+        {c: size - 1 for c, size in domain.items()},
+        {**{c: 0 for c in domain}, "age": 10**6},
+    ]
+    charges: set[object] = set()
+
+    def run(table: pd.DataFrame) -> object:
+        model = fit(table, domain, rho=Fraction(1, 10), budget=ZCDP(1), iterations=5)
+        charges.add(model.loss)
+        return model.total
+
+    pairs = [(frame, pd.concat([frame, pd.DataFrame([p])], ignore_index=True)) for p in people]
+    result = check_failure_behaviour(run, pairs)
+    assert result.passed, result
+    assert result.released_pairs == len(pairs)
+    assert len(charges) == 1
