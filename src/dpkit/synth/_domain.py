@@ -47,6 +47,11 @@ def _values(name: str, spec: Any) -> tuple[Any, ...]:
             raise InvalidParameterError(
                 f"domain[{name!r}]", v, "values that are ints, strings, bools or finite floats"
             )
+    kinds = {bool if isinstance(v, bool) else str if isinstance(v, str) else float for v in values}
+    if len(kinds) > 1:
+        raise InvalidParameterError(
+            f"domain[{name!r}]", spec, "values of one kind: all numbers, all strings or all bools"
+        )
     if len({(type(v).__name__, v) for v in values}) != len(values):
         raise InvalidParameterError(f"domain[{name!r}]", spec, "distinct values")
     return values

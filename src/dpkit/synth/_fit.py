@@ -103,9 +103,19 @@ class Synthesizer:
         )
 
 
-def _relation(data: Any) -> tuple[Any, Any]:
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _relation(data: Any, names: list[str]) -> tuple[Any, Any]:
     """(connection, DuckDB relation) over the data (a CSV or Parquet path, a DataFrame, an
-    Arrow table or a DuckDB relation). Only metadata is read here."""
+    Arrow table or a DuckDB relation). Only metadata is read here: a CSV file is read with its
+    header and every column as text (nothing sniffed from the rows, as the Session reads it);
+    a pandas ``object`` column of the domain is read as text."""
     import duckdb
 
     if isinstance(data, duckdb.DuckDBPyRelation):
@@ -117,18 +127,53 @@ def _relation(data: Any) -> tuple[Any, Any]:
             raise InvalidParameterError("data", str(data), "an existing CSV or Parquet file")
         if path.suffix.lower() in (".parquet", ".pq"):
             return con, con.read_parquet(str(path))
-        return con, con.read_csv(str(path))
-    type_name = type(data).__module__.split(".")[0]
-    if type_name in ("pandas", "pyarrow", "polars"):
-        return con, con.from_arrow(data) if type_name == "pyarrow" else con.from_df(
-            data if type_name == "pandas" else data.to_pandas()
+        from dpkit.analytics._engines._columns import csv_header
+
+        header = csv_header(path)
+        columns = ", ".join(f"{_sql_string(h)}: 'VARCHAR'" for h in header)
+        sql = (
+            f"SELECT * FROM read_csv({_sql_string(str(path))}, header = true, "
+            "auto_detect = false, delim = ',', quote = '\"', escape = '\"', "
+            f"columns = {{{columns}}}, ignore_errors = false, strict_mode = true)"
         )
+        return con, con.sql(sql)
+    type_name = type(data).__module__.split(".")[0]
+    if type_name == "pandas":
+        text = [n for n in names if n in data.columns and data[n].dtype == object]
+        if text:
+            data = data.assign(**{n: data[n].astype("string") for n in text})
+        return con, con.from_df(data)
+    if type_name == "pyarrow":
+        return con, con.from_arrow(data)
     raise InvalidParameterError(
         "data",
         type(data).__name__,
         "a CSV or Parquet path, a pandas DataFrame, an Arrow table or a DuckDB relation",
         "dpkit.synth reads a table directly (a Session's source: pass the same source).",
     )
+
+
+def _typed(relation: Any, dom: Domain, unit: str | None) -> Any:
+    """The domain's columns converted to the declared values' type, whatever the storage type
+    (text from a CSV, numbers, mixed): a value that does not convert is NULL and falls outside
+    the domain (dropped), so no value can make the engine fail after the reservation."""
+    parts = []
+    for name in dom.names:
+        values = dom.values(name)
+        column = f"CAST({_quote(name)} AS VARCHAR)"
+        if all(isinstance(v, bool) for v in values):
+            cast = f"TRY_CAST({column} AS BOOLEAN)"
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            number = f"TRY_CAST({column} AS DOUBLE)"
+            cast = f"CASE WHEN {number} = floor({number}) THEN TRY_CAST({number} AS BIGINT) END"
+        elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            cast = f"TRY_CAST({column} AS DOUBLE)"
+        else:
+            cast = column
+        parts.append(f"{cast} AS {_quote(name)}")
+    if unit is not None:
+        parts.append(_quote(unit))
+    return relation.project(", ".join(parts))
 
 
 def _budget(
@@ -263,7 +308,7 @@ def fit(
         contributions = max_rows
     elif max_rows is not None:
         raise InvalidParameterError("max_rows", max_rows, "given only with privacy_unit")
-    con, relation = _relation(data)
+    con, relation = _relation(data, dom.names)
     columns = list(relation.columns)
     unknown = [n for n in dom.names if n not in columns]
     if unknown:
@@ -277,6 +322,7 @@ def fit(
         raise InvalidParameterError(
             "privacy_unit", privacy_unit, "a column of the table that is not in the domain"
         )
+    relation = _typed(relation, dom, privacy_unit)
     name = dataset or (Path(data).stem if isinstance(data, str | Path) else "table")
     books = _books(ledger, budget, name, analyst, privacy_unit)
     plan = MSTPlan(len(dom), rho_total, contributions)
