@@ -234,11 +234,11 @@ def test_adult_mst_matches_the_reference_error_at_epsilon_1() -> None:
 def test_neighbours_on_adult_fail_or_release_alike(
     columns: int, as_csv: bool, tmp_path: Path
 ) -> None:
-    """dpkit.testing's failure check on adult (1,000 rows; the first 6 columns from a CSV file in
-    the default suite, all 14 and a DataFrame in the slow one) and adult with one person added: every value at the low end
-    of its domain, every value at the high end, a value outside the domain, and (from a CSV
-    file) a value that is not a number. Each run must release (never a data-dependent error)
-    and charge the same loss."""
+    """dpkit.testing's failure check on adult (1,000 rows; 6 columns from a CSV file in the
+    default suite, all 14 and a DataFrame in the slow one) and adult with one person added:
+    every value at the low end of its domain, every value at the high end, a value outside the
+    domain, and (from a CSV file) a value that is not a number. Each run must release (never a
+    data-dependent error) and charge the same loss."""
     from dpkit.testing import check_failure_behaviour
 
     assert ADULT is not None
