@@ -250,6 +250,78 @@ def _marginal_cells(domain: Domain) -> int:
     return sum(shape) + sum(a * b for a, b in itertools.combinations(shape, 2))
 
 
+def _fit_relation(
+    con: Any,
+    relation: Any,
+    dom: Domain,
+    *,
+    plan_args: tuple[Fraction, Fraction | None, Fraction | None, int],
+    privacy_unit: str | None,
+    max_rows: int | None,
+    books_args: tuple[Any, Any, str, str | None],
+    method: str,
+    iterations: int,
+) -> tuple[MSTRun, PrivacyLoss, Any]:
+    """Check the table's columns, rehearse, and release (see :func:`fit`)."""
+    rho_total, dlt, eps, contributions = plan_args
+    columns = list(relation.columns)
+    unknown = [n for n in dom.names if n not in columns]
+    if unknown:
+        raise InvalidParameterError(
+            "domain",
+            unknown[0],
+            f"columns of the table ({', '.join(map(repr, columns[:20]))})",
+            "Every column of the domain must be a column of the data.",
+        )
+    if privacy_unit is not None and (privacy_unit not in columns or privacy_unit in dom.names):
+        raise InvalidParameterError(
+            "privacy_unit", privacy_unit, "a column of the table that is not in the domain"
+        )
+    relation = _typed(relation, dom, privacy_unit)
+    books = _books(*books_args, privacy_unit)
+    plan = MSTPlan(len(dom), rho_total, contributions)
+    charge = _charge(plan, rho_total, dlt, eps)
+    d = len(dom)
+    sets = [(a,) for a in range(d)] + list(itertools.combinations(range(d), 2))
+    declared = dom.columns
+
+    def empty() -> dict[tuple[int, ...], np.ndarray]:
+        shape = dom.shape
+        return {s: np.zeros([shape[a] for a in s], dtype=np.int64) for s in sets}
+
+    def rehearse() -> None:
+        run_mst(plan, empty, iterations=2)
+
+    def body(stage: Stage) -> MSTRun:
+        from dpkit.workloads._table import marginal_tables_from_duckdb
+
+        def counts() -> dict[tuple[int, ...], np.ndarray]:
+            stage(True, "counting the marginals")
+            tables, _ = marginal_tables_from_duckdb(
+                con,
+                relation,
+                declared,
+                sets,
+                privacy_unit=privacy_unit,
+                max_rows=max_rows if privacy_unit is not None else None,
+            )
+            stage(False, "measuring and fitting the model")
+            return tables
+
+        return run_mst(plan, counts, iterations=iterations)
+
+    run, receipt = release(
+        books,
+        charge,
+        body,
+        query=f"synth.fit(method={method!r}, columns={dom.names})"[:500],
+        mechanism=f"{method}: discrete gaussian + exponential",
+        rehearse=rehearse,
+        rehearsing="checking the synthesis on an empty table",
+    )
+    return run, charge, receipt
+
+
 def fit(
     data: Any,
     domain: Domain | Mapping[str, Any] | str | Path,
@@ -308,63 +380,29 @@ def fit(
         contributions = max_rows
     elif max_rows is not None:
         raise InvalidParameterError("max_rows", max_rows, "given only with privacy_unit")
+    if ledger is not None and budget is not None:
+        raise InvalidParameterError(
+            "budget",
+            budget,
+            "omitted when ledger= is given (the ledger's budget for the dataset applies)",
+        )
     con, relation = _relation(data, dom.names)
-    columns = list(relation.columns)
-    unknown = [n for n in dom.names if n not in columns]
-    if unknown:
-        raise InvalidParameterError(
-            "domain",
-            unknown[0],
-            f"columns of the table ({', '.join(map(repr, columns[:20]))})",
-            "Every column of the domain must be a column of the data.",
-        )
-    if privacy_unit is not None and (privacy_unit not in columns or privacy_unit in dom.names):
-        raise InvalidParameterError(
-            "privacy_unit", privacy_unit, "a column of the table that is not in the domain"
-        )
-    relation = _typed(relation, dom, privacy_unit)
-    name = dataset or (Path(data).stem if isinstance(data, str | Path) else "table")
-    books = _books(ledger, budget, name, analyst, privacy_unit)
-    plan = MSTPlan(len(dom), rho_total, contributions)
-    charge = _charge(plan, rho_total, dlt, eps)
-    d = len(dom)
-    sets = [(a,) for a in range(d)] + list(itertools.combinations(range(d), 2))
-    declared = dom.columns
-
-    def empty() -> dict[tuple[int, ...], np.ndarray]:
-        shape = dom.shape
-        return {s: np.zeros([shape[a] for a in s], dtype=np.int64) for s in sets}
-
-    def rehearse() -> None:
-        run_mst(plan, empty, iterations=2)
-
-    def body(stage: Stage) -> MSTRun:
-        from dpkit.workloads._table import marginal_tables_from_duckdb
-
-        def counts() -> dict[tuple[int, ...], np.ndarray]:
-            stage(True, "counting the marginals")
-            tables, _ = marginal_tables_from_duckdb(
-                con,
-                relation,
-                declared,
-                sets,
-                privacy_unit=privacy_unit,
-                max_rows=max_rows if privacy_unit is not None else None,
-            )
-            stage(False, "measuring and fitting the model")
-            return tables
-
-        return run_mst(plan, counts, iterations=iterations)
-
     try:
-        run, receipt = release(
-            books,
-            charge,
-            body,
-            query=f"synth.fit(method={method!r}, columns={dom.names})"[:500],
-            mechanism=f"{method}: discrete gaussian + exponential",
-            rehearse=rehearse,
-            rehearsing="checking the synthesis on an empty table",
+        run, charge, receipt = _fit_relation(
+            con,
+            relation,
+            dom,
+            plan_args=(rho_total, dlt, eps, contributions),
+            privacy_unit=privacy_unit,
+            max_rows=max_rows,
+            books_args=(
+                ledger,
+                budget,
+                dataset or (Path(data).stem if isinstance(data, str | Path) else "table"),
+                analyst,
+            ),
+            method=method,
+            iterations=iterations,
         )
     finally:
         if con is not None:
