@@ -83,6 +83,8 @@ def test_an_epsilon_delta_request_runs_at_the_sessions_rho_and_is_charged_as_its
         (DOMAIN, {"privacy_unit": "nope", "max_rows": 1}, "privacy_unit"),
         (DOMAIN, {"privacy_unit": "id"}, "max_rows"),
         (DOMAIN, {"epsilon": 1e-9}, "epsilon"),
+        (DOMAIN, {"budget": ZCDP(1)}, "budget"),  # a ledger's budget is not restated
+        ({"a": [0, "x"]}, {}, "one kind"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_charged(
