@@ -313,8 +313,12 @@ def estimate(
     iterations: int = 1000,
     cliques: Sequence[Clique] = (),
     total: float | None = None,
+    start: GraphicalModel | None = None,
 ) -> GraphicalModel:
     """The graphical model over ``shape`` fitted to ``measurements``.
+
+    ``cliques`` adds cliques to the model beyond the measured ones; ``start`` warm-starts from
+    another model's potentials on the cliques both have (AIM refits after each round).
 
     Mirror descent on the potentials θ (Private-PGM's ``mirror_descent``: a step
     θ' = y - α∇L(μ(y)) is kept only if it meets the Armijo condition
@@ -328,9 +332,14 @@ def estimate(
     n = estimate_total(measurements) if total is None else float(total)
     model = GraphicalModel(shape, all_cliques, n)
     x = {c: np.zeros_like(t) for c, t in model.theta.items()}
-    for m in measurements:
-        if len(m.clique) == 1:  # warm start (clipped at one row)
-            x[m.clique] = np.log(np.maximum(m.values, 1.0) / n)
+    if start is not None:
+        for c, t in start.theta.items():
+            if c in x and x[c].shape == t.shape:
+                x[c] = t.copy()
+    else:
+        for m in measurements:
+            if len(m.clique) == 1:  # warm start (clipped at one row)
+                x[m.clique] = np.log(np.maximum(m.values, 1.0) / n)
     y = x
     loss_y, grad_y, mu_y = _evaluate(model, y, measurements)
     loss_x = loss_y

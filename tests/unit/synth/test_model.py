@@ -95,3 +95,16 @@ def test_sampling_reproduces_the_model_marginals() -> None:
         np.add.at(counts, tuple(rows[:, a] for a in c), 1)
         assert np.abs(counts - model.marginal(c)).sum() / 3000 < 0.02
     assert set(itertools.chain(rows[:, 2].tolist())) <= {0, 1}
+
+
+def test_a_warm_start_continues_from_another_models_potentials() -> None:
+    rng = np.random.default_rng(4)
+    shape = (3, 4, 2)
+    joint = rng.dirichlet(np.ones(24)).reshape(shape) * 5000
+    m01 = Measurement((0, 1), joint.sum(axis=2), np.asarray(1.0))
+    m12 = Measurement((1, 2), joint.sum(axis=0), np.asarray(1.0))
+    first = estimate(shape, [m01], iterations=300)
+    # the second model has one more clique; from first's potentials with no step at all it
+    # keeps first's fit of (0, 1)
+    second = estimate(shape, [m01, m12], iterations=0, start=first)
+    np.testing.assert_allclose(second.marginal((0, 1)), first.marginal((0, 1)), rtol=1e-9)
