@@ -88,6 +88,7 @@ def test_the_core_imports_with_every_extra_blocked() -> None:
         ("dpkit.analytics", "analytics", "duckdb"),
         ("dpkit.analytics", "analytics", "sqlglot"),
         ("dpkit.ml", "ml", "sklearn"),
+        ("dpkit.synth", "analytics", "duckdb"),
         ("dpkit.cli", "cli", "typer"),
         ("dpkit.client", "cli", "httpx"),
         ("dpkit.demos", "cli", "rich"),

@@ -29,6 +29,7 @@ NEEDS = {
     "dpkit.ml": "sklearn",
     "dpkit.service": "fastapi",
     "dpkit.client": "httpx",
+    "dpkit.synth": "duckdb",
 }
 
 PINNED: dict[str, list[str]] = {
@@ -302,6 +303,11 @@ PINNED: dict[str, list[str]] = {
         "UnboundedIntervalWarning",
         "fit_kmeans",
         "fit_linear_regression",
+    ],
+    "dpkit.synth": [
+        "Domain",
+        "Synthesizer",
+        "fit",
     ],
     "dpkit.noise": [
         "InsecureRandomnessWarning",

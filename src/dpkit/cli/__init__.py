@@ -3,6 +3,7 @@
 The command tree at a glance::
 
     dpkit query DATA "SELECT ..." --dataset D --epsilon E --max-rows K   (dpkit.cli.query)
+    dpkit synth DATA --dataset D --epsilon E --delta D --domain F --out O  (dpkit.cli.synth)
     dpkit budget create DATASET --epsilon E --unit COLUMN               (dpkit.cli.budget)
     dpkit budget status | history                                        (dpkit.cli.budget)
     dpkit ladder reproduce --out DIR                                     (dpkit.cli.ladder)
@@ -32,6 +33,7 @@ __all__ = ["COMMANDS", "app", "main"]
 COMMANDS: dict[str, str] = {
     # name: "module:attribute" — a function becomes a command, a typer.Typer a command group
     "query": "dpkit.cli.query:query_command",
+    "synth": "dpkit.cli.synth:synth_command",
     "budget": "dpkit.cli.budget:budget_app",
     "ladder": "dpkit.cli.ladder:ladder_app",
     "demo": "dpkit.cli.demo:demo_command",

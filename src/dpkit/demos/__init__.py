@@ -12,9 +12,10 @@ dpkit, beside the CLI. One module per area:
 * :mod:`dpkit.demos.analytics` – a synthetic payroll analysed through a Session and a ledger;
 * :mod:`dpkit.demos.ml` – the seed's sum, mean and cluster centres under ε = 1;
 * :mod:`dpkit.demos.local` – an emoji-frequency collection in the local model;
+* :mod:`dpkit.demos.synth` – synthetic data (MST) from a small survey table;
 * :mod:`dpkit.demos.ladder` – the experiments of Wu, He & Xia (2017), Section 6.
 
-:func:`run_demo` runs the first four in turn (``dpkit demo``).
+:func:`run_demo` runs all but the ladder in turn (``dpkit demo``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def run_demo(console: Console | None = None) -> None:
     from dpkit.demos.local import run_local_demo
     from dpkit.demos.mechanisms import run_seed_examples
     from dpkit.demos.ml import run_ml_demo
+    from dpkit.demos.synth import run_synth_demo
 
     console = console or Console()
     console.print("[bold]dpkit demo[/bold] — the seed material's worked examples\n")
@@ -48,3 +50,4 @@ def run_demo(console: Console | None = None) -> None:
     # of a total of 1 (issue 13), and the local model: an emoji collection (issue 12)
     run_ml_demo(console)
     run_local_demo(console)
+    run_synth_demo(console)

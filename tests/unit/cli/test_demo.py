@@ -20,6 +20,8 @@ def test_demo_runs_every_section() -> None:
         "not a count",
         "Laplace versus staircase",
         "alert: dataset 'payroll' crossed 50% of its budget",
+        "Synthetic data",
+        "education × income",
     ):
         assert text in result.output, text
     # the budget is spent exactly: the last row leaves 0

@@ -1,0 +1,410 @@
+"""``dpkit.synth.fit``: one ledger release that measures, then a model that samples records.
+
+The fit is ONE release through :func:`dpkit._door.release`: everything decidable from public
+inputs (the domain, the table's column names, the budget, the size limit, and the whole pipeline
+run on an empty table) is checked before the reservation, a refusal charges nothing; then the
+ledger reserves the plan's exact loss, the engine counts every needed marginal in one GROUP BY
+GROUPING SETS query (DuckDB), the mechanism adds its noise, and the ledger commits before the
+model is returned. Sampling is post-processing (free, any number of times).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpkit._door import Books, Stage, release
+from dpkit._exact import check_delta, check_epsilon, check_rho
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss
+from dpkit.errors import InternalError, InvalidParameterError, PrivacyCheckError
+from dpkit.synth._domain import DEFAULT_MAX_CELLS, Domain
+from dpkit.synth._model import GraphicalModel
+from dpkit.synth._mst import MSTPlan, MSTRun, run_mst
+
+__all__ = ["Synthesizer", "fit"]
+
+METHODS = ("mst",)
+LOSS_FLOOR = Fraction(1, 10**6)
+LOSS_CEILING = Fraction(10**6)
+
+
+class Synthesizer:
+    """A fitted synthetic-data model: the released measurements and the graphical model fitted
+    to them. :meth:`sample` draws records (post-processing: free, repeatable)."""
+
+    def __init__(
+        self,
+        domain: Domain,
+        method: str,
+        loss: PrivacyLoss,
+        receipt: Any,
+        run: MSTRun,
+    ) -> None:
+        if run.model is None:  # pragma: no cover - run_mst always fits a model
+            raise InternalError("the synthesis returned no model", charged=True)
+        self.domain = domain
+        self.method = method
+        self.loss = loss
+        """The loss charged to the ledger (one release)."""
+        self.receipt = receipt
+        self.model: GraphicalModel = run.model
+        self.measurements = run.measurements
+        self.supports = run.supports
+        self.steps = run.steps
+        names = domain.names
+        self.tree = [(names[a], names[b]) for a, b in run.tree]
+        """The 2-way marginals MST selected (column names)."""
+
+    @property
+    def total(self) -> float:
+        """The model's (noisy) number of rows."""
+        return self.model.total
+
+    def sample(self, n: int | None = None) -> Any:
+        """``n`` synthetic records (default: the model's noisy row count) as a pandas
+        DataFrame with the domain's columns and declared values."""
+        import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+
+        rows = max(1, round(self.total)) if n is None else n
+        if isinstance(rows, bool) or not isinstance(rows, int | np.integer) or rows < 0:
+            raise InvalidParameterError("n", n, "a number of rows >= 0")
+        indices = self.model.sample(int(rows))
+        columns: dict[str, Any] = {}
+        for a, name in enumerate(self.domain.names):
+            declared = np.asarray(self.domain.values(name), dtype=object)
+            support = self.supports[a]
+            kept = np.flatnonzero(support)
+            merged = np.flatnonzero(~support)
+            code = indices[:, a]
+            original = np.empty(code.size, dtype=np.int64)
+            inside = code < kept.size
+            original[inside] = kept[code[inside]]
+            if merged.size:
+                from dpkit.noise import uniform_integers
+
+                spread = np.asarray(uniform_integers(merged.size, int((~inside).sum())))
+                original[~inside] = merged[spread.astype(np.int64)]
+            values = declared[original]
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in declared):
+                columns[name] = values.astype(np.int64)
+            else:
+                columns[name] = values
+        return pd.DataFrame(columns)
+
+    def __repr__(self) -> str:
+        return (
+            f"Synthesizer(method={self.method!r}, columns={len(self.domain)}, "
+            f"loss={self.loss}, rows≈{self.total:.0f})"
+        )
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _relation(data: Any, names: list[str]) -> tuple[Any, Any]:
+    """(connection, DuckDB relation) over the data (a CSV or Parquet path, a DataFrame, an
+    Arrow table or a DuckDB relation). Only metadata is read here: a CSV file is read with its
+    header and every column as text (nothing sniffed from the rows, as the Session reads it);
+    a pandas ``object`` column of the domain is read as text."""
+    import duckdb
+
+    if isinstance(data, duckdb.DuckDBPyRelation):
+        return None, data
+    con = duckdb.connect()
+    if isinstance(data, str | Path):
+        path = Path(data)
+        if not path.is_file():
+            raise InvalidParameterError("data", str(data), "an existing CSV or Parquet file")
+        if path.suffix.lower() in (".parquet", ".pq"):
+            return con, con.read_parquet(str(path))
+        from dpkit.analytics._engines._columns import csv_header
+
+        header = csv_header(path)
+        columns = ", ".join(f"{_sql_string(h)}: 'VARCHAR'" for h in header)
+        sql = (
+            f"SELECT * FROM read_csv({_sql_string(str(path))}, header = true, "
+            "auto_detect = false, delim = ',', quote = '\"', escape = '\"', "
+            f"columns = {{{columns}}}, ignore_errors = false, strict_mode = true)"
+        )
+        return con, con.sql(sql)
+    type_name = type(data).__module__.split(".")[0]
+    if type_name == "pandas":
+        text = [n for n in names if n in data.columns and data[n].dtype == object]
+        if text:
+            data = data.assign(**{n: data[n].astype("string") for n in text})
+        return con, con.from_df(data)
+    if type_name == "pyarrow":
+        return con, con.from_arrow(data)
+    raise InvalidParameterError(
+        "data",
+        type(data).__name__,
+        "a CSV or Parquet path, a pandas DataFrame, an Arrow table or a DuckDB relation",
+        "dpkit.synth reads a table directly (a Session's source: pass the same source).",
+    )
+
+
+def _typed(relation: Any, dom: Domain, unit: str | None) -> Any:
+    """The domain's columns converted to the declared values' type, whatever the storage type
+    (text from a CSV, numbers, mixed): a value that does not convert is NULL and falls outside
+    the domain (dropped), so no value can make the engine fail after the reservation."""
+    parts = []
+    for name in dom.names:
+        values = dom.values(name)
+        column = f"CAST({_quote(name)} AS VARCHAR)"
+        if all(isinstance(v, bool) for v in values):
+            cast = f"TRY_CAST({column} AS BOOLEAN)"
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            number = f"TRY_CAST({column} AS DOUBLE)"
+            cast = f"CASE WHEN {number} = floor({number}) THEN TRY_CAST({number} AS BIGINT) END"
+        elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            cast = f"TRY_CAST({column} AS DOUBLE)"
+        else:
+            cast = column
+        parts.append(f"{cast} AS {_quote(name)}")
+    if unit is not None:
+        parts.append(_quote(unit))
+    return relation.project(", ".join(parts))
+
+
+def _budget(
+    epsilon: Any, delta: Any, rho: Any
+) -> tuple[Fraction, Fraction | None, Fraction | None]:
+    """(ρ, δ or None, ε or None): an (ε, δ) request runs at the Session's ρ for (ε, δ)."""
+    if (epsilon is None) == (rho is None):
+        raise InvalidParameterError(
+            "epsilon", epsilon, "given with delta, or else rho (exactly one of the two)"
+        )
+    if rho is not None:
+        if delta is not None:
+            raise InvalidParameterError("delta", delta, "not given with rho")
+        value = check_rho(rho)
+        _check_range("rho", value, rho)
+        return value, None, None
+    eps = check_epsilon(epsilon)
+    _check_range("epsilon", eps, epsilon)
+    if delta is None or check_delta(delta) == 0:
+        raise InvalidParameterError(
+            "delta",
+            delta,
+            "> 0 (MST measures with Gaussian noise: an (ε, δ) or a ρ-zCDP budget)",
+            "Pass delta= far below 1/n for n people (e.g. 1e-9), or rho=.",
+        )
+    dlt = check_delta(delta, allow_zero=False)
+    from dpkit.analytics._planner._noise import rho_for
+
+    return rho_for(eps, dlt), dlt, eps
+
+
+def _check_range(name: str, value: Fraction, given: Any) -> None:
+    if not LOSS_FLOOR <= value <= LOSS_CEILING:
+        raise InvalidParameterError(
+            name, given, f"between {float(LOSS_FLOOR):g} and {float(LOSS_CEILING):g}"
+        )
+
+
+def _charge(plan: MSTPlan, rho: Fraction, delta: Fraction | None, eps: Fraction | None) -> Any:
+    exact = plan.charge()
+    if not isinstance(exact, ZCDP):  # pragma: no cover - every step is zCDP
+        raise PrivacyCheckError(f"internal check failed: MST's charge {exact} is not zCDP")
+    if delta is None or eps is None:
+        return exact
+    converted = exact.to_approx(delta)
+    if converted.epsilon > eps:  # conversion not monotone by a hair: ρ' <= ρ is also ρ-zCDP
+        converted = ZCDP(rho).to_approx(delta)
+    return ApproxDP(converted.epsilon, converted.delta)
+
+
+def _books(ledger: Any, budget: Any, dataset: str, analyst: str | None, unit: str | None) -> Books:
+    from dpkit.ledger import Ledger
+
+    label = unit or "row"
+    if ledger is None:
+        if budget is None:
+            raise InvalidParameterError(
+                "budget",
+                budget,
+                "a privacy loss such as dp.ZCDP(1) or dp.ApproxDP(1, 1e-9)",
+                "Without a ledger the fit keeps its own budget: pass budget= (or ledger=).",
+            )
+        book = Ledger.open(":memory:")
+        book.create_budget(dataset, budget, privacy_unit=label)
+        if analyst is not None:
+            book.create_budget(dataset, budget, analyst=analyst, privacy_unit=label)
+        return Books(book, dataset, analyst, label)
+    book = ledger if isinstance(ledger, Ledger) else Ledger.open(str(ledger))
+    return Books(book, dataset, analyst, label)
+
+
+def _marginal_cells(domain: Domain) -> int:
+    shape = domain.shape
+    return sum(shape) + sum(a * b for a, b in itertools.combinations(shape, 2))
+
+
+def _fit_relation(
+    con: Any,
+    relation: Any,
+    dom: Domain,
+    *,
+    plan_args: tuple[Fraction, Fraction | None, Fraction | None, int],
+    privacy_unit: str | None,
+    max_rows: int | None,
+    books_args: tuple[Any, Any, str, str | None],
+    method: str,
+    iterations: int,
+) -> tuple[MSTRun, PrivacyLoss, Any]:
+    """Check the table's columns, rehearse, and release (see :func:`fit`)."""
+    rho_total, dlt, eps, contributions = plan_args
+    columns = list(relation.columns)
+    unknown = [n for n in dom.names if n not in columns]
+    if unknown:
+        raise InvalidParameterError(
+            "domain",
+            unknown[0],
+            f"columns of the table ({', '.join(map(repr, columns[:20]))})",
+            "Every column of the domain must be a column of the data.",
+        )
+    if privacy_unit is not None and (privacy_unit not in columns or privacy_unit in dom.names):
+        raise InvalidParameterError(
+            "privacy_unit", privacy_unit, "a column of the table that is not in the domain"
+        )
+    relation = _typed(relation, dom, privacy_unit)
+    books = _books(*books_args, privacy_unit)
+    plan = MSTPlan(len(dom), rho_total, contributions)
+    charge = _charge(plan, rho_total, dlt, eps)
+    d = len(dom)
+    sets = [(a,) for a in range(d)] + list(itertools.combinations(range(d), 2))
+    declared = dom.columns
+
+    def empty() -> dict[tuple[int, ...], np.ndarray]:
+        shape = dom.shape
+        return {s: np.zeros([shape[a] for a in s], dtype=np.int64) for s in sets}
+
+    def rehearse() -> None:
+        run_mst(plan, empty, iterations=2)
+
+    def body(stage: Stage) -> MSTRun:
+        from dpkit.workloads._table import marginal_tables_from_duckdb
+
+        def counts() -> dict[tuple[int, ...], np.ndarray]:
+            stage(True, "counting the marginals")
+            tables, _ = marginal_tables_from_duckdb(
+                con,
+                relation,
+                declared,
+                sets,
+                privacy_unit=privacy_unit,
+                max_rows=max_rows if privacy_unit is not None else None,
+            )
+            stage(False, "measuring and fitting the model")
+            return tables
+
+        return run_mst(plan, counts, iterations=iterations)
+
+    run, receipt = release(
+        books,
+        charge,
+        body,
+        query=f"synth.fit(method={method!r}, columns={dom.names})"[:500],
+        mechanism=f"{method}: discrete gaussian + exponential",
+        rehearse=rehearse,
+        rehearsing="checking the synthesis on an empty table",
+    )
+    return run, charge, receipt
+
+
+def fit(
+    data: Any,
+    domain: Domain | Mapping[str, Any] | str | Path,
+    *,
+    epsilon: Any = None,
+    delta: Any = None,
+    rho: Any = None,
+    method: str = "mst",
+    privacy_unit: str | None = None,
+    max_rows: int | None = None,
+    budget: PrivacyLoss | None = None,
+    ledger: Any = None,
+    dataset: str | None = None,
+    analyst: str | None = None,
+    max_cells: int = DEFAULT_MAX_CELLS,
+    iterations: int = 1000,
+) -> Synthesizer:
+    """Fit a synthetic-data model on ``data`` over the public ``domain``, as one release.
+
+    Args:
+        data: a CSV or Parquet path, a pandas DataFrame, an Arrow table or a DuckDB relation.
+        domain: a :class:`Domain`, ``{column: size or [values]}`` or a JSON domain file.
+        epsilon, delta: an (ε, δ) budget (run as the largest ρ-zCDP within it, charged as its
+            (ε', δ) conversion, ε' <= ε); or ``rho`` for a zCDP budget.
+        method: ``"mst"``.
+        privacy_unit, max_rows: the column identifying a person and the rows kept per person
+            (default: every row is its own unit).
+        budget, ledger, dataset, analyst: where the release is charged: a ledger (object or
+            SQLite path) with a budget for ``dataset``; or, without a ledger, a private
+            in-memory ledger holding ``budget``.
+        max_cells: refuse a domain whose marginal tables exceed this many cells.
+        iterations: mirror-descent steps of the estimation (post-processing).
+
+    Values outside the declared domain (and NULLs) are dropped inside the engine: a row with
+    any such value is left out of every marginal (decided by the public domain alone).
+    """
+    if method not in METHODS:
+        raise InvalidParameterError("method", method, " or ".join(map(repr, METHODS)))
+    dom = (
+        domain
+        if isinstance(domain, Domain)
+        else (Domain.load(domain) if isinstance(domain, str | Path) else Domain(domain))
+    )
+    if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
+        raise InvalidParameterError("max_cells", max_cells, "an integer >= 1")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise InvalidParameterError("iterations", iterations, "an integer >= 1")
+    dom.check_size(_marginal_cells(dom), max_cells, "the 1-way and 2-way marginal tables")
+    rho_total, dlt, eps = _budget(epsilon, delta, rho)
+    contributions = 1
+    if privacy_unit is not None:
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+            raise InvalidParameterError(
+                "max_rows", max_rows, "an integer >= 1 (rows kept per privacy unit)"
+            )
+        contributions = max_rows
+    elif max_rows is not None:
+        raise InvalidParameterError("max_rows", max_rows, "given only with privacy_unit")
+    if ledger is not None and budget is not None:
+        raise InvalidParameterError(
+            "budget",
+            budget,
+            "omitted when ledger= is given (the ledger's budget for the dataset applies)",
+        )
+    con, relation = _relation(data, dom.names)
+    try:
+        run, charge, receipt = _fit_relation(
+            con,
+            relation,
+            dom,
+            plan_args=(rho_total, dlt, eps, contributions),
+            privacy_unit=privacy_unit,
+            max_rows=max_rows,
+            books_args=(
+                ledger,
+                budget,
+                dataset or (Path(data).stem if isinstance(data, str | Path) else "table"),
+                analyst,
+            ),
+            method=method,
+            iterations=iterations,
+        )
+    finally:
+        if con is not None:
+            con.close()
+    return Synthesizer(dom, method, charge, receipt, run)
