@@ -214,3 +214,65 @@ def test_the_stability_is_reached() -> None:
     moved = sum(((full - neighbour) + (neighbour - full)).values())
     with_five = session(None)
     assert moved == 4 == with_five._stability(query(with_five).agg(count()))
+
+
+def _kept(tables: dict[str, pd.DataFrame], engine: str, key: str) -> list[str]:
+    session = Session(
+        tables,
+        privacy_unit="customer.cid",
+        links={"orders.o_cid": "customer.cid", "visits.v_cid": "customer.cid"},
+        budget=dp.PureDP(10),
+        max_rows=1,
+        engine=engine,
+    )
+    try:
+        query = session.query("orders").join("visits", on=(key, "v_" + key), max_per_key=1)
+        assert session.catalog is not None and session.tables is not None
+        planned = plan_relation(session.catalog, split_relation(query.plan)[1], 1)
+        relation = session.tables.relation(planned.node)
+        pandas = engine == "pandas"
+        frame = relation._data() if pandas else _exact_rows(relation)  # type: ignore[attr-defined]
+        return sorted(map(str, frame[key]))
+    finally:
+        session.close()
+
+
+def _exact_rows(engine: Any) -> pd.DataFrame:
+    from sqlglot import exp
+
+    engine._ensure_readable()
+    text = exp.select("*").from_(engine._source_sql.copy()).sql("duckdb")
+    return engine._con.sql(text).df()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "dtype", [object, "string", "category", "arrow"], ids=["object", "string", "category", "arrow"]
+)
+def test_text_keys_of_every_dtype_are_kept_alike(dtype: Any) -> None:
+    """The review's case: one person with keys b, c, d keeps one row (m = 1), the one of
+    smallest md5 ("c"), whatever pandas dtype holds the text (categories are ordered by their
+    values, not their codes)."""
+    import pyarrow as pa
+
+    kind = {
+        "category": pd.CategoricalDtype(["d", "c", "b", "a"]),
+        "arrow": pd.ArrowDtype(pa.string()),
+    }
+    keys = pd.Series(["b", "c", "d"], dtype=kind.get(dtype, dtype))
+    tables = {
+        "customer": pd.DataFrame({"cid": [1, 2]}),
+        "orders": pd.DataFrame({"o_cid": [1, 1, 1], "k": keys}),
+        "visits": pd.DataFrame({"v_cid": [2, 2, 2], "v_k": keys.copy()}),
+    }
+    assert _kept(tables, "pandas", "k") == _kept(tables, "duckdb", "k") == ["c"]
+
+
+def test_infinite_keys_are_ordered_alike() -> None:
+    """±inf scrambles to NaN: both engines order it first (as NULL), so they keep the same
+    rows (the review found pandas keeping the inf row and DuckDB the other)."""
+    tables = {
+        "customer": pd.DataFrame({"cid": [1, 2]}),
+        "orders": pd.DataFrame({"o_cid": [1, 1], "k": [np.inf, 1.0]}),
+        "visits": pd.DataFrame({"v_cid": [2, 2], "v_k": [np.inf, 1.0]}),
+    }
+    assert _kept(tables, "pandas", "k") == _kept(tables, "duckdb", "k") == ["inf"]

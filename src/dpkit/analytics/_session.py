@@ -235,6 +235,10 @@ def _magnitude_penalty(edges: tuple[float, ...]) -> list[Fraction]:
     return out
 
 
+_DISTINCT_AFTER_TRUNCATION = (
+    "counting distinct people cannot follow a truncated join (max_per_key): its rows pair "
+    "different people's rows and are not one person's; count rows (COUNT(*)) instead"
+)
 _SHRINKS = 24
 """How many times a truncated join's per-row budget is shrunk (by 4/5) to fit the budget."""
 
@@ -484,6 +488,10 @@ class Session:
         qualified = qualify_chain(chain, planned)
         label = self.catalog.label
         if planned.stability > 1:
+            if aggregate is not None and any(
+                isinstance(a, CountUnits) for a in aggregate.aggregations
+            ):
+                raise UnsupportedQueryError(_DISTINCT_AFTER_TRUNCATION)
             # each row of a truncated join is its own contribution: one row per "unit", and
             # one unit of the tables is planned.stability of those (see _joins)
             qualified = [
@@ -604,9 +612,9 @@ class Session:
         bounds: Bounding | None = None,
         max_per_key: object = None,
     ) -> Query:
-        if self.catalog is not None and any(isinstance(a, CountUnits) for a in parsed.aggregations):
-            self._check_distinct_unit(parsed)
         per_key = check_max_per_key(max_per_key)
+        if self.catalog is not None and any(isinstance(a, CountUnits) for a in parsed.aggregations):
+            self._check_distinct_unit(parsed, per_key)
         if per_key is not None and parsed.relation is None:
             raise InvalidParameterError("max_per_key", max_per_key, "only with a JOIN")
         if parsed.relation is not None:
@@ -647,13 +655,16 @@ class Session:
             raise InvalidParameterError("keys", keys, "only with GROUP BY")
         return base.agg(*parsed.aggregations)
 
-    def _check_distinct_unit(self, parsed: Any) -> None:
+    def _check_distinct_unit(self, parsed: Any, per_key: tuple[int, int] | None = None) -> None:
         """``COUNT(DISTINCT c_custkey)`` counts people only where ``c_custkey`` is a column
         equal to the person in the relation the query reads; otherwise it would count another
         column's values, which dpkit does not compute: refused."""
         assert self.catalog is not None
         root = parsed.relation if parsed.relation is not None else Source(parsed.source)
-        planned = plan_relation(self.catalog, root)
+        # planned as answered (a truncated join with max_per_key; any max_rows plans it)
+        planned = plan_relation(self.catalog, _with_max_per_key(root, per_key), 1)
+        if planned.stability > 1:
+            raise UnsupportedQueryError(_DISTINCT_AFTER_TRUNCATION)
         name = self.catalog.unit_column
         try:
             column = planned.resolve(name, "column")

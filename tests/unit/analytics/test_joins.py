@@ -446,3 +446,25 @@ def test_a_link_join_ignores_max_per_key() -> None:
         assert session.compile(query, epsilon=1).map(1) == dp.PureDP(1)
     finally:
         session.close()
+
+
+def test_counting_people_after_a_truncated_join_is_refused() -> None:
+    """Its rows pair different people's rows: COUNT(DISTINCT unit) would count joined rows
+    (the review's silently wrong answer). Refused in SQL and the builder; nothing charged."""
+    session = _session(max_rows=2)
+    try:
+        with pytest.raises(UnsupportedQueryError, match="truncated join"):
+            session.evaluate_sql(
+                "SELECT COUNT(DISTINCT c_id) FROM customer a JOIN customer b "
+                "ON a.c_nation = b.c_nation",
+                max_per_key=2,
+                epsilon=1,
+            )
+        query = session.query("orders").join("lines", on=("o_total", "l_qty"), max_per_key=2)
+        with pytest.raises(UnsupportedQueryError, match="truncated join"):
+            session.evaluate(query.agg(dp.analytics.count_distinct_units()), epsilon=1)
+        assert session.spent == dp.PureDP(0)
+        text = session.explain(query.agg(count()), epsilon=1)
+        assert "query budget" not in text and "one joined row" in text
+    finally:
+        session.close()

@@ -428,9 +428,12 @@ def _scrambled(value: exp.Expr, kind: ColumnKind | None) -> exp.Expr:
     if kind == "numeric":
         double = _key(value, kind)
         product = exp.Mul(this=double, expression=exp.cast(exp.Literal.number(GOLDEN), "DOUBLE"))
-        return exp.Mod(
+        scrambled = exp.Mod(
             this=exp.Paren(this=product), expression=exp.cast(exp.Literal.number(1), "DOUBLE")
         )
+        # ±inf scrambles to NaN: read it as NULL (first, as pandas orders it), since SQL
+        # engines order NaN after every number whatever NULLS FIRST says
+        return exp.If(this=_is_nan(scrambled.copy()), true=exp.Null(), false=scrambled)
     if kind == "string":
         return exp.MD5(this=value)
     return value
@@ -580,8 +583,10 @@ def pandas_relation(
 
 def _scramble_values(series: pd.Series) -> Any:
     """:func:`_scrambled` in numpy: a number as ``fmod(x * GOLDEN, 1)``, text as its md5."""
+    series = _plain_text(series)
     if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
-        return np.fmod(_as_double(series).to_numpy() * GOLDEN, 1.0)
+        with np.errstate(invalid="ignore"):  # ±inf scrambles to NaN, ordered first as NULL
+            return np.fmod(_as_double(series).to_numpy() * GOLDEN, 1.0)
     if isinstance(series.dtype, pd.StringDtype) or series.dtype == object:
         texts = series.astype(object)
         digests = {
@@ -612,9 +617,21 @@ def _truncated(child: pd.DataFrame, node: Truncate) -> pd.DataFrame:
     return child[keep].reset_index(drop=True)
 
 
+def _plain_text(series: pd.Series) -> pd.Series:
+    """A categorical or Arrow text column as Python strings (what the SQL engines read: text,
+    ordered and hashed by its values, not by category codes)."""
+    dtype = series.dtype
+    if isinstance(dtype, pd.CategoricalDtype) or (
+        pd.api.types.is_string_dtype(dtype) and dtype is not np.dtype(object)
+    ):
+        return series.astype(object).where(series.notna(), None)
+    return series
+
+
 def _sortable(series: pd.Series) -> pd.Series:
     """A column as the SQL engines order it in a truncation: NaN as NULL, text by code point,
     time-zone-aware timestamps as naive UTC."""
+    series = _plain_text(series)
     if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
         if pd.api.types.is_float_dtype(series.dtype):
             return _as_double(series)

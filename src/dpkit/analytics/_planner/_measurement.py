@@ -103,6 +103,8 @@ class QueryMeasurement(Measurement[Any]):
         text = self._parts().description
         charge = self.map(1)
         if self.stability > 1:
+            # the compiled text speaks of one joined row's budget
+            text = text.replace("(query budget ", "(the budget of one joined row: ")
             text += (
                 f"\ncharged to the ledger: {charge} (one person changes at most "
                 f"{self.stability} rows of the truncated join: the loss above for "
