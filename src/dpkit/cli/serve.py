@@ -1,7 +1,8 @@
 """``dpkit serve``: run the privacy-budget service (FastAPI + uvicorn).
 
 The command imports the service (and so needs the ``service`` extra) only when it runs; uvicorn
-builds each worker's app with :func:`dpkit.service._app.build_app`.
+starts each worker with :func:`dpkit.service._boot.boot_app`, which answers ``/api/v1/health``
+at once and builds the service's app (:func:`dpkit.service._app.build_app`) in the background.
 """
 
 from __future__ import annotations
@@ -84,11 +85,17 @@ def serve_command(
         file=sys.stderr,
         flush=True,
     )
+    # the front app answers /api/v1/health at once and loads the service in the background
+    # (dpkit.service._boot): the server listens within about a second of start
     uvicorn.run(
-        "dpkit.service._app:build_app",
+        "dpkit.service._boot:boot_app",
         factory=True,
         host=host,
         port=port,
         workers=workers,
         log_level="warning",
     )
+    from dpkit.service._boot import failed
+
+    if failed.is_set():
+        raise typer.Exit(1)
