@@ -318,8 +318,11 @@ def start_serve(
         if process.poll() is not None:
             raise RuntimeError(f"dpkit serve exited: {log.read_text()[-3000:]}")
         try:
-            if httpx.get(f"{server.url}/api/v1/health", timeout=1).status_code == 200:
+            health = httpx.get(f"{server.url}/api/v1/health", timeout=1)
+            # "starting" while the service loads behind dpkit serve's front app: wait for "ok"
+            if health.status_code == 200 and health.json() == {"status": "ok"}:
                 return server
+            time.sleep(0.1)
         except httpx.HTTPError:
             time.sleep(0.1)
     server.kill()
