@@ -51,7 +51,7 @@ from dpkit.analytics._engines._sql import (
     source_select,
     sql_text,
 )
-from dpkit.analytics._expr import ColumnKind
+from dpkit.analytics._expr import Binary, Col, ColumnKind
 from dpkit.errors import InvalidDataError
 
 __all__ = ["DuckDBEngine", "KeyTable", "relation_engine"]
@@ -108,6 +108,7 @@ class DuckDBEngine:
         self._members: tuple[DuckDBEngine, ...] = ()  # the tables a relation reads
         self._key_tables: tuple[KeyTable, ...] = ()  # its links' key maps
         self._relation = False
+        self._unit_rows: dict[str, int] = {}  # a relation's most rows of one unit, per unit
         self._keepalive: Any = None
         self._integers: set[str] = set()  # columns stored as integers
         self._csv: StrictCSV | None = None  # a CSV file is checked before a plan reads it
@@ -297,7 +298,13 @@ class DuckDBEngine:
         """A plan over a relation (joins): its rows after the steps, only the columns the plan
         reads, are computed once into a temporary table, and the plan runs over that (its
         bounding reads them several times; the joins would otherwise run each time). The same
-        rows, so the same result."""
+        rows, so the same result.
+
+        When no unit has more rows in the whole relation than the plan's smallest bound
+        (:meth:`_within_bounds`), bounding changes nothing and reads nothing: the plan runs
+        in one pass over the relation, with no temporary table (the same result again)."""
+        if self._within_bounds(plan):
+            return self._con.sql(self.sql(plan, exp.false())).to_arrow_table()
         needed = plan_columns(plan)
         source = source_select(self._source_sql.copy(), self._columns, {}, "duckdb")
         steps = sql_steps("duckdb", set(self._floats))
@@ -313,6 +320,37 @@ class DuckDBEngine:
             return inner.run(replace(plan, steps=()))
         finally:
             self._con.execute(f"DROP TABLE IF EXISTS {table}")
+
+    def _within_bounds(self, plan: BoundedPlan) -> bool:
+        """True when no unit exceeds any of the plan's bounds, for certain: no unit has more
+        rows in the relation (before the plan's steps) than the smallest bound. Steps only
+        derive columns and filter rows, so a unit's rows after them are at most its rows
+        before (the argument of :mod:`._heavy`, over the relation's rows); the count groups
+        the same unit column as the plan's bounding does, with the same SQL ``GROUP BY``.
+
+        The most rows of one unit is counted once per relation and unit column (one pass over
+        the joins, when a plan first needs it) and kept, like the links' key maps, for the
+        session, whose tables are fixed. It only chooses how the same result is computed and is
+        never released."""
+        threshold = candidate_threshold(plan)
+        unit_name = plan.unit
+        if threshold is None or not unit_is_raw(plan) or unit_name in self._conversions:
+            return False
+        most = self._unit_rows.get(unit_name)
+        if most is None:
+            unit = exp.column(unit_name, quoted=True)
+            per_unit = (
+                exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n", quoted=True))
+                .from_(self._source_sql.copy())
+                .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
+                .group_by(unit)
+            )
+            largest = exp.select(
+                exp.func("COALESCE", exp.Max(this=exp.column("__n", quoted=True)), 0)
+            ).from_(per_unit.subquery("__per_unit", copy=False))
+            most = int(self._con.sql(sql_text(largest, "duckdb")).fetchall()[0][0])
+            self._unit_rows[unit_name] = most
+        return most <= threshold
 
     def _candidates(self, plan: BoundedPlan) -> Any:
         """The units that may exceed a bound (a sorted int64 array, a superset of those that
@@ -416,9 +454,88 @@ def relation_engine(
         used.append(found)
         return exp.select(exp.Star()).from_(exp.to_table(found.name))
 
-    select, _ = sql_relation(node, source, sql_steps("duckdb"), keys)
+    shared_steps = sql_steps("duckdb")
+
+    def steps(
+        select: exp.Select,
+        step_list: Sequence[Step],
+        columns: Sequence[str],
+        kinds: Mapping[str, ColumnKind],
+    ) -> tuple[exp.Select, dict[str, ColumnKind]]:
+        return shared_steps(select, _same_value_filters(select, step_list), columns, kinds)
+
+    select, _ = sql_relation(node, source, steps, keys)
     relation = _SQLRelation(select, tuple(members.values()), keys=tuple(used))
     return DuckDBEngine(relation, connection=connection)
+
+
+def _same_value_filters(select: exp.Select, steps: Sequence[Step]) -> list[Step]:
+    """``steps``, with a filter ``a == b`` whose two columns hold the same value in every row
+    of ``select`` (one expression of the same source column, e.g. a table's unit read as both
+    ends of its unit range) written ``a IS NOT NULL``: the same rows (a value equals itself
+    unless it is NULL, and the steps read NaN as NULL both ways). DuckDB estimates an equality
+    of two columns as selective and then builds its hash joins on the wrong side (TPC-H Q12:
+    all of ``orders`` instead of the filtered line items, twice as slow)."""
+    out = list(steps)
+    derived: set[str] = set()
+    for i, step in enumerate(steps):
+        expr = step.expr
+        if (
+            step.kind == "filter"
+            and isinstance(expr, Binary)
+            and expr.op == "=="
+            and isinstance(expr.left, Col)
+            and isinstance(expr.right, Col)
+            and not {expr.left.name, expr.right.name} & derived
+        ):
+            left = _origin(select, expr.left.name)
+            if left is not None and left == _origin(select, expr.right.name):
+                out[i] = Step("filter", expr.left.is_not_null())
+        if step.kind == "derive":
+            derived.add(step.name)
+        elif step.kind == "select":
+            break  # later steps read the selection, not select's columns: left as they are
+    return out
+
+
+def _origin(select: exp.Expr, name: str, depth: int = 0) -> exp.Expr | None:
+    """Column ``name`` of ``select`` as one expression of the columns of the table under the
+    nested single-source SELECTs (None: not found, or a join, an aggregate or a window on the
+    way). Only deterministic expressions are built here (the relations' SQL)."""
+    if not isinstance(select, exp.Select) or depth > 64:
+        return None
+    if any(select.args.get(k) for k in ("joins", "group", "distinct", "having", "qualify")):
+        return None
+    if any(item.find(exp.Window, exp.AggFunc) for item in select.selects):
+        return None
+    source = select.args.get("from_")
+    inner = source.this if isinstance(source, exp.From) else None
+    inner_select = inner.this if isinstance(inner, exp.Subquery) else None
+    found: exp.Expr | None = None
+    for item in select.selects:
+        if isinstance(item, exp.Star):
+            found = found or exp.column(name, quoted=True)
+        elif item.alias_or_name == name:
+            found = item.this if isinstance(item, exp.Alias) else item
+            break
+    if found is None:
+        return None
+    missing = False
+
+    def resolve(node: exp.Expr) -> exp.Expr:
+        nonlocal missing
+        if not isinstance(node, exp.Column):
+            return node
+        if inner_select is None:  # the table itself: its column, by name
+            return exp.column(node.name, quoted=True)
+        origin = _origin(inner_select, node.name, depth + 1)
+        if origin is None:
+            missing = True
+            return node
+        return origin.copy()
+
+    resolved = found.copy().transform(resolve)
+    return None if missing else resolved
 
 
 def _read_csv_as_text(path: str, header: list[str]) -> exp.Expr:
