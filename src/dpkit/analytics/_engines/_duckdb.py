@@ -130,7 +130,13 @@ class DuckDBEngine:
             self._members = source.members
             self._key_tables = source.keys
             self._relation = not source.rows_only
-            return self._described(source.select.subquery(self._view, copy=False))
+            if source.rows_only:
+                return self._described(source.select.subquery(self._view, copy=False))
+            # a view (reads nothing): each plan's SQL names it instead of carrying the whole
+            # relation, which sqlglot would otherwise copy and write out again for every plan
+            text = sql_text(source.select, "duckdb")
+            self._con.execute(f"CREATE TEMP VIEW {self._view} AS {text}")
+            return self._described(exp.Table(this=ident(self._view)))
         if isinstance(source, str | Path):
             path = str(source)
             if not Path(path).exists():
@@ -400,6 +406,9 @@ class DuckDBEngine:
     def close(self) -> None:
         if self._own:
             self._con.close()
+        elif self._relation:
+            with contextlib.suppress(duckdb.Error):  # the connection may be closed already
+                self._con.execute(f"DROP VIEW IF EXISTS {self._view}")
         elif self._keepalive is not None:
             self._con.unregister(self._view)
 
