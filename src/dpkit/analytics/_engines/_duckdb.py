@@ -51,7 +51,7 @@ from dpkit.analytics._engines._sql import (
     source_select,
     sql_text,
 )
-from dpkit.analytics._expr import Binary, Col, ColumnKind
+from dpkit.analytics._expr import ColumnKind
 from dpkit.errors import InvalidDataError
 
 __all__ = ["DuckDBEngine", "KeyTable", "relation_engine"]
@@ -463,88 +463,9 @@ def relation_engine(
         used.append(found)
         return exp.select(exp.Star()).from_(exp.to_table(found.name))
 
-    shared_steps = sql_steps("duckdb")
-
-    def steps(
-        select: exp.Select,
-        step_list: Sequence[Step],
-        columns: Sequence[str],
-        kinds: Mapping[str, ColumnKind],
-    ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-        return shared_steps(select, _same_value_filters(select, step_list), columns, kinds)
-
-    select, _ = sql_relation(node, source, steps, keys)
+    select, _ = sql_relation(node, source, sql_steps("duckdb"), keys)
     relation = _SQLRelation(select, tuple(members.values()), keys=tuple(used))
     return DuckDBEngine(relation, connection=connection)
-
-
-def _same_value_filters(select: exp.Select, steps: Sequence[Step]) -> list[Step]:
-    """``steps``, with a filter ``a == b`` whose two columns hold the same value in every row
-    of ``select`` (one expression of the same source column, e.g. a table's unit read as both
-    ends of its unit range) written ``a IS NOT NULL``: the same rows (a value equals itself
-    unless it is NULL, and the steps read NaN as NULL both ways). DuckDB estimates an equality
-    of two columns as selective and then builds its hash joins on the wrong side (TPC-H Q12:
-    all of ``orders`` instead of the filtered line items, twice as slow)."""
-    out = list(steps)
-    derived: set[str] = set()
-    for i, step in enumerate(steps):
-        expr = step.expr
-        if (
-            step.kind == "filter"
-            and isinstance(expr, Binary)
-            and expr.op == "=="
-            and isinstance(expr.left, Col)
-            and isinstance(expr.right, Col)
-            and not {expr.left.name, expr.right.name} & derived
-        ):
-            left = _origin(select, expr.left.name)
-            if left is not None and left == _origin(select, expr.right.name):
-                out[i] = Step("filter", expr.left.is_not_null())
-        if step.kind == "derive":
-            derived.add(step.name)
-        elif step.kind == "select":
-            break  # later steps read the selection, not select's columns: left as they are
-    return out
-
-
-def _origin(select: exp.Expr, name: str, depth: int = 0) -> exp.Expr | None:
-    """Column ``name`` of ``select`` as one expression of the columns of the table under the
-    nested single-source SELECTs (None: not found, or a join, an aggregate or a window on the
-    way). Only deterministic expressions are built here (the relations' SQL)."""
-    if not isinstance(select, exp.Select) or depth > 64:
-        return None
-    if any(select.args.get(k) for k in ("joins", "group", "distinct", "having", "qualify")):
-        return None
-    if any(item.find(exp.Window, exp.AggFunc) for item in select.selects):
-        return None
-    source = select.args.get("from_")
-    inner = source.this if isinstance(source, exp.From) else None
-    inner_select = inner.this if isinstance(inner, exp.Subquery) else None
-    found: exp.Expr | None = None
-    for item in select.selects:
-        if isinstance(item, exp.Star):
-            found = found or exp.column(name, quoted=True)
-        elif item.alias_or_name == name:
-            found = item.this if isinstance(item, exp.Alias) else item
-            break
-    if found is None:
-        return None
-    missing = False
-
-    def resolve(node: exp.Expr) -> exp.Expr:
-        nonlocal missing
-        if not isinstance(node, exp.Column):
-            return node
-        if inner_select is None:  # the table itself: its column, by name
-            return exp.column(node.name, quoted=True)
-        origin = _origin(inner_select, node.name, depth + 1)
-        if origin is None:
-            missing = True
-            return node
-        return origin.copy()
-
-    resolved = found.copy().transform(resolve)
-    return None if missing else resolved
 
 
 def _read_csv_as_text(path: str, header: list[str]) -> exp.Expr:
