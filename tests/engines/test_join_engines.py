@@ -229,3 +229,43 @@ def test_bounded_outputs_move_by_at_most_the_claimed_sensitivity(shape: str) -> 
         worst = max(worst, Fraction(moved))
     if shape != "per-unit-orders":  # one row per unit there
         assert worst == claim, (shape, worst)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_relation_within_its_bounds_runs_in_one_pass_with_the_same_outputs(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB skips bounding (one pass, no temporary table) exactly when no unit has more rows
+    in the relation than the bound, and gives the reference engine's outputs on both sides of
+    that line (the heavy customer's rows decide it)."""
+    from dpkit.analytics._engines._duckdb import DuckDBEngine
+
+    chosen: list[tuple[int | None, bool]] = []
+    within = DuckDBEngine._within_bounds
+
+    def spy(self: DuckDBEngine, plan: Any) -> bool:
+        result = within(self, plan)
+        chosen.append((plan.max_rows, result))
+        return result
+
+    monkeypatch.setattr(DuckDBEngine, "_within_bounds", spy)
+    db = database(2)
+    reference, duck = _session(db, "pandas"), _session(db, "duckdb")
+    try:
+        rows = _relation_rows(duck, SHAPES[shape](duck))
+        most = int(rows[RELATION_UNIT].value_counts().max())
+        for max_rows in sorted({max(most - 1, 1), most, most + 1}):
+            want = _exact(reference, SHAPES[shape](reference), max_rows)
+            got = _exact(duck, SHAPES[shape](duck), max_rows)
+            for ref, out in zip(want, got, strict=True):
+                assert ref.shape == out.shape, (shape, max_rows)
+                for column in ref.columns:
+                    assert _values(ref[column], column) == _values(out[column], column)
+    finally:
+        reference.close()
+        duck.close()
+    assert chosen and all(
+        one_pass == (bound is not None and bound >= most) for bound, one_pass in chosen
+    )
+    if most > 1:
+        assert {one_pass for _, one_pass in chosen} == {True, False}

@@ -15,6 +15,7 @@ from typing import Any
 from dpkit.analytics._engines._base import BinSpec, BoundedPlan, Engine, Output, Step, ValueSpec
 from dpkit.analytics._engines._duckdb import DuckDBEngine
 from dpkit.analytics._engines._pandas import PandasEngine
+from dpkit.analytics._expr import structural_key
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -94,7 +95,8 @@ class Tables:
     def relation(self, node: Any) -> Engine:
         """An engine over relation ``node`` (:mod:`._relation`); nothing is read until a plan
         runs. Engines are kept per relation (a relation asked twice gets the same engine)."""
-        found = self._relations.get(node)
+        key = structural_key(node)  # once: a node hashes and compares by it, in Python
+        found = self._relations.get(key)
         if found is not None:
             return found
         made: Engine
@@ -115,7 +117,7 @@ class Tables:
             from dpkit.analytics._engines._spark import relation_engine as spark_relation
 
             made = spark_relation(node, self.engines)  # type: ignore[arg-type]
-        self._relations[node] = made
+        self._relations[key] = made
         return made
 
     def close(self) -> None:

@@ -108,6 +108,7 @@ class DuckDBEngine:
         self._members: tuple[DuckDBEngine, ...] = ()  # the tables a relation reads
         self._key_tables: tuple[KeyTable, ...] = ()  # its links' key maps
         self._relation = False
+        self._unit_rows: dict[str, int] = {}  # a relation's most rows of one unit, per unit
         self._keepalive: Any = None
         self._integers: set[str] = set()  # columns stored as integers
         self._csv: StrictCSV | None = None  # a CSV file is checked before a plan reads it
@@ -129,7 +130,13 @@ class DuckDBEngine:
             self._members = source.members
             self._key_tables = source.keys
             self._relation = not source.rows_only
-            return self._described(source.select.subquery(self._view, copy=False))
+            if source.rows_only:
+                return self._described(source.select.subquery(self._view, copy=False))
+            # a view (reads nothing): each plan's SQL names it instead of carrying the whole
+            # relation, which sqlglot would otherwise copy and write out again for every plan
+            text = sql_text(source.select, "duckdb")
+            self._con.execute(f"CREATE TEMP VIEW {self._view} AS {text}")
+            return self._described(exp.Table(this=ident(self._view)))
         if isinstance(source, str | Path):
             path = str(source)
             if not Path(path).exists():
@@ -297,7 +304,13 @@ class DuckDBEngine:
         """A plan over a relation (joins): its rows after the steps, only the columns the plan
         reads, are computed once into a temporary table, and the plan runs over that (its
         bounding reads them several times; the joins would otherwise run each time). The same
-        rows, so the same result."""
+        rows, so the same result.
+
+        When no unit has more rows in the whole relation than the plan's smallest bound
+        (:meth:`_within_bounds`), bounding changes nothing and reads nothing: the plan runs
+        in one pass over the relation, with no temporary table (the same result again)."""
+        if self._within_bounds(plan):
+            return self._con.sql(self.sql(plan, exp.false())).to_arrow_table()
         needed = plan_columns(plan)
         source = source_select(self._source_sql.copy(), self._columns, {}, "duckdb")
         steps = sql_steps("duckdb", set(self._floats))
@@ -313,6 +326,37 @@ class DuckDBEngine:
             return inner.run(replace(plan, steps=()))
         finally:
             self._con.execute(f"DROP TABLE IF EXISTS {table}")
+
+    def _within_bounds(self, plan: BoundedPlan) -> bool:
+        """True when no unit exceeds any of the plan's bounds, for certain: no unit has more
+        rows in the relation (before the plan's steps) than the smallest bound. Steps only
+        derive columns and filter rows, so a unit's rows after them are at most its rows
+        before (the argument of :mod:`._heavy`, over the relation's rows); the count groups
+        the same unit column as the plan's bounding does, with the same SQL ``GROUP BY``.
+
+        The most rows of one unit is counted once per relation and unit column (one pass over
+        the joins, when a plan first needs it) and kept, like the links' key maps, for the
+        session, whose tables are fixed. It only chooses how the same result is computed and is
+        never released."""
+        threshold = candidate_threshold(plan)
+        unit_name = plan.unit
+        if threshold is None or not unit_is_raw(plan) or unit_name in self._conversions:
+            return False
+        most = self._unit_rows.get(unit_name)
+        if most is None:
+            unit = exp.column(unit_name, quoted=True)
+            per_unit = (
+                exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n", quoted=True))
+                .from_(self._source_sql.copy())
+                .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
+                .group_by(unit)
+            )
+            largest = exp.select(
+                exp.func("COALESCE", exp.Max(this=exp.column("__n", quoted=True)), 0)
+            ).from_(per_unit.subquery("__per_unit", copy=False))
+            most = int(self._con.sql(sql_text(largest, "duckdb")).fetchall()[0][0])
+            self._unit_rows[unit_name] = most
+        return most <= threshold
 
     def _candidates(self, plan: BoundedPlan) -> Any:
         """The units that may exceed a bound (a sorted int64 array, a superset of those that
@@ -362,6 +406,9 @@ class DuckDBEngine:
     def close(self) -> None:
         if self._own:
             self._con.close()
+        elif self._relation:
+            with contextlib.suppress(duckdb.Error):  # the connection may be closed already
+                self._con.execute(f"DROP VIEW IF EXISTS {self._view}")
         elif self._keepalive is not None:
             self._con.unregister(self._view)
 

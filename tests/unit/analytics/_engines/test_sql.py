@@ -35,3 +35,18 @@ def test_case_and_parts_compile_to_doubles() -> None:
     assert text.startswith("CASE WHEN") and text.count("AS DOUBLE") >= 2
     assert _sql(col("d").year(), "duckdb") == 'CAST(YEAR("d") AS DOUBLE)'
     assert "MONTH" in _sql(col("d").month(), "spark")
+
+
+def test_a_key_set_of_every_combination_is_filtered_per_column() -> None:
+    """Issue 23 (TPC-H Q1): a key set that is every combination of its columns' values is read
+    as one IN filter per column (no join); any other set keeps the join."""
+    from dpkit.analytics._engines._sql import _product_columns
+
+    assert _product_columns([("A", "F"), ("A", "O"), ("N", "F"), ("N", "O")]) == [
+        ["A", "N"],
+        ["F", "O"],
+    ]
+    assert _product_columns([("A", "F"), ("A", "O"), ("N", "F")]) is None  # one missing
+    assert _product_columns([(1, "F"), (1.0, "O")]) is None  # 1 and 1.0 told apart
+    assert _product_columns([(float("nan"), "F")]) is None
+    assert _product_columns([]) is None
