@@ -204,6 +204,7 @@ def run_aim(
     iterations: int = 1000,
     round_iterations: int = 50,
     sample_rows: int = 50_000,
+    max_rounds: int | None = None,
     on_step: Callable[[str, PrivacyLoss], None] | None = None,
 ) -> AIMRun:
     """Run AIM on exact counts (``marginals()``: a table for every candidate of the plan)."""
@@ -236,7 +237,9 @@ def run_aim(
     sens = plan.select_sensitivity
     last = False
     while not last:
-        if rho - run.spent < 2 * (rho_m + rho_s):
+        if rho - run.spent < 2 * (rho_m + rho_s) or (
+            max_rounds is not None and len(run.selected) + 1 >= max_rounds
+        ):
             remaining = rho - run.spent
             rho_m, rho_s = remaining * Fraction(9, 10), remaining * Fraction(1, 10)
             last = True
