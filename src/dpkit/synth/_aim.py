@@ -41,7 +41,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
@@ -131,20 +130,15 @@ class AIMPlan:
                 f"an integer > {self.d} (the number of columns: the first round measures "
                 "every 1-way marginal)",
             )
+        hint = (
+            f"The model size limit is {self.max_model_mb:g} MB (float64 junction-tree tables): "
+            "bin the columns more coarsely, choose smaller marginals, or raise the limit with "
+            "max_model_mb= (--max-model-mb on the command line) if the memory is there."
+        )
         floor = model_size_mb(self.shape, [(a,) for a in range(self.d)])
-        if floor > self.max_model_mb:  # pragma: no cover - 1-way tables are tiny
-            raise InvalidParameterError("max_model_mb", self.max_model_mb, f">= {floor:.3g}")
-        smallest = min(
-            math.prod(self.shape[a] for a in r) * 8 / 2**20 for r in self.weights if len(r) > 1
-        ) if any(len(r) > 1 for r in self.weights) else 0.0
-        if smallest > self.max_model_mb:
+        if floor > self.max_model_mb:
             raise InvalidParameterError(
-                "max_model_mb",
-                self.max_model_mb,
-                f">= {smallest:.3g} (the smallest workload marginal's table, in MB)",
-                f"Every marginal of the workload is larger than the model size limit of "
-                f"{self.max_model_mb:g} MB: bin the columns more coarsely, choose smaller "
-                "marginals, or raise the limit with max_model_mb= (--max-model-mb).",
+                "max_model_mb", self.max_model_mb, f">= {floor:.3g} (the 1-way tables)", hint
             )
 
 
@@ -246,12 +240,14 @@ def run_aim(
         eps = sqrt_down(8 * rho_s)
         sel_loss = ZCDP(eps * eps / 8)
         limit = plan.max_model_mb * float((run.spent + sel_loss.rho + rho_m) / rho)
-        free = {s for n in model.tree.cliques for k in range(1, len(n) + 1)
-                for s in itertools.combinations(n, k)}
+        free = {
+            s
+            for n in model.tree.cliques
+            for k in range(1, len(n) + 1)
+            for s in itertools.combinations(n, k)
+        }
         eligible = [
-            r
-            for r in weights
-            if r in free or model_size_mb(shape, [*model.cliques, r]) <= limit
+            r for r in weights if r in free or model_size_mb(shape, [*model.cliques, r]) <= limit
         ]
         sigma = math.sqrt(c * c / (2 * float(rho_m)))
         estimates = _estimates(model, shape, eligible, sample_rows)

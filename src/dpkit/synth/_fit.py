@@ -224,7 +224,9 @@ def _check_range(name: str, value: Fraction, given: Any) -> None:
         )
 
 
-def _charge(plan: MSTPlan | AIMPlan, rho: Fraction, delta: Fraction | None, eps: Fraction | None) -> Any:
+def _charge(
+    plan: MSTPlan | AIMPlan, rho: Fraction, delta: Fraction | None, eps: Fraction | None
+) -> Any:
     exact = plan.charge()
     if not isinstance(exact, ZCDP):  # pragma: no cover - every step is zCDP
         raise PrivacyCheckError(f"internal check failed: the charge {exact} is not zCDP")
@@ -338,12 +340,16 @@ def _fit_relation(
         def counts() -> dict[tuple[int, ...], np.ndarray]:
             stage(True, "counting the marginals")
             tables: dict[tuple[int, ...], np.ndarray] = {}
-            for i in range(0, len(sets), COUNT_BATCH):  # bounded memory per query
+            # bounded memory per query; every query groups by each column (the 1-way sets),
+            # as GROUPING() over all columns requires
+            ones = [(a,) for a in range(d)]
+            rest = [s for s in sets if len(s) > 1]
+            for i in range(0, max(len(rest), 1), COUNT_BATCH):
                 batch, _ = marginal_tables_from_duckdb(
                     con,
                     relation,
                     declared,
-                    sets[i : i + COUNT_BATCH],
+                    ones + rest[i : i + COUNT_BATCH],
                     privacy_unit=privacy_unit,
                     max_rows=max_rows if privacy_unit is not None else None,
                 )
