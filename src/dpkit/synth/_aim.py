@@ -41,6 +41,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -191,6 +192,10 @@ def _estimates(
     return {r: out[r] for r in cliques}
 
 
+def _gaussian(contributions: int, rho: Fraction) -> Any:
+    return make_discrete_gaussian(contributions, rho=rho)
+
+
 def run_aim(
     plan: AIMPlan,
     marginals: Callable[[], dict[Clique, np.ndarray]],
@@ -208,7 +213,9 @@ def run_aim(
     weights = plan.weights
     rho = plan.rho
 
-    def step(kind: str, loss: ZCDP) -> None:
+    def step(kind: str, loss: PrivacyLoss) -> None:
+        if not isinstance(loss, ZCDP):  # pragma: no cover - every step is zCDP
+            raise PrivacyCheckError(f"internal check failed: AIM's step {loss} is not zCDP")
         spent = run.spent + loss.rho
         if spent > rho:  # the filter: never past the charge
             raise PrivacyCheckError(
@@ -223,7 +230,7 @@ def run_aim(
     ones = {(a,): np.asarray(tables[(a,)]) for a in range(plan.d)}
     rho_m, rho_s = plan.initial
     for (a,), x in ones.items():
-        m = make_discrete_gaussian(c, rho=rho_m)
+        m = _gaussian(c, rho_m)
         y = np.asarray(m(x.reshape(-1)), dtype=np.float64).reshape(x.shape)
         step("measure", m.map(c))
         run.measurements.append(Measurement((a,), y, np.asarray(float(m.info.sigma))))
@@ -256,7 +263,7 @@ def run_aim(
         chosen = eligible[int(em(utility))]
         step("select", sel_loss)
         x = np.asarray(tables[chosen])
-        m = make_discrete_gaussian(c, rho=rho_m)
+        m = _gaussian(c, rho_m)
         y = np.asarray(m(x.reshape(-1)), dtype=np.float64).reshape(x.shape)
         step("measure", m.map(c))
         sigma = float(m.info.sigma)

@@ -342,7 +342,7 @@ def _fit_relation(
             tables: dict[tuple[int, ...], np.ndarray] = {}
             # bounded memory per query; every query groups by each column (the 1-way sets),
             # as GROUPING() over all columns requires
-            ones = [(a,) for a in range(d)]
+            ones: list[tuple[int, ...]] = [(a,) for a in range(d)]
             rest = [s for s in sets if len(s) > 1]
             for i in range(0, max(len(rest), 1), COUNT_BATCH):
                 batch, _ = marginal_tables_from_duckdb(
