@@ -192,6 +192,11 @@ def _estimates(
     return {r: out[r] for r in cliques}
 
 
+def selection_loss(epsilon: Fraction) -> ZCDP:
+    """An ε-exponential mechanism is ε-bounded range, hence ε²/8-zCDP (Cesar & Rogers 2021)."""
+    return ZCDP(epsilon * epsilon / 8)
+
+
 def _gaussian(contributions: int, rho: Fraction) -> Any:
     return make_discrete_gaussian(contributions, rho=rho)
 
@@ -245,7 +250,7 @@ def run_aim(
             rho_m, rho_s = remaining * Fraction(9, 10), remaining * Fraction(1, 10)
             last = True
         eps = sqrt_down(8 * rho_s)
-        sel_loss = ZCDP(eps * eps / 8)
+        sel_loss = selection_loss(eps)
         limit = plan.max_model_mb * float((run.spent + sel_loss.rho + rho_m) / rho)
         free = {
             s

@@ -107,14 +107,13 @@ def test_a_run_that_forgets_a_selection_cost_is_caught(monkeypatch: pytest.Monke
     plan = _aim.AIMPlan(tuple(shape), Fraction(1), workload, 1, rounds=8)
     # mutate: the first selection books zero loss (the bug); its mechanism still runs at ε
     booked: list[Any] = []
-    real_zcdp = _aim.ZCDP
+    real = _aim.selection_loss
 
-    def zcdp(rho: Any) -> Any:
-        value = real_zcdp(rho)
-        booked.append(value)
-        return real_zcdp(0) if len(booked) == 1 else value
+    def forgetful(epsilon: Fraction) -> ZCDP:
+        booked.append(epsilon)
+        return ZCDP(0) if len(booked) == 1 else real(epsilon)
 
-    monkeypatch.setattr(_aim, "ZCDP", zcdp)
+    monkeypatch.setattr(_aim, "selection_loss", forgetful)
     _aim.run_aim(plan, lambda: _tables(shape, 600), iterations=3, round_iterations=1)
     losses = [
         inner.map(1) if kind == "gaussian" else ZCDP(Fraction(args[0]) ** 2 / 8)
