@@ -56,6 +56,7 @@ __all__ = [
     "AIMPlan",
     "AIMRun",
     "candidates",
+    "error_report",
     "model_size_mb",
     "run_aim",
     "scores",
@@ -152,6 +153,7 @@ class AIMRun:
     steps: list[tuple[str, PrivacyLoss]] = field(default_factory=list)
     model: GraphicalModel | None = None
     spent: Fraction = Fraction(0)
+    workload: tuple[Clique, ...] = ()
 
 
 def scores(
@@ -212,7 +214,7 @@ def run_aim(
     on_step: Callable[[str, PrivacyLoss], None] | None = None,
 ) -> AIMRun:
     """Run AIM on exact counts (``marginals()``: a table for every candidate of the plan)."""
-    run = AIMRun()
+    run = AIMRun(workload=plan.workload)
     c = plan.contributions
     shape = list(plan.shape)
     weights = plan.weights
@@ -288,3 +290,50 @@ def run_aim(
         raise PrivacyCheckError("internal check failed: AIM's steps do not compose")
     run.model = model
     return run
+
+
+def error_report(
+    model: GraphicalModel,
+    measurements: Sequence[Measurement],
+    workload: Sequence[Clique],
+    alpha: float = 0.05,
+) -> list[tuple[Clique, Clique | None, float, float, float]]:
+    """For each workload marginal r: (r, the measured clique used, the L1 distance between the
+    model's marginal and the noisy measurement projected on r, and a 1-α interval for the
+    model's true L1 error on r), all normalised by the model's total; post-processing.
+
+    Over a measured clique C ⊇ r, y_r = x_r + e with e the sum of the C cells' noise over
+    each r cell: n_r coordinates, each sub-Gaussian with variance proxy s² = σ²·|C|/|r| (the
+    discrete Gaussian is sub-Gaussian with parameter σ, Canonne, Kamath & Steinke 2020).
+    ‖e‖₁ is √n_r-Lipschitz in e, so P(‖e‖₁ ≥ n_r·s·√(2/π) + s·√(2·n_r·ln(1/α))) ≤ α (Gaussian
+    concentration) and, by the triangle inequality, ‖μ_r − x_r‖₁ ∈ [a − b, a + b] with
+    a = ‖μ_r − y_r‖₁ and b that bound. The most precise measured superset is used; a marginal
+    inside no measured clique has no interval (NaN), as AIM's bound for it rests on the
+    private selection scores."""
+    total = model.total
+    out: list[tuple[Clique, Clique | None, float, float, float]] = []
+    for r in workload:
+        best: tuple[float, Measurement] | None = None
+        for m in measurements:
+            if set(r) <= set(m.clique):
+                sigma = float(np.max(m.std))
+                s2 = sigma * sigma * m.values.size / max(1, math.prod(model.shape[a] for a in r))
+                if best is None or s2 < best[0]:
+                    best = (s2, m)
+        if best is None:
+            out.append((r, None, math.nan, math.nan, math.nan))
+            continue
+        s2, m = best
+        s = math.sqrt(s2)
+        y = _reduce_to(m.values, m.clique, r)
+        mu = _estimates(model, model.shape, [r], 50_000)[r]
+        n = y.size
+        a = float(np.abs(mu - y).sum())
+        b = n * s * math.sqrt(2 / math.pi) + s * math.sqrt(2 * n * math.log(1 / alpha))
+        out.append((r, m.clique, a / total, max(0.0, a - b) / total, (a + b) / total))
+    return out
+
+
+def _reduce_to(values: np.ndarray, clique: Clique, keep: Clique) -> np.ndarray:
+    axes = tuple(i for i, a in enumerate(clique) if a not in keep)
+    return np.asarray(values.sum(axis=axes)) if axes else values

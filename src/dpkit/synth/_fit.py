@@ -65,8 +65,10 @@ class Synthesizer:
         """The 2-way marginals MST selected (column names)."""
         self.selected: list[tuple[str, ...]] = []
         """The marginals AIM selected, round by round (column names)."""
+        self.workload: tuple[tuple[int, ...], ...] = ()
         if isinstance(run, AIMRun):
             self.supports = [np.ones(k, dtype=bool) for k in domain.shape]
+            self.workload = run.workload
             self.selected = [tuple(names[a] for a in r) for r in run.selected]
         else:
             self.supports = run.supports
@@ -107,6 +109,40 @@ class Synthesizer:
             else:
                 columns[name] = values
         return pd.DataFrame(columns)
+
+    def error_report(self, confidence: float = 0.95) -> Any:
+        """AIM: for each workload marginal, the model's estimated L1 error (normalised by the
+        total, as the workload error) from the noisy measurements, and an interval holding the
+        true error with probability >= ``confidence`` (per marginal). Post-processing of the
+        released measurements (free). A pandas DataFrame: ``marginal``, ``measured``
+        (the measured marginal used), ``estimate``, ``low``, ``high`` (NaN when no measured
+        marginal contains it)."""
+        import pandas as pd
+
+        from dpkit.synth._aim import error_report
+
+        if self.method != "aim":
+            raise InvalidParameterError(
+                "method", self.method, "'aim' (MST has no workload to report on)"
+            )
+        if isinstance(confidence, bool) or not isinstance(confidence, float | int):
+            raise InvalidParameterError("confidence", confidence, "a number in (0, 1)")
+        if not 0 < confidence < 1:
+            raise InvalidParameterError("confidence", confidence, "a number in (0, 1)")
+        names = self.domain.names
+        rows = error_report(self.model, self.measurements, self.workload, 1 - float(confidence))
+        return pd.DataFrame(
+            [
+                {
+                    "marginal": tuple(names[a] for a in r),
+                    "measured": None if c is None else tuple(names[a] for a in c),
+                    "estimate": e,
+                    "low": lo,
+                    "high": hi,
+                }
+                for r, c, e, lo, hi in rows
+            ]
+        )
 
     def __repr__(self) -> str:
         return (

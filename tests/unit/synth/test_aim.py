@@ -214,6 +214,7 @@ def test_an_end_to_end_run_is_one_release_of_the_whole_budget() -> None:
         dataset="t",
         iterations=30,
         round_iterations=5,
+        rounds=8,
     )
     assert ledger.spent("t") == model.loss == ZCDP(Fraction(1, 2))
     steps = compose(*(loss for _, loss in model.steps))
@@ -241,3 +242,39 @@ def test_an_epsilon_delta_request_is_charged_as_the_conversion_of_its_rho() -> N
     rho = rho_for(Fraction(1), Fraction(1, 10**9))
     assert model.loss == ZCDP(rho).to_approx(Fraction(1, 10**9))
     assert model.loss.epsilon <= 1
+
+
+def test_the_error_report_brackets_the_models_true_error() -> None:
+    frame = _frame(2000)
+    model = fit(
+        frame,
+        DOMAIN,
+        rho=1,
+        budget=ZCDP(1),
+        method="aim",
+        workload=[("a", "b"), ("b", "c"), ("a", "b", "c")],
+        iterations=50,
+        round_iterations=5,
+        rounds=8,
+    )
+    report = model.error_report(confidence=0.999)
+    assert list(report["marginal"]) == [("a", "b"), ("b", "c"), ("a", "b", "c")]
+    names = list(DOMAIN)
+    checked = 0
+    for _, row in report.iterrows():
+        if row["measured"] is None:
+            assert np.isnan(row["low"]) and np.isnan(row["high"])
+            continue
+        cols = list(row["marginal"])
+        r = tuple(names.index(c) for c in cols)
+        true = frame.groupby(cols).size()
+        x = np.zeros([DOMAIN[c] for c in cols])
+        for key, v in true.items():
+            x[key if isinstance(key, tuple) else (key,)] = v
+        error = float(np.abs(model.model.marginal(r) - x).sum()) / model.total
+        assert row["low"] <= error <= row["high"]
+        assert row["low"] <= row["estimate"] <= row["high"]
+        checked += 1
+    assert checked >= 1
+    with pytest.raises(InvalidParameterError):
+        model.error_report(confidence=1.5)
