@@ -54,7 +54,18 @@ def synth_command(
     epsilon: Annotated[float | None, typer.Option(help="ε the fit may spend.")] = None,
     delta: Annotated[float | None, typer.Option(help="δ (required with --epsilon).")] = None,
     rho: Annotated[float | None, typer.Option(help="ρ (zCDP) instead of ε and δ.")] = None,
-    method: Annotated[str, typer.Option(help="The mechanism: mst.")] = "mst",
+    method: Annotated[str, typer.Option(help="The mechanism: mst or aim.")] = "mst",
+    workload: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="AIM: a marginal the table should keep, as comma-separated columns "
+            "(repeat the option; default: every 3-way marginal)."
+        ),
+    ] = None,
+    max_model_mb: Annotated[
+        float | None,
+        typer.Option(help="AIM: the model size limit in MB (default 80)."),
+    ] = None,
     rows: Annotated[
         int | None, typer.Option(help="Rows to generate (default: the noisy row count).")
     ] = None,
@@ -63,18 +74,22 @@ def synth_command(
         typer.Option(help="Rows one person may contribute (when the unit is a column)."),
     ] = None,
     max_cells: Annotated[
-        int | None, typer.Option(help="The model size limit in cells (default 10,000,000).")
+        int | None,
+        typer.Option(
+            help="The limit on the count tables' cells (default 10,000,000 for MST, "
+            "50,000,000 for AIM)."
+        ),
     ] = None,
     ledger: Annotated[str | None, typer.Option("--ledger", "-l", help=LEDGER_HELP)] = None,
 ) -> None:
-    """Fit a synthetic-data model (MST) on DATA and write a synthetic table to --out."""
+    """Fit a synthetic-data model (MST or AIM) on DATA and write a synthetic table to --out."""
     check_positive_flag("--epsilon", epsilon, floor=EPSILON_FLOOR, ceiling=EPSILON_CEILING)
     check_positive_flag("--rho", rho, floor=EPSILON_FLOOR, ceiling=EPSILON_CEILING)
     if (epsilon is None) == (rho is None):
         raise CLIError("give --epsilon with --delta, or --rho", "e.g. --epsilon 1 --delta 1e-9")
     if epsilon is not None and delta is None:
         raise CLIError(
-            "--delta is required with --epsilon: MST measures with Gaussian noise",
+            "--delta is required with --epsilon: MST and AIM measure with Gaussian noise",
             "Pass a δ far below 1/n for n people, e.g. --delta 1e-9 (or use --rho).",
         )
     if rho is not None and delta is not None:
@@ -93,7 +108,6 @@ def synth_command(
 
     from dpkit.ledger import BudgetMonitor, Ledger
     from dpkit.synth import Domain, fit
-    from dpkit.synth._domain import DEFAULT_MAX_CELLS
 
     where = resolve_ledger(ledger)
     check_ledger_file(where)
@@ -117,6 +131,10 @@ def synth_command(
         )
     parsed = Domain.load(domain)
     budget: dict[str, Any] = {"rho": rho} if rho is not None else {"epsilon": epsilon}
+    if workload:
+        budget["workload"] = [tuple(c.strip() for c in w.split(",")) for w in workload]
+    if max_model_mb is not None:
+        budget["max_model_mb"] = max_model_mb
     if delta is not None:
         budget["delta"] = delta
     with spinner(f"fitting {method} on {data.name}"):
@@ -128,7 +146,7 @@ def synth_command(
             max_rows=max_rows,
             ledger=opened,
             dataset=dataset,
-            max_cells=max_cells or DEFAULT_MAX_CELLS,
+            max_cells=max_cells,
             **budget,
         )
         table = model.sample(rows)
@@ -142,6 +160,9 @@ def synth_command(
         f"wrote {len(table):,} synthetic rows × {table.shape[1]} columns to {out} "
         f"({method}; charged {format_loss(model.loss)} to dataset {dataset!r})"
     )
+    if model.selected:
+        chosen = ", ".join("×".join(m) for m in model.selected)
+        console.print(f"marginals AIM measured, by round: {chosen}")
     if model.tree:
         pairs = ", ".join(f"{a}–{b}" for a, b in model.tree)
         console.print(f"2-way marginals measured: {pairs}")

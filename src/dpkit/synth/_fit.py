@@ -22,13 +22,18 @@ from dpkit._door import Books, Stage, release
 from dpkit._exact import check_delta, check_epsilon, check_rho
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss
 from dpkit.errors import InternalError, InvalidParameterError, PrivacyCheckError
+from dpkit.synth._aim import DEFAULT_MAX_MODEL_MB, AIMPlan, AIMRun, run_aim
 from dpkit.synth._domain import DEFAULT_MAX_CELLS, Domain
 from dpkit.synth._model import GraphicalModel
 from dpkit.synth._mst import MSTPlan, MSTRun, run_mst
 
 __all__ = ["Synthesizer", "fit"]
 
-METHODS = ("mst",)
+METHODS = ("mst", "aim")
+AIM_MAX_CELLS = 5 * 10**7
+"""AIM's default limit on the cells of the candidates' count tables (int64: 400 MB)."""
+COUNT_BATCH = 64
+"""Candidate marginals counted per GROUPING SETS query (AIM)."""
 LOSS_FLOOR = Fraction(1, 10**6)
 LOSS_CEILING = Fraction(10**6)
 
@@ -43,9 +48,9 @@ class Synthesizer:
         method: str,
         loss: PrivacyLoss,
         receipt: Any,
-        run: MSTRun,
+        run: MSTRun | AIMRun,
     ) -> None:
-        if run.model is None:  # pragma: no cover - run_mst always fits a model
+        if run.model is None:  # pragma: no cover - the runs always fit a model
             raise InternalError("the synthesis returned no model", charged=True)
         self.domain = domain
         self.method = method
@@ -54,11 +59,20 @@ class Synthesizer:
         self.receipt = receipt
         self.model: GraphicalModel = run.model
         self.measurements = run.measurements
-        self.supports = run.supports
         self.steps = run.steps
         names = domain.names
-        self.tree = [(names[a], names[b]) for a, b in run.tree]
+        self.tree: list[tuple[str, str]] = []
         """The 2-way marginals MST selected (column names)."""
+        self.selected: list[tuple[str, ...]] = []
+        """The marginals AIM selected, round by round (column names)."""
+        self.workload: tuple[tuple[int, ...], ...] = ()
+        if isinstance(run, AIMRun):
+            self.supports = [np.ones(k, dtype=bool) for k in domain.shape]
+            self.workload = run.workload
+            self.selected = [tuple(names[a] for a in r) for r in run.selected]
+        else:
+            self.supports = run.supports
+            self.tree = [(names[a], names[b]) for a, b in run.tree]
 
     @property
     def total(self) -> float:
@@ -95,6 +109,40 @@ class Synthesizer:
             else:
                 columns[name] = values
         return pd.DataFrame(columns)
+
+    def error_report(self, confidence: float = 0.95) -> Any:
+        """AIM: for each workload marginal, the model's estimated L1 error (normalised by the
+        total, as the workload error) from the noisy measurements, and an interval holding the
+        true error with probability >= ``confidence`` (per marginal). Post-processing of the
+        released measurements (free). A pandas DataFrame: ``marginal``, ``measured``
+        (the measured marginal used), ``estimate``, ``low``, ``high`` (NaN when no measured
+        marginal contains it)."""
+        import pandas as pd
+
+        from dpkit.synth._aim import error_report
+
+        if self.method != "aim":
+            raise InvalidParameterError(
+                "method", self.method, "'aim' (MST has no workload to report on)"
+            )
+        if isinstance(confidence, bool) or not isinstance(confidence, float | int):
+            raise InvalidParameterError("confidence", confidence, "a number in (0, 1)")
+        if not 0 < confidence < 1:
+            raise InvalidParameterError("confidence", confidence, "a number in (0, 1)")
+        names = self.domain.names
+        rows = error_report(self.model, self.measurements, self.workload, 1 - float(confidence))
+        return pd.DataFrame(
+            [
+                {
+                    "marginal": tuple(names[a] for a in r),
+                    "measured": None if c is None else tuple(names[a] for a in c),
+                    "estimate": e,
+                    "low": lo,
+                    "high": hi,
+                }
+                for r, c, e, lo, hi in rows
+            ]
+        )
 
     def __repr__(self) -> str:
         return (
@@ -212,10 +260,12 @@ def _check_range(name: str, value: Fraction, given: Any) -> None:
         )
 
 
-def _charge(plan: MSTPlan, rho: Fraction, delta: Fraction | None, eps: Fraction | None) -> Any:
+def _charge(
+    plan: MSTPlan | AIMPlan, rho: Fraction, delta: Fraction | None, eps: Fraction | None
+) -> Any:
     exact = plan.charge()
     if not isinstance(exact, ZCDP):  # pragma: no cover - every step is zCDP
-        raise PrivacyCheckError(f"internal check failed: MST's charge {exact} is not zCDP")
+        raise PrivacyCheckError(f"internal check failed: the charge {exact} is not zCDP")
     if delta is None or eps is None:
         return exact
     converted = exact.to_approx(delta)
@@ -261,7 +311,8 @@ def _fit_relation(
     books_args: tuple[Any, Any, str, str | None],
     method: str,
     iterations: int,
-) -> tuple[MSTRun, PrivacyLoss, Any]:
+    aim: dict[str, Any],
+) -> tuple[MSTRun | AIMRun, PrivacyLoss, Any]:
     """Check the table's columns, rehearse, and release (see :func:`fit`)."""
     rho_total, dlt, eps, contributions = plan_args
     columns = list(relation.columns)
@@ -279,36 +330,70 @@ def _fit_relation(
         )
     relation = _typed(relation, dom, privacy_unit)
     books = _books(*books_args, privacy_unit)
-    plan = MSTPlan(len(dom), rho_total, contributions)
-    charge = _charge(plan, rho_total, dlt, eps)
     d = len(dom)
-    sets = [(a,) for a in range(d)] + list(itertools.combinations(range(d), 2))
+    plan: MSTPlan | AIMPlan
+    if method == "aim":
+        plan = AIMPlan(
+            dom.shape,
+            rho_total,
+            aim["workload"],
+            contributions,
+            rounds=aim["rounds"],
+            max_model_mb=aim["max_model_mb"],
+        )
+        plan.check()
+        sets: list[tuple[int, ...]] = sorted(
+            set(plan.weights) | {(a,) for a in range(d)}, key=lambda c: (len(c), c)
+        )
+    else:
+        plan = MSTPlan(d, rho_total, contributions)
+        sets = [(a,) for a in range(d)] + list(itertools.combinations(range(d), 2))
+    charge = _charge(plan, rho_total, dlt, eps)
     declared = dom.columns
 
     def empty() -> dict[tuple[int, ...], np.ndarray]:
         shape = dom.shape
         return {s: np.zeros([shape[a] for a in s], dtype=np.int64) for s in sets}
 
-    def rehearse() -> None:
-        run_mst(plan, empty, iterations=2)
+    def execute(counts: Any, rehearsal: bool) -> MSTRun | AIMRun:
+        if isinstance(plan, AIMPlan):
+            return run_aim(
+                plan,
+                counts,
+                iterations=2 if rehearsal else iterations,
+                round_iterations=1 if rehearsal else aim["round_iterations"],
+                sample_rows=100 if rehearsal else aim["sample_rows"],
+                max_rounds=2 if rehearsal else None,
+            )
+        return run_mst(plan, counts, iterations=2 if rehearsal else iterations)
 
-    def body(stage: Stage) -> MSTRun:
+    def rehearse() -> None:
+        execute(empty, True)
+
+    def body(stage: Stage) -> MSTRun | AIMRun:
         from dpkit.workloads._table import marginal_tables_from_duckdb
 
         def counts() -> dict[tuple[int, ...], np.ndarray]:
             stage(True, "counting the marginals")
-            tables, _ = marginal_tables_from_duckdb(
-                con,
-                relation,
-                declared,
-                sets,
-                privacy_unit=privacy_unit,
-                max_rows=max_rows if privacy_unit is not None else None,
-            )
+            tables: dict[tuple[int, ...], np.ndarray] = {}
+            # bounded memory per query; every query groups by each column (the 1-way sets),
+            # as GROUPING() over all columns requires
+            ones: list[tuple[int, ...]] = [(a,) for a in range(d)]
+            rest = [s for s in sets if len(s) > 1]
+            for i in range(0, max(len(rest), 1), COUNT_BATCH):
+                batch, _ = marginal_tables_from_duckdb(
+                    con,
+                    relation,
+                    declared,
+                    ones + rest[i : i + COUNT_BATCH],
+                    privacy_unit=privacy_unit,
+                    max_rows=max_rows if privacy_unit is not None else None,
+                )
+                tables.update(batch)
             stage(False, "measuring and fitting the model")
             return tables
 
-        return run_mst(plan, counts, iterations=iterations)
+        return execute(counts, False)
 
     run, receipt = release(
         books,
@@ -320,6 +405,39 @@ def _fit_relation(
         rehearsing="checking the synthesis on an empty table",
     )
     return run, charge, receipt
+
+
+def _workload(workload: Any, dom: Domain) -> tuple[tuple[int, ...], ...]:
+    """The workload as sorted column-index tuples (public; refused when malformed)."""
+    names = dom.names
+    if workload is None:
+        k = min(3, len(names))
+        return tuple(itertools.combinations(range(len(names)), k))
+    if isinstance(workload, str) or not isinstance(workload, list | tuple):
+        raise InvalidParameterError(
+            "workload", workload, "a list of marginals, each a list of column names"
+        )
+    if not workload:
+        raise InvalidParameterError(
+            "workload", workload, "at least one marginal", "Omit workload= for all 3-way marginals."
+        )
+    out: list[tuple[int, ...]] = []
+    for marginal in workload:
+        if isinstance(marginal, str):
+            marginal = (marginal,)
+        if not isinstance(marginal, list | tuple) or not marginal:
+            raise InvalidParameterError(
+                "workload", marginal, "a non-empty list of column names per marginal"
+            )
+        for name in marginal:
+            if name not in names:
+                raise InvalidParameterError(
+                    "workload", name, f"columns of the domain ({', '.join(map(repr, names[:20]))})"
+                )
+        if len(set(marginal)) != len(marginal):
+            raise InvalidParameterError("workload", marginal, "distinct columns per marginal")
+        out.append(tuple(sorted(names.index(n) for n in marginal)))
+    return tuple(dict.fromkeys(out))
 
 
 def fit(
@@ -336,8 +454,12 @@ def fit(
     ledger: Any = None,
     dataset: str | None = None,
     analyst: str | None = None,
-    max_cells: int = DEFAULT_MAX_CELLS,
+    max_cells: int | None = None,
     iterations: int = 1000,
+    workload: Any = None,
+    rounds: int | None = None,
+    max_model_mb: float = DEFAULT_MAX_MODEL_MB,
+    round_iterations: int = 50,
 ) -> Synthesizer:
     """Fit a synthetic-data model on ``data`` over the public ``domain``, as one release.
 
@@ -346,14 +468,23 @@ def fit(
         domain: a :class:`Domain`, ``{column: size or [values]}`` or a JSON domain file.
         epsilon, delta: an (ε, δ) budget (run as the largest ρ-zCDP within it, charged as its
             (ε', δ) conversion, ε' <= ε); or ``rho`` for a zCDP budget.
-        method: ``"mst"``.
+        method: ``"mst"`` (default) or ``"aim"``.
         privacy_unit, max_rows: the column identifying a person and the rows kept per person
             (default: every row is its own unit).
         budget, ledger, dataset, analyst: where the release is charged: a ledger (object or
             SQLite path) with a budget for ``dataset``; or, without a ledger, a private
             in-memory ledger holding ``budget``.
-        max_cells: refuse a domain whose marginal tables exceed this many cells.
-        iterations: mirror-descent steps of the estimation (post-processing).
+        max_cells: refuse a domain whose marginal tables exceed this many cells (MST: all
+            1-way and 2-way tables, default 10^7; AIM: the count tables of every candidate,
+            default 5·10^7).
+        iterations: mirror-descent steps of the (final) estimation (post-processing).
+        workload: AIM: the marginals the user cares about, a list of column-name lists
+            (default: every 3-way marginal).
+        rounds: AIM's T (default 16·d): the initial per-round budget is ρ/T.
+        max_model_mb: AIM's limit on the junction tree's size in MB (default 80, as the
+            reference): a candidate that would grow the model past the limit (scaled by the
+            budget spent so far) is not selected.
+        round_iterations: AIM: warm-started estimation steps after each round.
 
     Values outside the declared domain (and NULLs) are dropped inside the engine: a row with
     any such value is left out of every marginal (decided by the public domain alone).
@@ -365,11 +496,46 @@ def fit(
         if isinstance(domain, Domain)
         else (Domain.load(domain) if isinstance(domain, str | Path) else Domain(domain))
     )
+    if max_cells is None:
+        max_cells = AIM_MAX_CELLS if method == "aim" else DEFAULT_MAX_CELLS
     if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
         raise InvalidParameterError("max_cells", max_cells, "an integer >= 1")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise InvalidParameterError("iterations", iterations, "an integer >= 1")
-    dom.check_size(_marginal_cells(dom), max_cells, "the 1-way and 2-way marginal tables")
+    for name, value in (("iterations", iterations), ("round_iterations", round_iterations)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidParameterError(name, value, "an integer >= 1")
+    aim: dict[str, Any] = {}
+    if method == "aim":
+        if rounds is not None and (
+            isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1
+        ):
+            raise InvalidParameterError("rounds", rounds, "an integer > the number of columns")
+        if (
+            isinstance(max_model_mb, bool)
+            or not isinstance(max_model_mb, int | float)
+            or not 0 < max_model_mb < float("inf")
+        ):
+            raise InvalidParameterError("max_model_mb", max_model_mb, "a number of MB > 0")
+        work = _workload(workload, dom)
+        shape = dom.shape
+        from dpkit.synth._aim import candidates
+
+        cells = sum(int(np.prod([shape[a] for a in r])) for r in candidates(work))
+        dom.check_size(cells, max_cells, "the count tables of AIM's candidate marginals")
+        aim = {
+            "workload": work,
+            "rounds": rounds,
+            "max_model_mb": float(max_model_mb),
+            "round_iterations": round_iterations,
+            "sample_rows": 50_000,
+        }
+    else:
+        if workload is not None or rounds is not None:
+            raise InvalidParameterError(
+                "workload" if workload is not None else "rounds",
+                workload if workload is not None else rounds,
+                "given only with method='aim' (MST selects a tree of 2-way marginals)",
+            )
+        dom.check_size(_marginal_cells(dom), max_cells, "the 1-way and 2-way marginal tables")
     rho_total, dlt, eps = _budget(epsilon, delta, rho)
     contributions = 1
     if privacy_unit is not None:
@@ -403,6 +569,7 @@ def fit(
             ),
             method=method,
             iterations=iterations,
+            aim=aim,
         )
     finally:
         if con is not None:

@@ -75,6 +75,42 @@ def test_synth_writes_a_table_and_charges_once(files: tuple[Path, Path, Path]) -
     assert [e.kind for e in book.history()].count("commit") == 1
 
 
+def test_synth_with_aim_and_a_workload(files: tuple[Path, Path, Path]) -> None:
+    data, domain, ledger = files
+    out = data.parent / "out.csv"
+    result = CliRunner().invoke(
+        app,
+        [
+            "synth",
+            str(data),
+            "--dataset",
+            "t",
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-9",
+            "--domain",
+            str(domain),
+            "--out",
+            str(out),
+            "--ledger",
+            str(ledger),
+            "--method",
+            "aim",
+            "--workload",
+            "a,b",
+            "--workload",
+            "c",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "AIM measured" in result.output
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["a", "b", "c"]
+    spent = Ledger.open(str(ledger)).spent("t")
+    assert isinstance(spent, dp.ApproxDP) and 0.999 < spent.epsilon <= 1
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -83,6 +119,8 @@ def test_synth_writes_a_table_and_charges_once(files: tuple[Path, Path, Path]) -
         (["--rho", "1", "--delta", "1e-9"], "--rho and --delta"),
         (["--epsilon", "1", "--delta", "1e-9", "--max-rows", "2"], "--max-rows"),
         (["--epsilon", "1", "--delta", "1e-9", "--max-cells", "5"], "max_cells"),
+        (["--rho", "1", "--method", "aim", "--workload", "a,zz"], "zz"),
+        (["--rho", "1", "--method", "aim", "--max-model-mb", "1e-9"], "max_model_mb"),
     ],
 )
 def test_bad_flags_are_refused_with_nothing_charged(

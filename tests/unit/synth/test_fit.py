@@ -79,7 +79,7 @@ def test_an_epsilon_delta_request_runs_at_the_sessions_rho_and_is_charged_as_its
         ({"a": [1, 1]}, {}, "distinct"),
         (DOMAIN, {"max_cells": 10}, "max_cells"),  # too large for the stated limit
         (DOMAIN, {"delta": None}, "delta"),  # MST needs a zCDP or (ε, δ) budget
-        (DOMAIN, {"method": "aim"}, "method"),
+        (DOMAIN, {"method": "nope"}, "method"),
         (DOMAIN, {"privacy_unit": "nope", "max_rows": 1}, "privacy_unit"),
         (DOMAIN, {"privacy_unit": "id"}, "max_rows"),
         (DOMAIN, {"epsilon": 1e-9}, "epsilon"),
