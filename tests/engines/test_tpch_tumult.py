@@ -10,8 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "benchmarks"))
-import tpch_frontends
-import tpch_tumult
+import tpch_frontends  # noqa: E402
+import tpch_tumult  # noqa: E402
 
 
 def test_without_tumult_it_runs_dpkit_alone(tmp_path: Path) -> None:
