@@ -104,6 +104,8 @@ def _tumult_tables(spark: Any, directory: Path) -> dict[str, Any]:
         .withColumn("charge", revenue * (1 + F.col("l_tax")))
         .withColumn("disc_revenue", F.col("l_extendedprice") * F.col("l_discount"))
     )
+    for frame in (customer, orders, lineitem):
+        frame.cache().count()  # prepared once, as dpkit computes its key maps once a session
     return {
         "customer": customer,
         "orders": orders,
