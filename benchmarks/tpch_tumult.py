@@ -206,10 +206,15 @@ def tumult_worker(directory: Path, names: list[str], runs: int, epsilon: float) 
     """Run in Tumult's environment: answer each query ``runs + 1`` times, print JSON."""
     start = time.perf_counter()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's workers import tmlt too
+    import shutil
+    import tempfile
+
     from pyspark.sql import SparkSession
 
+    warehouse = tempfile.mkdtemp(prefix="tpch-tumult-")  # Tumult's temporary tables
     spark = (
         SparkSession.builder.master("local[2]")
+        .config("spark.sql.warehouse.dir", warehouse)
         .config("spark.driver.memory", "6g")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
@@ -253,6 +258,7 @@ def tumult_worker(directory: Path, names: list[str], runs: int, epsilon: float) 
             results.append({"time": elapsed, "rows": [_plain_json(r) for r in rows.values()]})
         out["queries"][name] = results
     spark.stop()
+    shutil.rmtree(warehouse, ignore_errors=True)
     print(json.dumps(out))
 
 
