@@ -81,6 +81,41 @@ def test_no_truncation_equals_plain_pandas(make: Make) -> None:
     assert got == plain(df, plan)
 
 
+@pytest.mark.parametrize("lower", [0.0, -1.0])
+def test_values_on_half_grid_points_round_half_up(make: Make, lower: float) -> None:
+    """Each value's grid integer is its scaled value rounded half up, on every engine. With the
+    grid 1/4, 0.125 and 0.625 scale to 0.5 and 2.5: half up gives 1 and 3, half to even (a
+    DuckDB cast) 0 and 2; the largest double below a half must go down, and a bin of the grid
+    holds the same integers. A bound that is not negative takes DuckDB's ROUND, a negative one
+    the FLOOR form: both are checked."""
+    below_half = 0.49999999999999994 / 4
+    values = [0.125, 0.375, 0.625, 0.875, below_half, 2.5 - 1 / 8, 1e-300, -0.0, 7.125, 10.0]
+    df = pd.DataFrame({"user": range(len(values)), "dept": "a", "salary": values})
+    plan = plan_of(
+        keys=(),
+        max_rows=10_000,
+        values=(ValueSpec("salary", lower, 10.0, -2),),
+        outputs=(Output("sum", 0), Output("sumsq", 0)),
+    )
+    got = result_dict(make(df).run(plan), plan)
+    assert got == plain(df, plan)
+    scaled = [round_half_up(v * 4) for v in values]
+    assert got == {(): [sum(scaled), sum(i * i for i in scaled)]}
+    binned = plan_of(
+        keys=(),
+        max_rows=10_000,
+        values=(ValueSpec("salary", lower, 10.0, -2),),
+        outputs=(Output("rows"),),
+        bins=BinSpec("grid", value=0),
+    )
+    bins = result_dict(make(df).run(binned), binned)
+    assert bins == {(b,): [scaled.count(b)] for b in set(scaled)}
+
+
+def round_half_up(x: float) -> int:
+    return math.floor(x) + (1 if x - math.floor(x) >= 0.5 else 0)
+
+
 def test_public_keys_drop_other_keys(make: Make) -> None:
     df = table()
     plan = plan_of(max_rows=10_000, key_set=KeySet.from_values("dept", ["Sales", "nope"]))

@@ -758,7 +758,7 @@ def build_query(
     key_kinds = [compiler.schema.get(k) for k in plan.keys]
     rows = exp.to_table(ctes[-1][0])
     ctes.append(("__pre", _pre_select(plan, compiler, key_kinds, integers, rows)))
-    ctes += _base_ctes(plan, key_kinds, integers)
+    ctes += _base_ctes(plan, key_kinds, integers, dialect)
     keys = [column(f"__k{i}") for i in range(len(plan.keys))]
     group = keys + ([column("__b")] if plan.bins is not None else [])
     heavy = _heavy_units(plan, keys, candidates)
@@ -842,7 +842,10 @@ def _edge_bin(bins: BinSpec) -> exp.Expr:
 
 
 def _base_ctes(
-    plan: BoundedPlan, key_kinds: Sequence[ColumnKind | None], integers: set[str]
+    plan: BoundedPlan,
+    key_kinds: Sequence[ColumnKind | None],
+    integers: set[str],
+    dialect: Dialect = "duckdb",
 ) -> list[Cte]:
     """``__base0`` and ``__base``: the rows that take part, with their grid integers.
 
@@ -860,10 +863,18 @@ def _base_ctes(
     base_cols += [column(f"__k{i}") for i in range(len(plan.keys))]
     for j, spec in enumerate(plan.values):
         name = f"__r{j}" if spec.allowed else f"__v{j}"
-        base_cols.append(exp.alias_(_grid_integer(column(f"__a{j}")), name, quoted=True))
+        grid = _grid_integer(column(f"__a{j}"), dialect == "duckdb" and spec.lower >= 0)
+        base_cols.append(exp.alias_(grid, name, quoted=True))
     if plan.bins is not None:
         edges = plan.bins.kind == "edges"
-        value = column("__b") if edges else _grid_integer(column(f"__a{plan.bins.value}"))
+        binned = plan.values[plan.bins.value] if not edges else None
+        value = (
+            column("__b")
+            if binned is None
+            else _grid_integer(
+                column(f"__a{plan.bins.value}"), dialect == "duckdb" and binned.lower >= 0
+            )
+        )
         base_cols.append(exp.alias_(value, "__b", quoted=True))
     conditions: list[exp.Expr] = [exp.Not(this=exp.Is(this=column("__u"), expression=exp.Null()))]
     base = _select(*base_cols).from_(exp.to_table("__pre"), copy=False)
@@ -1251,9 +1262,19 @@ def _project(value: exp.Expr, allowed: Sequence[tuple[int, int]]) -> exp.Expr:
     return case.else_(literal(allowed[-1][1]), copy=False)
 
 
-def _grid_integer(scaled: exp.Expr) -> exp.Expr:
+def _grid_integer(scaled: exp.Expr, rounds: bool = False) -> exp.Expr:
     """``scaled`` (a clamped, scaled value) rounded half up to an integer, as a BIGINT: a value's
-    grid integer ``__v``, and a grid bin (the same integer)."""
+    grid integer ``__v``, and a grid bin (the same integer).
+
+    ``rounds``: ``scaled`` is never negative (its clamp's lower bound is not), and the engine is
+    DuckDB, whose ``ROUND(DOUBLE)`` is C's ``round``: exact, halves away from zero, which for a
+    value that is not negative is half up. ``CAST(ROUND(x) AS BIGINT)`` then gives the same
+    integer as ``FLOOR`` and the test of the fraction below, with a quarter less work per value
+    (TPC-H Q1 sums seven values per row). A cast alone would not do: DuckDB casts a DOUBLE to
+    an integer half to even (``CAST(2.5 AS BIGINT)`` is 2). The engines' agreement on halves
+    is tested (tests/engines)."""
+    if rounds:
+        return exp.cast(exp.Round(this=scaled), "BIGINT")
     floor = exp.Floor(this=scaled)
     return exp.Add(
         this=exp.cast(floor, "BIGINT"),
