@@ -269,3 +269,73 @@ def test_a_relation_within_its_bounds_runs_in_one_pass_with_the_same_outputs(
     )
     if most > 1:
         assert {one_pass for _, one_pass in chosen} == {True, False}
+
+
+def _complete(db: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """``db`` without the rows that reach no unit or several: every order has a customer key,
+    every line item's order key is held by orders of one customer."""
+    orders = db["orders"][db["orders"]["o_custkey"].notna()]
+    per_key = orders.groupby("o_orderkey")["o_custkey"].nunique()
+    single = set(per_key[per_key == 1].index.tolist())
+    lineitem = db["lineitem"][db["lineitem"]["l_orderkey"].isin(single)]
+    return {**db, "orders": orders, "lineitem": lineitem}
+
+
+LABELLED: dict[str, Callable[[Session], Query]] = {
+    "lineitem": lambda s: (
+        _revenue(s.query("lineitem"))
+        .group_by("l_returnflag", keys=["A", "N", "R"])
+        .agg(count(), dp_sum("rev", bounds=(0, 10_000)))
+    ),
+    "nation-customer": SHAPES["public-join-private"],
+    "customer-left-nation": lambda s: (
+        s.query("customer")
+        .join("nation", on=("c_nationkey", "n_nationkey"), how="left")
+        .group_by("n_name", keys=NATIONS)
+        .agg(count(), dp_sum("c_acctbal", bounds=(0, 1000)))
+    ),
+    "lineitem-orders": SHAPES["filtered-subquery"],  # two private tables: never labelled
+    "units-counted": lambda s: s.query("lineitem").agg(dp.analytics.count_distinct_units()),
+}
+
+
+@pytest.mark.parametrize("complete", [True, False])
+@pytest.mark.parametrize("shape", sorted(LABELLED))
+def test_a_relation_of_one_private_table_whose_every_row_has_a_unit_skips_its_joins(
+    shape: str, complete: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one pass, DuckDB reads a relation of one private table without finding each row's
+    unit (no join with the links' key maps) exactly when every row of the table has one unit
+    and the plan counts no distinct units; the outputs are the reference engine's either way
+    (rows of no unit, or of several, decide it)."""
+    from dpkit.analytics._engines._duckdb import DuckDBEngine
+
+    used: list[bool] = []
+    labelled = DuckDBEngine._labelled
+
+    def spy(self: DuckDBEngine, plan: Any) -> Any:
+        result = labelled(self, plan)
+        used.append(result is not None)
+        return result
+
+    monkeypatch.setattr(DuckDBEngine, "_labelled", spy)
+    db = database(2)
+    if complete:
+        db = _complete(db)
+    else:  # line items of no order or of two customers; a customer row with no key
+        nobody = db["customer"].iloc[:1].assign(c_custkey=np.nan)
+        db = {**db, "customer": pd.concat([db["customer"], nobody], ignore_index=True)}
+    reference, duck = _session(db, "pandas"), _session(db, "duckdb")
+    try:
+        for _ in range(2):  # the counts are kept: the second query reads them
+            want = _exact(reference, LABELLED[shape](reference), 1000)
+            got = _exact(duck, LABELLED[shape](duck), 1000)
+            for ref, out in zip(want, got, strict=True):
+                assert ref.shape == out.shape, shape
+                for column in ref.columns:
+                    assert _values(ref[column], column) == _values(out[column], column)
+    finally:
+        reference.close()
+        duck.close()
+    eligible = shape in ("lineitem", "nation-customer", "customer-left-nation")
+    assert used and all(u == (eligible and complete) for u in used), used

@@ -460,7 +460,7 @@ class _Planner:
         ``columns`` and :data:`UNIT`."""
         reached = self.reach(table, columns)
         one = Steps(reached, (Step("filter", col(_LO) == col(_HI)),), reached.output)
-        return Project(one, (*((c, c) for c in columns), (_LO, UNIT)))
+        return Project(one, (*((c, c) for c in columns), (_LO, UNIT)), annotates=table)
 
     def source(self, table: str | None) -> Planned:
         catalog = self.catalog

@@ -44,7 +44,7 @@ from dpkit.analytics._engines._heavy import (
     heavy_candidates,
     unit_is_raw,
 )
-from dpkit.analytics._engines._relation import Relation, sql_relation, sql_steps
+from dpkit.analytics._engines._relation import Relation, sql_relation, sql_steps, unitless
 from dpkit.analytics._engines._sql import (
     build_query,
     ident,
@@ -108,7 +108,11 @@ class DuckDBEngine:
         self._members: tuple[DuckDBEngine, ...] = ()  # the tables a relation reads
         self._key_tables: tuple[KeyTable, ...] = ()  # its links' key maps
         self._relation = False
-        self._unit_rows: dict[str, int] = {}  # a relation's most rows of one unit, per unit
+        # a relation's most rows of one unit and its rows that have a unit, per unit column
+        self._unit_rows: dict[str, tuple[int, int]] = {}
+        self._unitless: tuple[exp.Select, str] | None = None  # see _run_relation
+        self._unitless_engine: DuckDBEngine | None = None
+        self._complete: bool | None = None
         self._keepalive: Any = None
         self._integers: set[str] = set()  # columns stored as integers
         self._csv: StrictCSV | None = None  # a CSV file is checked before a plan reads it
@@ -130,6 +134,7 @@ class DuckDBEngine:
             self._members = source.members
             self._key_tables = source.keys
             self._relation = not source.rows_only
+            self._unitless = source.unitless
             if source.rows_only:
                 return self._described(source.select.subquery(self._view, copy=False))
             # a view (reads nothing): each plan's SQL names it instead of carrying the whole
@@ -308,9 +313,12 @@ class DuckDBEngine:
 
         When no unit has more rows in the whole relation than the plan's smallest bound
         (:meth:`_within_bounds`), bounding changes nothing and reads nothing: the plan runs
-        in one pass over the relation, with no temporary table (the same result again)."""
+        in one pass over the relation, with no temporary table (the same result again). When
+        moreover the unit is only a label (:meth:`_labelled`), that pass does not even find
+        whose each row is."""
         if self._within_bounds(plan):
-            return self._con.sql(self.sql(plan, exp.false())).to_arrow_table()
+            engine = self._labelled(plan) or self
+            return self._con.sql(engine.sql(plan, exp.false())).to_arrow_table()
         needed = plan_columns(plan)
         source = source_select(self._source_sql.copy(), self._columns, {}, "duckdb")
         steps = sql_steps("duckdb", set(self._floats))
@@ -327,6 +335,32 @@ class DuckDBEngine:
         finally:
             self._con.execute(f"DROP TABLE IF EXISTS {table}")
 
+    def _labelled(self, plan: BoundedPlan) -> DuckDBEngine | None:
+        """An engine over the relation without its links' joins (``_relation.unitless``: the
+        private table as stored, every row of unit 0), when ``plan``, run in one pass, gives
+        the same result on it: the plan reads the unit only to drop rows that have none (it
+        counts no distinct units; no bound is reached, :meth:`_within_bounds`), and every row
+        has a unit: the relation has as many rows with a unit as the unitless relation has
+        rows (counted once, when first needed, like the most rows of one unit).
+
+        TPC-H Q1, Q6 and Q14 read line items only: their one pass then skips the join of
+        every line item with its order (at scale factor 1, half of Q1's time). Like the
+        choice of one pass, this only chooses how the same result is computed."""
+        if self._unitless is None or plan.unit != self._unitless[1]:
+            return None
+        if any(output.kind == "units" for output in plan.outputs):
+            return None
+        if self._unitless_engine is None:
+            select = _SQLRelation(self._unitless[0], self._members, rows_only=True)
+            self._unitless_engine = DuckDBEngine(select, connection=self._con)
+        if self._complete is None:
+            rows = exp.select(exp.Count(this=exp.Star())).from_(
+                self._unitless[0].subquery("__all", copy=True)
+            )
+            total = int(self._con.sql(sql_text(rows, "duckdb")).fetchall()[0][0])
+            self._complete = total == self._unit_rows[plan.unit][1]
+        return self._unitless_engine if self._complete else None
+
     def _within_bounds(self, plan: BoundedPlan) -> bool:
         """True when no unit exceeds any of the plan's bounds, for certain: no unit has more
         rows in the relation (before the plan's steps) than the smallest bound. Steps only
@@ -342,8 +376,7 @@ class DuckDBEngine:
         unit_name = plan.unit
         if threshold is None or not unit_is_raw(plan) or unit_name in self._conversions:
             return False
-        most = self._unit_rows.get(unit_name)
-        if most is None:
+        if unit_name not in self._unit_rows:
             unit = exp.column(unit_name, quoted=True)
             per_unit = (
                 exp.select(exp.alias_(exp.Count(this=exp.Star()), "__n", quoted=True))
@@ -351,12 +384,13 @@ class DuckDBEngine:
                 .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
                 .group_by(unit)
             )
-            largest = exp.select(
-                exp.func("COALESCE", exp.Max(this=exp.column("__n", quoted=True)), 0)
+            counts = exp.select(
+                exp.func("COALESCE", exp.Max(this=exp.column("__n", quoted=True)), 0),
+                exp.func("COALESCE", exp.Sum(this=exp.column("__n", quoted=True)), 0),
             ).from_(per_unit.subquery("__per_unit", copy=False))
-            most = int(self._con.sql(sql_text(largest, "duckdb")).fetchall()[0][0])
-            self._unit_rows[unit_name] = most
-        return most <= threshold
+            found = self._con.sql(sql_text(counts, "duckdb")).fetchall()[0]
+            self._unit_rows[unit_name] = (int(found[0]), int(found[1]))
+        return self._unit_rows[unit_name][0] <= threshold
 
     def _candidates(self, plan: BoundedPlan) -> Any:
         """The units that may exceed a bound (a sorted int64 array, a superset of those that
@@ -433,6 +467,7 @@ class _SQLRelation:
     members: tuple[DuckDBEngine, ...]
     rows_only: bool = False  # a relation's rows, computed: no joins to run again
     keys: tuple[KeyTable, ...] = ()
+    unitless: tuple[exp.Select, str] | None = None  # see _relation.unitless: SELECT, unit
 
 
 def relation_engine(
@@ -464,7 +499,11 @@ def relation_engine(
         return exp.select(exp.Star()).from_(exp.to_table(found.name))
 
     select, _ = sql_relation(node, source, sql_steps("duckdb"), keys)
-    relation = _SQLRelation(select, tuple(members.values()), keys=tuple(used))
+    found = unitless(node)
+    labelled = None
+    if found is not None:
+        labelled = (sql_relation(found[0], source, sql_steps("duckdb"), keys)[0], found[1])
+    relation = _SQLRelation(select, tuple(members.values()), keys=tuple(used), unitless=labelled)
     return DuckDBEngine(relation, connection=connection)
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
@@ -50,7 +50,7 @@ from sqlglot import exp
 
 from dpkit.analytics._engines._base import Step
 from dpkit.analytics._engines._sql import Dialect, _select, expr_compiler, step_levels
-from dpkit.analytics._expr import ColumnKind, Structural, infer_kind
+from dpkit.analytics._expr import ColumnKind, Lit, Structural, columns_of, infer_kind
 
 __all__ = [
     "Join",
@@ -66,6 +66,7 @@ __all__ = [
     "relation_kinds",
     "sql_relation",
     "sql_steps",
+    "unitless",
 ]
 
 AggFunction: TypeAlias = Literal[
@@ -88,11 +89,16 @@ class Scan(Structural):
 @dataclass(frozen=True, slots=True, eq=False)
 class Project(Structural):
     """The child's columns ``(name, output name)``: a selection that may rename and repeat
-    columns (their values and types unchanged)."""
+    columns (their values and types unchanged).
+
+    ``annotates``: set by the planner on the projection that gives private table ``annotates``'s
+    rows their unit (its last column; the child keeps the rows that reach exactly one unit).
+    Engines compute it like any projection; :func:`unitless` finds it by this name."""
 
     child: Relation
     columns: tuple[tuple[str, str], ...]
     doubles: tuple[str, ...] = ()
+    annotates: str = ""
 
     @property
     def output(self) -> tuple[str, ...]:
@@ -185,6 +191,84 @@ class RowUnit(Structural):
 
 
 Relation: TypeAlias = Scan | Project | Steps | Join | KeyUnit | PerUnit | Truncate | RowUnit
+
+
+def unitless(node: Relation) -> tuple[Relation, str] | None:
+    """The relation computed without finding whose each row is, when that is only a label: the
+    relation ``node`` with its one annotated private table (:attr:`Project.annotates`) read as
+    it is stored, every row given the unit 0, and the unit's column name.
+
+    None unless the unit is a label that nothing but the result reads: exactly one private
+    table; the unit's column is carried up to the result unchanged and once (never renamed
+    into another column, copied, compared, filtered on, or a join key); every join on the way
+    has only public tables (no unit, no per-unit aggregate, no truncation) on its other side,
+    and the private side is the left one of a left join. Then each private row gives rows that
+    depend on that row alone, and the relation's rows are, apart from the unit, exactly this
+    relation's rows that come from table rows that reach one unit: a sub-multiset of them.
+    When every row of the table reaches one (equal counts: the engine counts the rows of both,
+    see ``DuckDBEngine._labelled``), the two hold the same rows, and a plan that reads the unit
+    only to drop rows that have none (no bound is reached, no distinct units are counted) gives
+    the same result on either."""
+    annotated = [n for n in _nodes(node) if isinstance(n, Project) and n.annotates]
+    if len(annotated) != 1:
+        return None
+    target = annotated[0]
+    if any(isinstance(n, _PRIVATE_NODES) for n in _nodes(node, target)):
+        return None  # a unit, a per-unit aggregate or a truncation outside the table's own
+    unit = target.columns[-1][1]
+
+    def rebuilt(current: Relation, name: str) -> Relation | None:
+        if current is target:
+            table = Scan(target.annotates, tuple((s, s) for s, _ in target.columns[:-1]))
+            label = Step("derive", Lit(0.0), name)
+            return Steps(table, (label,), target.output)
+        if isinstance(current, Project):
+            sources = [s for s, d in current.columns if d == name]
+            if len(sources) != 1 or name in current.doubles or current.annotates:
+                return None
+            if sum(s == sources[0] for s, _ in current.columns) != 1:
+                return None  # the unit copied into another column
+            child = rebuilt(current.child, sources[0])
+            return None if child is None else replace(current, child=child)
+        if isinstance(current, Steps):
+            for step in current.steps:
+                read = columns_of(step.expr) if step.expr is not None else frozenset()
+                if name in read or (step.kind == "derive" and step.name == name):
+                    return None
+                if step.kind == "select" and name not in step.columns:
+                    return None
+            child = rebuilt(current.child, name)
+            return None if child is None else replace(current, child=child)
+        if isinstance(current, Join):
+            if any(name in pair for pair in current.on):
+                return None
+            if name in current.left.output and all(n is not target for n in _nodes(current.right)):
+                child = rebuilt(current.left, name)
+                return None if child is None else replace(current, left=child)
+            if current.how == "inner" and name in current.right.output:
+                if any(n is target for n in _nodes(current.left)):
+                    return None
+                child = rebuilt(current.right, name)
+                return None if child is None else replace(current, right=child)
+        return None
+
+    result = rebuilt(node, unit)
+    return None if result is None or unit not in node.output else (result, unit)
+
+
+_PRIVATE_NODES = (KeyUnit, PerUnit, Truncate, RowUnit)
+
+
+def _nodes(node: Relation, stop: Relation | None = None) -> list[Relation]:
+    """``node`` and every node under it (not under ``stop``)."""
+    out: list[Relation] = [node]
+    if node is stop:
+        return out
+    for name in ("child", "left", "right"):
+        child = getattr(node, name, None)
+        if child is not None:
+            out += _nodes(child, stop)
+    return out
 
 
 def relation_kinds(

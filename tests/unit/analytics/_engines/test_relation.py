@@ -1,0 +1,79 @@
+"""``unitless``: a relation whose unit is only a label, read without its links' joins; and
+every shape where the unit is more than a label, refused (None)."""
+
+from __future__ import annotations
+
+from dpkit.analytics._engines._base import Step
+from dpkit.analytics._engines._relation import (
+    Join,
+    KeyUnit,
+    PerUnit,
+    Project,
+    Relation,
+    Scan,
+    Steps,
+    Truncate,
+    unitless,
+)
+from dpkit.analytics._expr import Lit, col
+
+U = "__dpkit_unit"
+
+
+def _annotated(table: str = "lineitem", columns: tuple[str, ...] = ("k", "x")) -> Project:
+    """A private table's rows with their unit, as the planner builds them (a link's key map
+    joined, the rows of one unit kept)."""
+    parent = Project(Scan("orders", (("ok", "ok"), ("cust", "lo"), ("cust", "hi"))), (), ())
+    keys = KeyUnit(parent, "ok", "lo", "hi", "key", "lo", "hi")
+    scan = Scan(table, tuple((c, c) for c in columns))
+    joined = Join(scan, keys, (("k", "key"),), "left")
+    reached = Project(joined, tuple((c, c) for c in (*columns, "lo", "hi")))
+    one = Steps(reached, (Step("filter", col("lo") == col("hi")),), reached.output)
+    return Project(one, (*((c, c) for c in columns), ("lo", U)), annotates=table)
+
+
+def _public(name: str = "part") -> Scan:
+    return Scan(name, (("pk", "pk"), ("name", "name")))
+
+
+def test_a_private_table_alone_is_read_as_stored_with_unit_zero() -> None:
+    found = unitless(_annotated())
+    assert found is not None
+    node, unit = found
+    assert unit == U
+    assert isinstance(node, Steps) and node.output == ("k", "x", U)
+    assert node.child == Scan("lineitem", (("k", "k"), ("x", "x")))
+    assert node.steps == (Step("derive", Lit(0.0), U),)
+
+
+def test_joins_with_public_tables_and_steps_keep_the_label() -> None:
+    inner = Join(_annotated(), _public(), (("k", "pk"),), "inner")
+    left = Join(_annotated(), _public(), (("k", "pk"),), "left")
+    right = Join(_public(), _annotated(), (("pk", "k"),), "inner")
+    stepped = Steps(inner, (Step("filter", col("x") > 1),), inner.output)
+    renamed = Project(stepped, (("x", "y"), (U, U)))
+    for node in (inner, left, right, stepped, renamed):
+        assert unitless(node) is not None, node
+
+
+def test_every_use_of_the_unit_beyond_a_label_is_refused() -> None:
+    base = _annotated()
+    cases: list[Relation] = [
+        # the private side null-extended by a left join
+        Join(_public(), base, (("pk", "k"),), "left"),
+        # the unit as a join key, filtered on, replaced, copied, renamed, dropped
+        Join(base, _public(), ((U, "pk"),), "inner"),
+        Steps(base, (Step("filter", col(U) > 1),), base.output),
+        Steps(base, (Step("derive", Lit(1.0), U),), base.output),
+        Project(base, (("x", "x"), (U, U), (U, "copy"))),
+        Project(base, (("x", "x"), (U, "other"))),
+        Steps(base, (Step("select", columns=("x",)),), ("x",)),
+        # two private tables; a per-unit aggregate; a truncation
+        Join(base, _annotated("other", ("k2", "y")), (("k", "k2"),), "inner"),
+        PerUnit(base, (U,), (("n", "count_star", ""),)),
+        Truncate(base, ("k",), 2, ("k",)),
+        # no private table at all
+        _public(),
+    ]
+    for node in cases:
+        assert unitless(node) is None, node
