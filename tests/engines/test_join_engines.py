@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from _multitable import UNIT, database, remove_unit, session_options, split, units
 from sqlglot import exp
@@ -339,3 +341,29 @@ def test_a_relation_of_one_private_table_whose_every_row_has_a_unit_skips_its_jo
         duck.close()
     eligible = shape in ("lineitem", "nation-customer", "customer-left-nation")
     assert used and all(u == (eligible and complete) for u in used), used
+
+
+@pytest.mark.parametrize("shape", ["public-join-private", "lineitem-orders-customer-nation"])
+def test_nan_keys_on_both_sides_match_nothing_in_duckdb(shape: str) -> None:
+    """A NaN join key matches nothing, even a NaN on the other side (DuckDB's ``NaN = NaN`` is
+    true): integer-stored keys skip the NaN test, float-stored ones never do."""
+    db = database(0)
+    assert db["customer"]["c_nationkey"].isna().any()
+    nan_nation = pd.DataFrame({"n_nationkey": [np.nan], "n_name": ["A"]})
+    db = {**db, "nation": pd.concat([db["nation"], nan_nation], ignore_index=True)}
+    arrow = {  # numpy's NaN stays NaN in Arrow (pandas would give NULL)
+        name: pa.table({c: pa.array(frame[c].to_numpy()) for c in frame.columns})
+        for name, frame in db.items()
+    }
+    assert pc.sum(pc.is_nan(arrow["nation"]["n_nationkey"])).as_py() == 1  # NaN, not NULL
+    reference, duck = _session(db, "pandas"), _session(arrow, "duckdb")
+    try:
+        want = _exact(reference, SHAPES[shape](reference), 1000)
+        got = _exact(duck, SHAPES[shape](duck), 1000)
+        for ref, out in zip(want, got, strict=True):
+            assert ref.shape == out.shape, shape
+            for column in ref.columns:
+                assert _values(ref[column], column) == _values(out[column], column)
+    finally:
+        reference.close()
+        duck.close()

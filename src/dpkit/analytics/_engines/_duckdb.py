@@ -44,7 +44,13 @@ from dpkit.analytics._engines._heavy import (
     heavy_candidates,
     unit_is_raw,
 )
-from dpkit.analytics._engines._relation import Relation, sql_relation, sql_steps, unitless
+from dpkit.analytics._engines._relation import (
+    Relation,
+    clean_columns,
+    sql_relation,
+    sql_steps,
+    unitless,
+)
 from dpkit.analytics._engines._sql import (
     build_query,
     ident,
@@ -498,11 +504,20 @@ def relation_engine(
         used.append(found)
         return exp.select(exp.Star()).from_(exp.to_table(found.name))
 
-    select, _ = sql_relation(node, source, sql_steps("duckdb"), keys)
+    def nan_free(name: str) -> set[str]:  # stored as integers, read as stored
+        tables[name]._prepare_pandas()  # (a pandas frame's storage is known once registered)
+        return tables[name]._integers - set(tables[name]._conversions)
+
+    clean = clean_columns(node, nan_free)
+    select, _ = sql_relation(node, source, sql_steps("duckdb"), keys, clean=clean)
     found = unitless(node)
     labelled = None
     if found is not None:
-        labelled = (sql_relation(found[0], source, sql_steps("duckdb"), keys)[0], found[1])
+        label_clean = clean_columns(found[0], nan_free)
+        labelled_select = sql_relation(
+            found[0], source, sql_steps("duckdb"), keys, clean=label_clean
+        )
+        labelled = (labelled_select[0], found[1])
     relation = _SQLRelation(select, tuple(members.values()), keys=tuple(used), unitless=labelled)
     return DuckDBEngine(relation, connection=connection)
 

@@ -40,7 +40,7 @@ planner's, in :mod:`dpkit.analytics._joins`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias
 
@@ -62,6 +62,7 @@ __all__ = [
     "Scan",
     "Steps",
     "Truncate",
+    "clean_columns",
     "pandas_relation",
     "relation_kinds",
     "sql_relation",
@@ -191,6 +192,54 @@ class RowUnit(Structural):
 
 
 Relation: TypeAlias = Scan | Project | Steps | Join | KeyUnit | PerUnit | Truncate | RowUnit
+
+
+def clean_columns(node: Relation, nan_free: Callable[[str], Collection[str]]) -> frozenset[str]:
+    """The columns of relation ``node`` that hold no NaN wherever the tree defines them.
+
+    ``nan_free(table)``: a table's columns that cannot hold NaN (stored as integers). A name is
+    clean when every definition of it is: a scanned column of ``nan_free``; a projection of a
+    clean column, or one converted as a key (NaN read as NULL); a key map's key; a count; a
+    row number. A derived column, a sum or an average, and a key map's smallest or largest unit
+    of a column that is not clean, are not. (Names may repeat across the tree: each
+    definition must be clean, the largest set where that holds is the answer.)"""
+    rules: dict[str, list[bool | str]] = {}
+
+    def define(name: str, rule: bool | str) -> None:
+        rules.setdefault(name, []).append(rule)
+
+    for n in _nodes(node):
+        if isinstance(n, Scan):
+            free = set(nan_free(n.table))
+            for src, dst in n.columns:
+                define(dst, src in free)
+        elif isinstance(n, Project):
+            for src, dst in n.columns:
+                define(dst, True if dst in n.doubles else src)
+        elif isinstance(n, Steps):
+            for step in n.steps:
+                if step.kind == "derive":
+                    define(step.name, False)
+        elif isinstance(n, KeyUnit):
+            define(n.key_out, True)
+            define(n.lo_out, n.lo)
+            define(n.hi_out, n.hi)
+        elif isinstance(n, PerUnit):
+            for name, function, _ in n.aggregates:
+                define(name, function.startswith("count"))
+        elif isinstance(n, RowUnit):
+            define(n.unit, True)
+    clean = set(rules)
+    changed = True
+    while changed:
+        changed = False
+        for name, found in rules.items():
+            if name in clean and not all(
+                r is True or (isinstance(r, str) and r in clean) for r in found
+            ):
+                clean.discard(name)
+                changed = True
+    return frozenset(clean)
 
 
 def unitless(node: Relation) -> tuple[Relation, str] | None:
@@ -347,12 +396,15 @@ def _col(name: str, table: str | None = None) -> exp.Column:
     return exp.Column(this=_q(name), table=_q(table) if table else None)
 
 
-def _key(value: exp.Expr, kind: ColumnKind | None) -> exp.Expr:
+def _key(value: exp.Expr, kind: ColumnKind | None, clean: bool = False) -> exp.Expr:
     """A join key as every engine compares it: a number as a double (an integer key and a
-    float key compare alike everywhere), a NaN as NULL (it matches nothing)."""
+    float key compare alike everywhere), a NaN as NULL (it matches nothing). ``clean``: the
+    value is never NaN (see :func:`clean_columns`), so the test is left out."""
     if kind != "numeric":
         return value
     double = exp.cast(value, "DOUBLE")
+    if clean:
+        return double
     return exp.If(this=_is_nan(double.copy()), true=exp.Null(), false=double)
 
 
@@ -374,8 +426,14 @@ def sql_relation(
     steps: Callable[[exp.Select, Sequence[Step], Sequence[str], Mapping[str, ColumnKind]], Any],
     keys: Callable[[KeyUnit, exp.Select], exp.Select] | None = None,
     dialect: Dialect = "duckdb",
+    clean: frozenset[str] = frozenset(),
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
     """The relation as one SELECT (and its columns' kinds).
+
+    ``clean``: columns that hold no NaN wherever the relation defines them
+    (:func:`clean_columns`): a join key among them is compared as a plain double, without the
+    test for NaN, which also lets the engine's optimizer see the join (DuckDB then orders
+    TPC-H Q5's joins as it does without privacy: a third less time).
 
     ``source(table)`` gives a table's typed SELECT and kinds; ``steps(select, steps, columns,
     kinds)`` the SELECT of steps over a relation (the engine's own step compiler); ``keys(node,
@@ -383,7 +441,7 @@ def sql_relation(
     engine may compute it once and read the result); ``dialect``: the SQL engine (a
     :class:`RowUnit` numbers rows in the engine's own way)."""
     if isinstance(node, Truncate | RowUnit):
-        return _sql_truncate(node, source, steps, keys, dialect)
+        return _sql_truncate(node, source, steps, keys, dialect, clean)
     if isinstance(node, Scan):
         select, kinds = source(node.table)
         inner = select.subquery("__t", copy=False)
@@ -392,12 +450,14 @@ def sql_relation(
         ).from_(inner)
         return out, {dst: kinds[src] for src, dst in node.columns}
     if isinstance(node, Project):
-        child, kinds = sql_relation(node.child, source, steps, keys, dialect)
+        child, kinds = sql_relation(node.child, source, steps, keys, dialect, clean)
         inner = child.subquery("__p", copy=False)
         out = exp.select(
             *(
                 exp.alias_(
-                    _key(_col(src, "__p"), kinds[src]) if dst in node.doubles else _col(src, "__p"),
+                    _key(_col(src, "__p"), kinds[src], src in clean)
+                    if dst in node.doubles
+                    else _col(src, "__p"),
                     dst,
                     quoted=True,
                 )
@@ -406,15 +466,15 @@ def sql_relation(
         ).from_(inner)
         return out, {dst: kinds[src] for src, dst in node.columns}
     if isinstance(node, Steps):
-        child, kinds = sql_relation(node.child, source, steps, keys, dialect)
+        child, kinds = sql_relation(node.child, source, steps, keys, dialect, clean)
         select, new_kinds = steps(child, node.steps, node.child.output, kinds)
         return select, {c: new_kinds[c] for c in node.output}
     if isinstance(node, Join):
-        return _sql_join(node, source, steps, keys, dialect)
+        return _sql_join(node, source, steps, keys, dialect, clean)
     if isinstance(node, KeyUnit):
-        select, kinds = _sql_key_unit(node, source, steps, keys, dialect)
+        select, kinds = _sql_key_unit(node, source, steps, keys, dialect, clean)
         return (select if keys is None else keys(node, select)), kinds
-    return _sql_per_unit(node, source, steps, keys, dialect)
+    return _sql_per_unit(node, source, steps, keys, dialect, clean)
 
 
 _Source = Callable[[str], tuple[exp.Select, Mapping[str, ColumnKind]]]
@@ -423,12 +483,20 @@ _Keys = Callable[[KeyUnit, exp.Select], exp.Select] | None
 
 
 def _sql_join(
-    node: Join, source: _Source, steps: _StepsSQL, keys: _Keys, dialect: Dialect
+    node: Join,
+    source: _Source,
+    steps: _StepsSQL,
+    keys: _Keys,
+    dialect: Dialect,
+    clean: frozenset[str],
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    left, lk = sql_relation(node.left, source, steps, keys, dialect)
-    right, rk = sql_relation(node.right, source, steps, keys, dialect)
+    left, lk = sql_relation(node.left, source, steps, keys, dialect, clean)
+    right, rk = sql_relation(node.right, source, steps, keys, dialect, clean)
     conditions = [
-        exp.EQ(this=_key(_col(a, "__l"), lk[a]), expression=_key(_col(b, "__r"), rk[b]))
+        exp.EQ(
+            this=_key(_col(a, "__l"), lk[a], a in clean),
+            expression=_key(_col(b, "__r"), rk[b], b in clean),
+        )
         for a, b in node.on
     ]
     on: exp.Expr = conditions[0]
@@ -449,10 +517,15 @@ def _sql_join(
 
 
 def _sql_key_unit(
-    node: KeyUnit, source: _Source, steps: _StepsSQL, keys: _Keys, dialect: Dialect
+    node: KeyUnit,
+    source: _Source,
+    steps: _StepsSQL,
+    keys: _Keys,
+    dialect: Dialect,
+    clean: frozenset[str],
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    child, kinds = sql_relation(node.child, source, steps, keys, dialect)
-    key = _key(_col(node.key, "__c"), kinds[node.key])
+    child, kinds = sql_relation(node.child, source, steps, keys, dialect, clean)
+    key = _key(_col(node.key, "__c"), kinds[node.key], node.key in clean)
     lo, hi = _col(node.lo, "__c"), _col(node.hi, "__c")
     out = (
         exp.select(
@@ -472,9 +545,14 @@ def _sql_key_unit(
 
 
 def _sql_per_unit(
-    node: PerUnit, source: _Source, steps: _StepsSQL, keys: _Keys, dialect: Dialect
+    node: PerUnit,
+    source: _Source,
+    steps: _StepsSQL,
+    keys: _Keys,
+    dialect: Dialect,
+    clean: frozenset[str],
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    child, kinds = sql_relation(node.child, source, steps, keys, dialect)
+    child, kinds = sql_relation(node.child, source, steps, keys, dialect, clean)
     items: list[exp.Expr] = [_col(k, "__c") for k in node.keys]
     out_kinds: dict[str, ColumnKind] = {k: kinds[k] for k in node.keys}
     for name, function, column in node.aggregates:
@@ -524,9 +602,14 @@ def _scrambled(value: exp.Expr, kind: ColumnKind | None) -> exp.Expr:
 
 
 def _sql_truncate(
-    node: Truncate | RowUnit, source: _Source, steps: _StepsSQL, keys: _Keys, dialect: Dialect
+    node: Truncate | RowUnit,
+    source: _Source,
+    steps: _StepsSQL,
+    keys: _Keys,
+    dialect: Dialect,
+    clean: frozenset[str],
 ) -> tuple[exp.Select, dict[str, ColumnKind]]:
-    child, kinds = sql_relation(node.child, source, steps, keys, dialect)
+    child, kinds = sql_relation(node.child, source, steps, keys, dialect, clean)
     inner = child.subquery("__c", copy=False)
     names = node.child.output
     if isinstance(node, RowUnit):

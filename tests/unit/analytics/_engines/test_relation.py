@@ -13,6 +13,7 @@ from dpkit.analytics._engines._relation import (
     Scan,
     Steps,
     Truncate,
+    clean_columns,
     unitless,
 )
 from dpkit.analytics._expr import Lit, col
@@ -77,3 +78,20 @@ def test_every_use_of_the_unit_beyond_a_label_is_refused() -> None:
     ]
     for node in cases:
         assert unitless(node) is None, node
+
+
+def test_clean_columns_are_those_no_definition_can_make_nan() -> None:
+    free = {"lineitem": {"k"}, "orders": {"ok"}, "part": {"pk"}}
+    node = Join(_annotated(), _public(), (("k", "pk"),), "inner")
+    clean = clean_columns(node, lambda table: free.get(table, set()))
+    # stored as integers; a key map's key; units converted as keys (NaN read as NULL)
+    assert {"k", "pk", "ok", "key"} <= clean
+    assert "x" not in clean and "name" not in clean  # stored as floats (or text)
+    # the key map's units are MIN/MAX of the orders' customer keys, stored as floats here...
+    assert "lo" not in clean
+    # ...a derived column, a sum, and a name defined once cleanly and once not, are not clean
+    derived = Steps(node, (Step("derive", col("k") * 1.5, "k"),), node.output)
+    assert "k" not in clean_columns(derived, lambda table: free.get(table, set()))
+    summed = PerUnit(node, (U,), (("n", "count", "x"), ("s", "sum", "x")))
+    found = clean_columns(summed, lambda table: free.get(table, set()))
+    assert "n" in found and "s" not in found
