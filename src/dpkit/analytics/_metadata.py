@@ -33,7 +33,13 @@ from typing import Any
 from dpkit.analytics._keys import check_key_value
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["TableMetadata", "check_column_bounds", "check_column_keys", "read_metadata"]
+__all__ = [
+    "TableMetadata",
+    "check_column_bounds",
+    "check_column_keys",
+    "read_metadata",
+    "registered_for",
+]
 
 _KINDS = {
     "int": "numeric",
@@ -106,6 +112,19 @@ def check_column_keys(keys: object, name: str = "keys") -> dict[str, tuple[Any, 
             raise InvalidParameterError(where, "a repeated value", "distinct values")
         out[column] = tuple(values)
     return out
+
+
+def registered_for(registered: Mapping[str, Any], column: str) -> Any:
+    """What is registered for ``column`` as a query names it: under that name, else under its
+    bare name (``o.wage`` -> ``wage``), else under the one ``table.column`` registered with that
+    bare name (over several tables). None if nothing is."""
+    if column in registered:
+        return registered[column]
+    bare = column.rpartition(".")[2]
+    if bare in registered:
+        return registered[bare]
+    found = [name for name in registered if name.rpartition(".")[2] == bare]
+    return registered[found[0]] if len(found) == 1 else None
 
 
 @dataclass(frozen=True)

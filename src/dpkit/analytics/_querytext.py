@@ -86,6 +86,7 @@ from dpkit.analytics._expr import (
     when,
 )
 from dpkit.analytics._families import Form, forms, released_columns
+from dpkit.analytics._metadata import registered_for
 from dpkit.analytics._planner import families as _registered  # noqa: F401  (fills the registry)
 from dpkit.analytics._query import Aggregation, PlanNode, Query, quantile_name
 from dpkit.analytics._query import Alias as _AliasNode
@@ -1055,9 +1056,7 @@ def _registered_bounds(node: exp.Expr, func: str, column: str, plain: bool) -> l
             f"{func.upper()} of an expression declares its clamping bounds: "
             f"{func.upper()}(expression, lower, upper).",
         )
-    found = registered.get(column)
-    if found is None and "." in column:  # o.wage in a query over several tables
-        found = registered.get(column.rpartition(".")[2])
+    found = registered_for(registered, column)
     if found is None:
         raise InvalidParameterError(
             "bounds",

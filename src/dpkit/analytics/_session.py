@@ -46,7 +46,7 @@ from dpkit.analytics._joins import (
     split_relation,
 )
 from dpkit.analytics._keys import check_name
-from dpkit.analytics._metadata import check_column_bounds, check_column_keys
+from dpkit.analytics._metadata import check_column_bounds, check_column_keys, registered_for
 from dpkit.analytics._planner import CompiledQuery, Mechanism, compile_query, rewrite, validate
 from dpkit.analytics._planner._measurement import (
     QueryMeasurement,
@@ -689,8 +689,9 @@ class Session:
             )
         if parsed.group_by:
             key_set = None
-            if keys is None and all(k in self.keys for k in parsed.group_by):
-                keys = {k: self.keys[k] for k in parsed.group_by}  # the registered key sets
+            registered = {k: registered_for(self.keys, k) for k in parsed.group_by}
+            if keys is None and all(v is not None for v in registered.values()):
+                keys = registered  # the registered key sets
             if keys is not None:
                 if not isinstance(keys, Mapping) or set(keys) != set(parsed.group_by):
                     raise InvalidParameterError(

@@ -15,6 +15,7 @@ from dpkit.analytics._metadata import (
     check_column_bounds,
     check_column_keys,
     read_metadata,
+    registered_for,
 )
 from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 from dpkit.ledger import Ledger
@@ -55,6 +56,17 @@ def test_keys_are_checked() -> None:
     for bad in ({"dept": []}, {"dept": "ab"}, {"dept": ["a", "a"]}, {"dept": ["a", None]}):
         with pytest.raises(InvalidParameterError):
             check_column_keys(bad)
+
+
+def test_registered_for_a_column_as_a_query_names_it() -> None:
+    registered = {"wage": 1, "orders.price": 2, "a.x": 3, "b.x": 4}
+    assert registered_for(registered, "wage") == 1
+    assert registered_for(registered, "o.wage") == 1  # through an alias
+    assert registered_for(registered, "price") == 2  # bare: the one table.column
+    assert registered_for(registered, "o.price") == 2
+    assert registered_for(registered, "x") is None  # two tables: ambiguous
+    assert registered_for(registered, "a.x") == 3
+    assert registered_for(registered, "other") is None
 
 
 def test_toml_file(tmp_path: Path) -> None:
