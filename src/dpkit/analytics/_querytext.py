@@ -16,7 +16,9 @@
   q = 0.9, ``median_col`` for q = 0.5) and
   ``HISTOGRAM(col, e0, e1, ..., eB)``, ``MODE(col, v1, v2, ...)`` (the most frequent of declared
   values); each may be named with ``AS``. Every numeric aggregate declares the bounds its values
-  are clamped to: dpkit never reads them from the data. The functions and their arguments are
+  are clamped to: dpkit never reads them from the data. They may be left out for a column
+  whose public bounds are registered (``parse_query(..., bounds=)``: ``AVG(col)``,
+  ``QUANTILE(col, q)``); bounds in the query win. The functions and their arguments are
   those the aggregate families register (:mod:`dpkit.analytics._families`), so a new family
   brings its own syntax.
 * Expressions (in ``WHERE``, as aggregate arguments, as ``GROUP BY`` keys): comparisons, ``AND``

@@ -62,6 +62,11 @@ GROUP BY: public keys from --keys col=v1,v2; without --keys the groups are found
 \b
 Columns of a CSV file are text until declared: --schema amount=float,day=date.
 \b
+Metadata registered once (a TOML file; flags and bounds in the query win):
+  --metadata FILE: max_rows = 12, and per column (a TOML table columns.NAME)
+  kind = "float", bounds = [0, 500] or keys = ["food", "rent"].
+  Then AVG(amount) needs no bounds (docs/cli.md).
+\b
 Several tables: give the query alone, the tables and the unit's links:
   --table NAME=PATH (private, repeat)   --public NAME=PATH (public lookup, repeat)
   --link CHILD.COLUMN=PARENT.COLUMN (repeat)   --unit TABLE.COLUMN (default: the dataset's)
