@@ -55,6 +55,19 @@ def cli(remote: Remote, *args: str, token: str | None = None) -> tuple[int, str]
     return result.exit_code, result.output
 
 
+def test_registered_bounds_apply_and_none_is_refused_before_sending(remote: Remote) -> None:
+    """The dataset registers age bounds [0, 100]: AVG(age) needs none of its own (issue 25);
+    SUM(person) has none anywhere and is refused locally, naming the column, nothing spent."""
+    code, out = cli(remote, DS, "SELECT AVG(age)", "--epsilon", "0.1")
+    assert code == 0, out
+    assert re.search(r"mean_age\s*│\s*[\d.]+\s*│", out), out
+    before = len(_receipts(remote))
+    code, out = cli(remote, DS, "SELECT SUM(person)", "--epsilon", "0.1")
+    flat = " ".join(out.split())
+    assert code == 2 and "'person'" in flat and "privacy officer" in flat, out
+    assert len(_receipts(remote)) == before
+
+
 def _receipts(remote: Remote) -> list[str]:
     r = httpx.get(
         f"{remote.server.url}/api/v1/receipts?limit=10000",

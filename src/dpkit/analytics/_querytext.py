@@ -16,7 +16,9 @@
   q = 0.9, ``median_col`` for q = 0.5) and
   ``HISTOGRAM(col, e0, e1, ..., eB)``, ``MODE(col, v1, v2, ...)`` (the most frequent of declared
   values); each may be named with ``AS``. Every numeric aggregate declares the bounds its values
-  are clamped to: dpkit never reads them from the data. The functions and their arguments are
+  are clamped to: dpkit never reads them from the data. They may be left out for a column
+  whose public bounds are registered (``parse_query(..., bounds=)``: ``AVG(col)``,
+  ``QUANTILE(col, q)``); bounds in the query win. The functions and their arguments are
   those the aggregate families register (:mod:`dpkit.analytics._families`), so a new family
   brings its own syntax.
 * Expressions (in ``WHERE``, as aggregate arguments, as ``GROUP BY`` keys): comparisons, ``AND``
@@ -86,6 +88,7 @@ from dpkit.analytics._expr import (
     when,
 )
 from dpkit.analytics._families import Form, forms, released_columns
+from dpkit.analytics._metadata import registered_for
 from dpkit.analytics._planner import families as _registered  # noqa: F401  (fills the registry)
 from dpkit.analytics._query import Aggregation, PlanNode, Query, quantile_name
 from dpkit.analytics._query import Alias as _AliasNode
@@ -95,7 +98,7 @@ from dpkit.analytics._query import PerUnit as _PerUnitNode
 from dpkit.analytics._query import Select as _SelectNode
 from dpkit.analytics._query import Source as _SourceNode
 from dpkit.analytics._query import WithColumn as _WithColumnNode
-from dpkit.errors import UnsupportedQueryError
+from dpkit.errors import InvalidParameterError, UnsupportedQueryError
 
 __all__ = [
     "ALLOWED_ARGS",
@@ -149,6 +152,16 @@ MAX_NUMBER_LITERAL = 100
 
 _CLI_HELP = "See `dpkit query --help` for the syntax."
 _CLI_INPUT = "the input given on the command line"
+_CLI_BOUNDS_HELP = (
+    "dpkit never reads them from the data: declare the clamping bounds in the query, or "
+    "register them once in a metadata file: "
+    "`dpkit query ... --metadata FILE` with [columns.{column}] bounds = [lower, upper]."
+)
+_REGISTERED: ContextVar[tuple[dict[str, tuple[Any, Any]], str]] = ContextVar(
+    "_REGISTERED", default=({}, _CLI_BOUNDS_HELP)
+)
+"""The registered column bounds of the query being parsed, and how to register them (for the
+refusal); set by :func:`parse_query`."""
 _OPENING = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE})
 _CLOSING = frozenset({TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE})
 _PREFIX = frozenset({TokenType.NOT, TokenType.DASH, TokenType.PLUS, TokenType.TILDE})
@@ -431,6 +444,8 @@ def parse_query(
     source: str = _CLI_INPUT,
     syntax_help: str = _CLI_HELP,
     relations: bool = False,
+    bounds: Mapping[str, tuple[Any, Any]] | None = None,
+    bounds_help: str = _CLI_BOUNDS_HELP,
 ) -> ParsedQuery:
     """Parse the query text (see the module docstring for the syntax and its size limits).
 
@@ -439,7 +454,14 @@ def parse_query(
         syntax_help: a sentence appended to every refusal, saying where the syntax is described.
         relations: accept joins, subqueries in ``FROM`` and ``WITH`` (the caller plans
             :attr:`ParsedQuery.relation` over several tables); refused otherwise, naming them.
+        bounds: the public bounds registered for columns, ``{column: (lower, upper)}``: an
+            aggregate of such a column written without bounds (``AVG(wage)``) clamps to them;
+            bounds written in the query win. Metadata declared by a privacy officer, never
+            read from the data.
+        bounds_help: how to register a column's bounds (the hint of the refusal of an aggregate
+            without bounds on a column that has none).
     """
+    token = _REGISTERED.set((dict(bounds or {}), bounds_help))
     try:
         return _parse_query(text, privacy_unit, source, relations)
     except UnsupportedQueryError as error:
@@ -453,6 +475,8 @@ def parse_query(
         raise UnsupportedQueryError(
             f"the query is nested too deeply to parse. {syntax_help}".strip()
         ) from None
+    finally:
+        _REGISTERED.reset(token)
 
 
 def _parse_query(
@@ -1008,6 +1032,8 @@ def _aggregation(
     params = form.params[1:]
     fixed = [p for p in params if not p.startswith("*")]
     rest = [p for p in params if p.startswith("*")]
+    if fixed[-2:] == ["lower", "upper"] and not rest and len(numbers) == len(fixed) - 2:
+        numbers += _registered_bounds(node, func, column, isinstance(args[0], exp.Column))
     if len(numbers) < len(fixed) or (not rest and len(numbers) != len(fixed)):
         signature = func.upper() + form.sql_signature()[len(form.sql[0]) :]
         hint = ": declare the clamping bounds." if "lower" in params else "."
@@ -1019,6 +1045,29 @@ def _aggregation(
         values[rest[0].lstrip("*")] = numbers[len(fixed) :]
     built: Aggregation = form.build(values, name)
     return built
+
+
+def _registered_bounds(node: exp.Expr, func: str, column: str, plain: bool) -> list[Any]:
+    """The bounds registered for ``column`` (``plain``: the aggregate's argument is a column,
+    not an expression), for an aggregate written without its own. Neither: refused, before
+    anything is reserved, naming the column and how to register its bounds."""
+    registered, help_text = _REGISTERED.get()
+    if not plain:
+        raise _refuse(
+            node,
+            f"{func.upper()} of an expression declares its clamping bounds: "
+            f"{func.upper()}(expression, lower, upper).",
+        )
+    found = registered_for(registered, column)
+    if found is None:
+        raise InvalidParameterError(
+            "bounds",
+            f"{func.upper()}({column})",
+            f"written in the query, {func.upper()}({column}, lower, upper), or registered for "
+            f"the column {column!r} (no bounds are registered for it)",
+            help_text.replace("{column}", column.rpartition(".")[2]),
+        )
+    return [found[0], found[1]]
 
 
 _COMPARE = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}

@@ -46,6 +46,7 @@ from dpkit.analytics._joins import (
     split_relation,
 )
 from dpkit.analytics._keys import check_name
+from dpkit.analytics._metadata import check_column_bounds, check_column_keys, registered_for
 from dpkit.analytics._planner import CompiledQuery, Mechanism, compile_query, rewrite, validate
 from dpkit.analytics._planner._measurement import (
     QueryMeasurement,
@@ -297,6 +298,16 @@ class Session:
             column of a CSV file are text unless declared. A text column declared numeric,
             bool or temporal is converted when a query runs; values that do not parse become
             NULL.
+        bounds: public clamping bounds registered once per column, ``{column: (lower,
+            upper)}``, declared by the privacy officer (never read from the data): a SQL
+            aggregate written without bounds (``AVG(wage)``, ``QUANTILE(wage, 0.9)``) clamps to
+            them; bounds written in the query win (any clamping bounds are private: wider ones
+            only add noise). With neither, the query is refused before anything is reserved.
+            Builders read them as ``session.bounds["wage"]``.
+        keys: public key sets registered once per column, ``{column: [values, ...]}``: a SQL
+            ``GROUP BY`` without ``keys=`` whose columns all have one groups on their product
+            (without, the groups are chosen privately). See :mod:`dpkit.analytics._metadata`
+            for the same metadata as a TOML file.
 
     Example:
         >>> import pandas as pd
@@ -328,11 +339,17 @@ class Session:
         schema: Mapping[str, Any] | None = None,
         public: Mapping[str, Any] | None = None,
         links: Any = None,
+        bounds: Mapping[str, tuple[Number, Number]] | None = None,
+        keys: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(privacy_unit, str) or not privacy_unit:
             raise InvalidParameterError("privacy_unit", privacy_unit, "a column name")
         self.privacy_unit = privacy_unit
         self.defaults = Bounding(max_rows, max_groups, max_rows_per_group)
+        self.bounds: dict[str, tuple[Any, Any]] = check_column_bounds(bounds)
+        """The registered public bounds of columns (see the ``bounds`` argument)."""
+        self.keys: dict[str, tuple[Any, ...]] = check_column_keys(keys)
+        """The registered public key sets of columns (see the ``keys`` argument)."""
         self.catalog: Catalog | None = None
         self.tables: Tables | None = None
         if isinstance(source, Mapping) or public is not None or links is not None:
@@ -347,6 +364,7 @@ class Session:
                 f"a column of the table ({', '.join(map(repr, self.schema))})",
                 "Name the column that identifies a person (or one privacy unit).",
             )
+        self._check_registered()
         self.dataset = dataset or (
             "+".join(source) if isinstance(source, Mapping) else _default_dataset(source)
         )
@@ -409,6 +427,27 @@ class Session:
                     f"omitted, or equal to the ledger's budget {found.total} for {whose}",
                     "A session cannot change a budget; a privacy officer adjusts it.",
                 )
+
+    def _check_registered(self) -> None:
+        """Registered bounds and keys name columns of the table (of a table, over several;
+        ``table.column`` or the column's name): a misspelt name would otherwise never apply."""
+        if self.catalog is None:
+            known = set(self.schema)
+        else:
+            known = {
+                name
+                for table, columns in self.catalog.schemas.items()
+                for column in columns
+                for name in (column, f"{table}.{column}")
+            }
+        for what, registered in (("bounds", self.bounds), ("keys", self.keys)):
+            for column in registered:
+                if column not in known:
+                    raise InvalidParameterError(
+                        what,
+                        column,
+                        f"a column of the table ({', '.join(map(repr, sorted(known)))})",
+                    )
 
     def _open_tables(
         self,
@@ -603,7 +642,17 @@ class Session:
             source=f"a table of the session ({', '.join(self._table_names())})",
             syntax_help="See docs/joins.md for the syntax.",
             relations=self.catalog is not None,
+            bounds=self.bounds,
+            bounds_help=self.bounds_help,
         )
+
+    bounds_help = (
+        "dpkit never reads them from the data: declare the clamping bounds in the query, or "
+        "register them once with the session: "
+        "Session(..., bounds={'{column}': (lower, upper)})."
+    )
+    """How to register a column's bounds (the hint of a refused aggregate without bounds;
+    ``{column}`` is replaced by the column's name)."""
 
     def _sql_query(
         self,
@@ -640,6 +689,9 @@ class Session:
             )
         if parsed.group_by:
             key_set = None
+            registered = {k: registered_for(self.keys, k) for k in parsed.group_by}
+            if keys is None and all(v is not None for v in registered.values()):
+                keys = registered  # the registered key sets
             if keys is not None:
                 if not isinstance(keys, Mapping) or set(keys) != set(parsed.group_by):
                     raise InvalidParameterError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -61,6 +61,11 @@ GROUP BY: public keys from --keys col=v1,v2; without --keys the groups are found
   privately (needs --delta; groups with few people are suppressed).
 \b
 Columns of a CSV file are text until declared: --schema amount=float,day=date.
+\b
+Metadata registered once (a TOML file; flags and bounds in the query win):
+  --metadata FILE: max_rows = 12, and per column (a TOML table columns.NAME)
+  kind = "float", bounds = [0, 500] or keys = ["food", "rent"].
+  Then AVG(amount) needs no bounds (docs/cli.md).
 \b
 Several tables: give the query alone, the tables and the unit's links:
   --table NAME=PATH (private, repeat)   --public NAME=PATH (public lookup, repeat)
@@ -387,6 +392,21 @@ class _Options:
     allow_large_delta: bool
     explain: bool
     max_per_key: int | None = None
+    bounds_of: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    """The column bounds registered in the --metadata file."""
+    keys_of: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    """The key sets registered in the --metadata file."""
+    from_metadata: frozenset[str] = frozenset()
+    """The contribution bounds taken from the --metadata file (no flag gave them)."""
+
+    def registered_keys(self, group_by: tuple[str, ...]) -> dict[str, list[Any]] | None:
+        """The registered key sets of every GROUP BY column, when there is no --keys."""
+        from dpkit.analytics._metadata import registered_for
+
+        found = {k: registered_for(self.keys_of, k) for k in group_by}
+        if self.keys or not group_by or any(v is None for v in found.values()):
+            return None
+        return {k: list(v) for k, v in found.items()}
 
     @property
     def bounds(self) -> dict[str, Any]:
@@ -439,10 +459,17 @@ def _check_grouping(parsed: ParsedQuery, options: _Options) -> None:
             "Rows beyond the bound are dropped (totals undercount); pick what most people "
             "stay within.",
         )
-    if parsed.group_by and not o.keys and o.delta in (None, 0) and o.rho is None:
+    if (
+        parsed.group_by
+        and not o.keys
+        and o.registered_keys(parsed.group_by) is None
+        and o.delta in (None, 0)
+        and o.rho is None
+    ):
         raise CLIError(
             "GROUP BY without --keys finds the groups privately, which needs δ > 0",
-            "Give the public keys (--keys col=a,b,c) or a small --delta (e.g. 1e-7).",
+            "Give the public keys (--keys col=a,b,c, or keys = [...] in the --metadata file) "
+            "or a small --delta (e.g. 1e-7).",
         )
     check_key_columns(parsed.group_by, o.keys)
 
@@ -565,12 +592,19 @@ def _footnotes(
     max_rows, max_groups = options.max_rows, options.max_groups
     max_rows_per_group = options.max_rows_per_group
     bound = []
+
+    def source(flag: str) -> str:
+        key = flag.removeprefix("--").replace("-", "_")
+        return f"{key} in --metadata" if key in options.from_metadata else flag
+
     if max_rows is not None:
-        bound.append(f"at most {max_rows} row(s) per person (--max-rows)")
+        bound.append(f"at most {max_rows} row(s) per person ({source('--max-rows')})")
     if max_groups is not None:
-        bound.append(f"in at most {max_groups} group(s) (--max-groups)")
+        bound.append(f"in at most {max_groups} group(s) ({source('--max-groups')})")
     if max_rows_per_group is not None:
-        bound.append(f"at most {max_rows_per_group} row(s) per group (--max-rows-per-group)")
+        bound.append(
+            f"at most {max_rows_per_group} row(s) per group ({source('--max-rows-per-group')})"
+        )
     notes = [
         "bound applied: "
         + ", ".join(bound)
@@ -685,6 +719,16 @@ def query_command(
             "columns are text until declared).",
         ),
     ] = None,
+    metadata: Annotated[
+        Path | None,
+        typer.Option(
+            "--metadata",
+            help="A TOML file of the table's public metadata, declared once by the privacy "
+            "officer: [columns.NAME] kind, bounds = [lower, upper], keys = [...]; max_rows, "
+            "max_groups, max_rows_per_group. Flags given here win (docs/cli.md).",
+            show_default=False,
+        ),
+    ] = None,
     ledger: Annotated[str | None, typer.Option("--ledger", "-l", help=LEDGER_HELP)] = None,
     engine: Annotated[str, typer.Option(help="duckdb, pandas or spark.")] = "duckdb",
     alpha: Annotated[float, typer.Option(help="1 - confidence of the error bars.")] = 0.05,
@@ -753,28 +797,41 @@ def query_command(
                 "--max-rows-per-group": max_rows_per_group,
                 "--unit": unit,
                 "--schema": schema or None,
+                "--metadata": metadata,
                 "--ledger": ledger,
                 "--explain": explain or None,
             },
         )
         return
+    meta = _read_metadata(metadata)
     options = _Options(
         dataset,
         epsilon,
         delta,
         rho,
-        max_rows,
-        max_groups,
-        max_rows_per_group,
+        max_rows if max_rows is not None else meta.max_rows,
+        max_groups if max_groups is not None else meta.max_groups,
+        max_rows_per_group if max_rows_per_group is not None else meta.max_rows_per_group,
         unit,
         keys or [],
-        schema or [],
+        [*_metadata_specs(meta), *(schema or [])],  # --schema wins
         ledger,
         engine,
         alpha,
         allow_large_delta,
         explain,
         max_per_key,
+        dict(meta.bounds),
+        dict(meta.keys),
+        frozenset(
+            name
+            for name, flag in (
+                ("max_rows", max_rows),
+                ("max_groups", max_groups),
+                ("max_rows_per_group", max_rows_per_group),
+            )
+            if flag is None and getattr(meta, name) is not None
+        ),
     )
     if max_per_key is not None and not several:
         raise CLIError(
@@ -788,6 +845,30 @@ def query_command(
     _query_file(Path(data), query, options)
 
 
+def _read_metadata(path: Path | None) -> Any:
+    """The --metadata file (:mod:`dpkit.analytics._metadata`), or empty metadata."""
+    from dpkit.analytics._metadata import TableMetadata, read_metadata
+    from dpkit.errors import InvalidParameterError
+
+    if path is None:
+        return TableMetadata()
+    try:
+        return read_metadata(path)
+    except InvalidParameterError as error:
+        raise CLIError(
+            f"--metadata {path}: {error}",
+            'e.g. [columns.wage] kind = "float", bounds = [0, 3000]; see docs/cli.md.',
+        ) from None
+
+
+def _metadata_specs(meta: Any) -> list[str]:
+    """The kinds of a --metadata file as --schema items (``int`` kept, for quantiles)."""
+    return [
+        f"{column}={'int' if column in meta.integers else kind}"
+        for column, kind in meta.schema.items()
+    ]
+
+
 def _query_file(data_path: Path, query: str, options: _Options) -> None:
     """``dpkit query DATA QUERY``: a query over one CSV or Parquet file. Every input is checked,
     and the session built, before anything is reserved."""
@@ -799,7 +880,7 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
 
     from dpkit.analytics._querytext import parse_query
 
-    parsed = parse_query(query, o.unit)
+    parsed = parse_query(query, o.unit, bounds=o.bounds_of)
     _check_grouping(parsed, o)
     where = resolve_ledger(o.ledger)
     check_ledger_file(where, must_exist=True)
@@ -811,7 +892,7 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
     label = f"{data_path.name} (dataset {dataset})"
     with _open_ledger(where) as (opened, alerts):
         unit = _dataset_unit(opened, dataset, where, o.unit, "COLUMN")
-        parsed = parse_query(query, unit)  # COUNT(DISTINCT col) must name this unit
+        parsed = parse_query(query, unit, bounds=o.bounds_of)  # DISTINCT must name this unit
         _check_source(parsed, data_path, dataset)
         parsed, integer_notes = _on_integers(parsed, o.schema)
 
@@ -823,6 +904,8 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
                 ledger=opened,
                 dataset=dataset,
                 schema=declared,
+                bounds=o.bounds_of,
+                keys=o.keys_of,
                 **o.bounds,
             )
             try:
@@ -832,6 +915,7 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
                 private_keys = False
                 if parsed.group_by:
                     key_values = parse_keys(o.keys, query_schema(parsed, table_schema))
+                    key_values = key_values or o.registered_keys(parsed.group_by) or {}
                     key_set = None
                     if key_values:
                         _check_all_keys(parsed.group_by, key_values)
@@ -1044,7 +1128,9 @@ def _query_tables(
 
     # the syntax is checked before the ledger is opened (the unit's column is checked again
     # below, once the dataset's unit is known)
-    parsed = parse_query(query, (unit or ".").partition(".")[2] or None, relations=True)
+    parsed = parse_query(
+        query, (unit or ".").partition(".")[2] or None, relations=True, bounds=o.bounds_of
+    )
     _check_grouping(parsed, o)
     where = resolve_ledger(o.ledger)
     check_ledger_file(where, must_exist=True)
@@ -1081,12 +1167,15 @@ def _query_tables(
                 schema=declared,
                 public=public_files or None,
                 links=link_map,
+                bounds=o.bounds_of,
+                keys=o.keys_of,
                 **o.bounds,
             )
             try:
                 parsed = session._parse_sql(query)  # COUNT(DISTINCT col) must name the unit
                 parsed, integer_notes = _on_integers(parsed, _integer_specs(o.schema))
                 private_keys = bool(parsed.group_by) and not o.keys
+                private_keys &= o.registered_keys(parsed.group_by) is None
                 key_values: dict[str, list[Any]] | None = None
                 if parsed.group_by and o.keys:
                     # the joined relation's kinds read the key values (numbers as numbers)

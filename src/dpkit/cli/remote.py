@@ -163,6 +163,12 @@ def _dataset_info(client: Client, name: str, server: str) -> dict[str, Any]:
     )
 
 
+_BOUNDS_HELP = (
+    "dpkit never reads them from the data: declare the clamping bounds in the query, or ask "
+    "the privacy officer to register them with the dataset (the service then applies them)."
+)
+
+
 def query_remote(
     *,
     server: str,
@@ -201,10 +207,17 @@ def query_remote(
         info = _dataset_info(client, name, server)
         unit = str(info.get("privacy_unit", ""))
         several = bool(info.get("tables"))
-        if several:  # the tables of the dataset are named by the query (FROM, JOIN)
-            parsed = parse_query(query, unit.partition(".")[2], relations=True)
-        else:
-            parsed = parse_query(query, unit)
+        registered = {  # AVG(wage) clamps to the bounds the officer registered for wage
+            str(c): (v[0], v[1])
+            for c, v in dict(dict(info.get("bounds") or {}).get("columns") or {}).items()
+        }
+        parsed = parse_query(
+            query,
+            unit.partition(".")[2] if several else unit,
+            relations=several,  # the tables of the dataset are named by the query (FROM, JOIN)
+            bounds=registered,
+            bounds_help=_BOUNDS_HELP,
+        )
         if not several and parsed.source is not None and parsed.source != name:
             raise CLIError(
                 f"FROM {parsed.source}: the query may only read the dataset {name!r}",

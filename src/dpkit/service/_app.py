@@ -42,8 +42,10 @@ from dpkit.service._core import (
     PermissionDeniedError,
     Service,
     ServiceConfig,
+    dataset_columns,
     loss_from_parts,
     loss_json,
+    shown_number,
     tables_of,
 )
 from dpkit.service._registry import Principal
@@ -252,15 +254,42 @@ def list_datasets(principal: Anyone, service: ServiceDep) -> list[w.DatasetOut]:
                 record,
                 principal.role == "officer",
                 None if status is None else budget_out(status),
+                dataset_columns(record, service.data_root),
             )
         )
     return out
 
 
-def dataset_out(record: Any, officer: bool, budget: w.BudgetOut | None) -> w.DatasetOut:
+@router.get("/datasets/{dataset}", response_model=w.DatasetOut, tags=["everyone"])
+def get_dataset(dataset: str, principal: Anyone, service: ServiceDep) -> w.DatasetOut:
+    """One dataset (analysts: one they hold an allowance on), with its columns' kinds and
+    registered bounds."""
+    record = service.dataset_for(principal, dataset)
+    analyst = None if principal.role == "officer" else principal.name
+    found = [b for b in service.ledger.budgets(record.name) if b.analyst == analyst]
+    return dataset_out(
+        record,
+        principal.role == "officer",
+        budget_out(found[0]) if found else None,
+        dataset_columns(record, service.data_root),
+    )
+
+
+def dataset_out(
+    record: Any,
+    officer: bool,
+    budget: w.BudgetOut | None,
+    columns: dict[str, dict[str, Any]] | None = None,
+) -> w.DatasetOut:
     """A dataset as the API shows it: paths only to officers; a dataset over several tables
-    with its tables' names (officers: their paths) and links."""
+    with its tables' names (officers: their paths) and links; each column's kind and
+    registered bounds as people write them (``[0, 3000]``)."""
     bounds = {k: v for k, v in record.bounds.items() if k != "tables"}
+    if "columns" in bounds:
+        bounds["columns"] = {
+            c: [shown_number(v) for v in pair] for c, pair in bounds["columns"].items()
+        }
+    columns = columns or {}
     tables = tables_of(record)
     shown = None
     if tables is not None:
@@ -272,8 +301,9 @@ def dataset_out(record: Any, officer: bool, budget: w.BudgetOut | None) -> w.Dat
     return w.DatasetOut(
         name=record.name,
         privacy_unit=record.privacy_unit,
-        schema=record.schema,
+        schema={c: v["kind"] for c, v in columns.items()} or record.schema,
         bounds=bounds,
+        columns=columns,
         description=record.description,
         budget=budget,
         source=record.source if officer and tables is None else None,
@@ -311,7 +341,12 @@ def register_dataset(body: w.DatasetIn, principal: Officer, service: ServiceDep)
             {"reason": _public_reason(exc)},
         )
         raise
-    return dataset_out(record, True, budget_out(service.ledger.budget(record.name)))
+    return dataset_out(
+        record,
+        True,
+        budget_out(service.ledger.budget(record.name)),
+        dataset_columns(record, service.data_root),
+    )
 
 
 @router.put("/datasets/{dataset}/budget", response_model=w.BudgetOut, tags=["officer"])

@@ -61,6 +61,8 @@ __all__ = [
     "Service",
     "ServiceConfig",
     "check_name",
+    "dataset_columns",
+    "shown_number",
 ]
 
 logger = logging.getLogger("dpkit.service")
@@ -69,6 +71,11 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _KINDS = ("numeric", "text", "bool", "temporal")
 _SUFFIXES = (".csv", ".parquet", ".pq")
+_BOUNDS_HELP = (
+    "dpkit never reads them from the data: declare the clamping bounds in the query, or ask "
+    "the privacy officer to register them with the dataset (bounds.columns.{column} = "
+    "[lower, upper]; GET /api/v1/datasets shows the registered bounds)."
+)
 
 
 class PermissionDeniedError(Exception):
@@ -231,6 +238,8 @@ class _ServiceSession(Session):
                         "texts without lone surrogates (e.g. JSON \\ud800): valid Unicode",
                     ) from None
         return compiled
+
+    bounds_help = _BOUNDS_HELP
 
 
 @dataclass
@@ -507,6 +516,7 @@ class Service:
             ledger=scratch,
             schema=inputs.schema,
             engine=self.config.engine,
+            bounds=inputs.bounds["columns"],  # refused here if a column does not exist
             **inputs.options,
             **inputs.bounds["contribution"],
         )
@@ -872,6 +882,7 @@ class Service:
             analyst=analyst,
             schema=None if isinstance(engine, WarmDuckDBEngine) else record.schema,
             engine=engine,
+            bounds=record.bounds.get("columns"),
             **record.bounds.get("contribution", {}),
         )
         with self._sessions_lock:
@@ -902,6 +913,7 @@ class Service:
             engine=self.config.engine,
             public={t: str(files[t]) for t in spec["public"]} or None,
             links=dict(spec["links"]),
+            bounds=record.bounds.get("columns"),
             **record.bounds.get("contribution", {}),
         )
         with self._sessions_lock:
@@ -1068,6 +1080,64 @@ class _Inputs:
     record_schema: dict[str, str]
 
 
+def shown_number(value: Any) -> int | float:
+    """A number as people write it: ``3000``, not ``3000.0``."""
+    number = float(value)
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_kinds(path: str, stamp: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
+    """The kind of every column of a file (or a directory of Parquet files), from its metadata
+    only: the Parquet footer's schema, or a CSV file's header (every column text). Cached by
+    the file's stamp (a changed file is read again)."""
+    from dpkit.analytics._engines._columns import csv_header, kind_of_arrow
+
+    source = Path(path)
+    if source.suffix.lower() == ".csv":
+        return tuple((name, "string") for name in csv_header(source))
+    import pyarrow.dataset as ds  # type: ignore[import-untyped]  # no stubs in the env
+
+    schema = ds.dataset(str(source), format="parquet").schema  # footers only
+    return tuple((field.name, str(kind_of_arrow(field.type))) for field in schema)
+
+
+def _file_kinds(path: Path, declared: Mapping[str, str]) -> dict[str, str]:
+    """Each column's kind as a query sees it: stored, or as declared (public names)."""
+    try:
+        stored = dict(_stored_kinds(str(path), source_stamp(path)))
+    except Exception:  # a missing or unreadable file: what was declared (its query will say)
+        logger.warning("could not read the columns of %s", path.name)
+        stored = {}
+    kinds = {**stored, **declared}
+    return {name: "text" if kind == "string" else kind for name, kind in kinds.items()}
+
+
+def dataset_columns(record: DatasetRecord, data_root: Path) -> dict[str, dict[str, Any]]:
+    """Each column of a dataset with its kind and, where registered, its bounds as people
+    write them, ``{"wage": {"kind": "numeric", "bounds": [0, 3000]}}``; over several tables
+    per ``table.column``. Read from the files' metadata and the registration, never from
+    values."""
+    registered = record.bounds.get("columns", {})
+    spec = tables_of(record)
+    kinds: dict[str, str] = {}
+    if spec is None:
+        kinds = _file_kinds(data_root / record.source, record.schema)
+    else:
+        declared = nested_schema(record.schema)
+        for table, file in {**spec["private"], **spec["public"]}.items():
+            for column, kind in _file_kinds(data_root / file, declared.get(table, {})).items():
+                kinds[f"{table}.{column}"] = kind
+    out: dict[str, dict[str, Any]] = {}
+    for name, kind in kinds.items():
+        shown: dict[str, Any] = {"kind": kind}
+        pair = registered.get(name.rpartition(".")[2])
+        if pair is not None:
+            shown["bounds"] = [shown_number(pair[0]), shown_number(pair[1])]
+        out[name] = shown
+    return out
+
+
 def nested_schema(schema: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """A schema over several tables, ``{"table.column": kind}``, per table."""
     nested: dict[str, dict[str, str]] = {}
@@ -1178,13 +1248,22 @@ _SYNTAX_HELP = "The query syntax is described in docs/service.md (Queries)."
 def _parse_sql(sql: str, record: DatasetRecord) -> ParsedQuery:
     if not isinstance(sql, str) or len(sql) > 10_000:
         raise UnsupportedQueryError("the query text must be a string of at most 10,000 characters")
-    return _parse_sql_text(sql, record.name, record.privacy_unit)
+    registered = tuple(
+        (column, low, high) for column, (low, high) in record.bounds.get("columns", {}).items()
+    )
+    return _parse_sql_text(sql, record.name, record.privacy_unit, registered)
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_sql_text(sql: str, dataset: str, privacy_unit: str) -> ParsedQuery:
+def _parse_sql_text(
+    sql: str,
+    dataset: str,
+    privacy_unit: str,
+    bounds: tuple[tuple[str, float, float], ...] = (),
+) -> ParsedQuery:
     """The parsed query (public text only; refusals are raised, never cached). Keyed by
-    strings only: a parsed query holds expressions, whose ``==`` builds a predicate."""
+    strings and numbers only: a parsed query holds expressions, whose ``==`` builds a
+    predicate. ``bounds``: the dataset's registered column bounds, ``(column, lower, upper)``."""
     import sqlglot
     from sqlglot import exp
 
@@ -1208,7 +1287,12 @@ def _parse_sql_text(sql: str, dataset: str, privacy_unit: str) -> ParsedQuery:
                     "functions and other tables are refused"
                 )
     return parse_query(
-        sql, privacy_unit, source=f"the dataset ({dataset!r})", syntax_help=_SYNTAX_HELP
+        sql,
+        privacy_unit,
+        source=f"the dataset ({dataset!r})",
+        syntax_help=_SYNTAX_HELP,
+        bounds={column: (low, high) for column, low, high in bounds},
+        bounds_help=_BOUNDS_HELP,
     )
 
 
@@ -1268,8 +1352,17 @@ def _parse_model(model: Mapping[str, Any], record: DatasetRecord) -> ParsedQuery
                 values[param] = item.get(param)
         if "lower" in form.params:
             lower, upper = item.get("lower"), item.get("upper")
-            if lower is None and upper is None and values["column"] in declared:
-                lower, upper = declared[values["column"]]
+            if lower is None and upper is None:
+                column = values["column"]
+                if column not in declared:
+                    raise InvalidParameterError(
+                        "bounds",
+                        f"{op}({column})",
+                        f"given ('lower' and 'upper'), or registered for the column {column!r} "
+                        "(no bounds are registered for it)",
+                        _BOUNDS_HELP.replace("{column}", column),
+                    )
+                lower, upper = declared[column]
             values["lower"], values["upper"] = lower, upper
         aggs.append(form.build(values, name or None))
     where: Expr | None = None

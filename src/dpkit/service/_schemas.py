@@ -115,8 +115,17 @@ class BudgetOut(BaseModel):
 class DatasetOut(BaseModel):
     name: str
     privacy_unit: str
-    schema_: dict[str, str] = Field(alias="schema")
+    schema_: dict[str, str] = Field(
+        alias="schema",
+        description="Every column's kind (numeric, text, bool, temporal), from the files' "
+        "metadata and the declared schema; never from values.",
+    )
     bounds: dict[str, Any]
+    columns: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Each column's kind and registered bounds, e.g. "
+        "{'wage': {'kind': 'numeric', 'bounds': [0, 3000]}}.",
+    )
     description: str
     budget: BudgetOut | None = None
     source: str | None = Field(default=None, description="Officers only.")

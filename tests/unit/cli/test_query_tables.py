@@ -374,3 +374,32 @@ def test_a_truncated_join_with_max_per_key(files: dict[str, Path], ledger: Path)
     )
     assert code == 2 and "--max-per-key" in out
     assert spent(ledger) == (1e6, 1)
+
+
+def test_metadata_file_over_several_tables(
+    files: dict[str, Path], ledger: Path, tmp_path: Path
+) -> None:
+    """--metadata (issue 25): kinds, bounds and key sets per TABLE.COLUMN (a query may name
+    the column bare or through an alias), and the unit's max_rows."""
+    meta = tmp_path / "tpch.toml"
+    meta.write_text(
+        "max_rows = 4\n"
+        '[columns."orders.o_totalprice"]\nkind = "float"\nbounds = [0, 1000]\n'
+        '[columns."customer.c_segment"]\nkeys = ["AUTO", "BUILD", "MACH", "NONE"]\n'
+    )
+    before = spent(ledger)
+    out = run(
+        ledger,
+        "SELECT c_segment, COUNT(*) AS n, SUM(o.o_totalprice) AS total FROM customer "
+        "JOIN orders o ON o.o_custkey = c_custkey GROUP BY c_segment",
+        *_tables(files),
+        "--metadata",
+        str(meta),
+        *EXACT,
+        "--explain",
+    )
+    assert "sum(o_totalprice, [0, 1000])" in out, out
+    assert "max_rows=4" in out, out
+    assert [number(c) for c in cells(out, "AUTO")[:1]] == [3]
+    assert cells(out, "NONE")  # a registered key without rows is released too
+    assert spent(ledger)[1] == before[1] + 1
