@@ -7,7 +7,9 @@ items through ``l_orderkey``; nation, region, supplier and part are public. Each
 noise) at ``--epsilon`` per query; the table reports the median over released values of the
 relative error against the non-private answer, how many released values' 95 % intervals
 covered the non-private answer (over all runs), dpkit's median time (warm: after one first
-run, which computes the links' key maps once per session) and DuckDB's, and their ratio.
+run, which computes the links' key maps once per session) and DuckDB's, and their ratio, in
+wall time and in process CPU time (every thread). Each DP run follows a run of the same query
+without privacy, so both see the same machine: on a shared machine the CPU ratio is the steadier.
 ``QUERIES`` says for each query what changed from the original and why.
 
     ../shared/tools/tpch.sh 1 /tmp/tpch-1      # the tables as Parquet (offline)
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -217,12 +220,23 @@ def _session(directory: Path, engine: str, epsilon: float) -> Any:
     )
 
 
-def _plain(directory: Path, sql: str) -> tuple[Any, float]:
+def _plain_connection(directory: Path) -> Any:
     import duckdb
 
     con = duckdb.connect()
     for t in (*PRIVATE, *PUBLIC):
         con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{directory / t}.parquet')")
+    return con
+
+
+def _cpu() -> float:
+    """This process's CPU time so far (every thread: DuckDB's too)."""
+    times = os.times()
+    return times.user + times.system
+
+
+def _plain(directory: Path, sql: str) -> tuple[Any, float]:
+    con = _plain_connection(directory)
     times = []
     for _ in range(3):
         start = time.perf_counter()
@@ -246,21 +260,39 @@ class Outcome:
     covered: int = 0
     intervals: int = 0
     times: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    plain_times: list[float] = field(default_factory=list)
+    plain_cpu: list[float] = field(default_factory=list)
 
 
-def run_query(session: Any, query: TPCHQuery, truth: Any, runs: int, epsilon: float) -> Outcome:
-    """``runs`` releases of ``query`` (after a first, untimed one), scored against ``truth``."""
+def run_query(
+    session: Any,
+    query: TPCHQuery,
+    truth: Any,
+    runs: int,
+    epsilon: float,
+    plain: Any = None,
+) -> Outcome:
+    """``runs`` releases of ``query`` (after a first, untimed one), scored against ``truth``;
+    with ``plain`` (a DuckDB connection over the same files), each release follows a run of
+    the same query without privacy, so that both see the same machine (wall and CPU time)."""
     outcome = Outcome()
     keys = list(query.keys)
     for i in range(runs + 1):
-        start = time.perf_counter()
+        if plain is not None and i > 0:
+            start, cpu = time.perf_counter(), _cpu()
+            plain.sql(query.plain).df()
+            outcome.plain_times.append(time.perf_counter() - start)
+            outcome.plain_cpu.append(_cpu() - cpu)
+        start, cpu = time.perf_counter(), _cpu()
         release = session.evaluate_sql(
             query.dp, keys=query.keys or None, max_rows=query.max_rows, epsilon=epsilon
         )
-        elapsed = time.perf_counter() - start
+        elapsed, used = time.perf_counter() - start, _cpu() - cpu
         if i == 0:
             continue  # the first run computes the links' key maps (once per session)
         outcome.times.append(elapsed)
+        outcome.cpu.append(used)
         for row in release.table.to_dict("records"):
             true = truth.get(tuple(row[k] for k in keys))
             if true is None:
@@ -292,21 +324,27 @@ def main() -> None:
     )
     head = (
         f"{'query':6} {'median rel. error':>18} {'covered':>12} {'dpkit s':>8} "
-        f"{'DuckDB s':>9} {'ratio':>6}"
+        f"{'DuckDB s':>9} {'ratio':>6} {'CPU ratio':>10}"
     )
     print(head)
     print("-" * len(head))
+    plain = _plain_connection(args.dir)
     for name in args.queries:
         query = QUERIES[name]
-        frame, plain_time = _plain(args.dir, query.plain)
+        frame = plain.sql(query.plain).df()  # (also warms DuckDB's caches)
         truth = _by_key(frame, list(query.keys))
-        outcome = run_query(session, query, truth, args.runs, args.epsilon)
+        outcome = run_query(session, query, truth, args.runs, args.epsilon, plain)
         error = statistics.median(outcome.errors) if outcome.errors else float("nan")
-        dp_time = statistics.median(outcome.times)
+        dp_time, plain_time = (
+            statistics.median(outcome.times),
+            statistics.median(outcome.plain_times),
+        )
+        cpu_ratio = statistics.median(outcome.cpu) / max(statistics.median(outcome.plain_cpu), 1e-9)
         print(
             f"{name:6} {error:>17.2%} {outcome.covered:>6}/{outcome.intervals:<5} "
-            f"{dp_time:>8.3f} {plain_time:>9.3f} {dp_time / plain_time:>5.1f}x"
+            f"{dp_time:>8.3f} {plain_time:>9.3f} {dp_time / plain_time:>5.1f}x {cpu_ratio:>9.1f}x"
         )
+    plain.close()
     session.close()
     print()
     for name in args.queries:
