@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Iterator
 from fractions import Fraction
@@ -209,3 +210,95 @@ def test_tail_values_beyond_the_envelope_are_reached() -> None:
     with noise.insecure_deterministic_seed(9):
         samples = sample_table(table, 20_000)
     assert samples.max() >= table.radius and samples.min() <= -table.radius - 1
+
+
+# ------------------------------------------------------- the kernel against an exact reference
+@functools.cache
+def _alias(table: _gauss_table.GaussianTable) -> tuple[list[int], list[int], list[int]]:
+    return _gauss_table._alias_table(list(table.weights))
+
+
+def _decode(table: _gauss_table.GaussianTable, word: int) -> tuple[int, int]:
+    """The outcome and z a first word proposes, in plain integers (tails: z = 0)."""
+    primary, alias, threshold = _alias(table)
+    key = word >> 32
+    column, coin = key >> 22, key & (2**22 - 1)
+    outcome = primary[column] if coin < threshold[column] else alias[column]
+    k, w = table.buckets, table.width
+    if outcome >= 2 * k:
+        return outcome, 0
+    b = outcome % k
+    base = b * w if outcome < k else -(b + 1) * w
+    return outcome, base + (word & (w - 1))
+
+
+def _alpha(table: _gauss_table.GaussianTable, outcome: int, z: int) -> tuple[Fraction, Fraction]:
+    """Bounds, 60 digits tight, on the acceptance probability C·p(z)/H of a bucket proposal."""
+    lo, hi = _p_bounds(table.sigma2, abs(z))
+    factor = Fraction(table.scale, table.weights[outcome])
+    return factor * lo, factor * hi
+
+
+def _crafted_words(
+    table: _gauss_table.GaussianTable, n: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``n`` proposals (no tails) whose alias coins sit at random or at a column's threshold,
+    and whose U words sit at random, a few cells either side of the acceptance threshold or
+    either side of the squeeze; and the exactly accepted z's."""
+    rng = np.random.default_rng(seed)
+    first, second, accepted = [], [], []
+    while len(first) < n:
+        word = int(rng.integers(0, 2**64, dtype=np.uint64))
+        if rng.integers(0, 4) == 0:  # an alias coin at its column's threshold, or just below
+            column = word >> 54
+            coin = _alias(table)[2][column] - int(rng.integers(0, 2))
+            if 0 <= coin < 2**22:
+                word = (column << 54) | (coin << 32) | (word & (2**32 - 1))
+        outcome, z = _decode(table, word)
+        if outcome in (2 * table.buckets, 2 * table.buckets + 1):
+            continue  # tails draw more words: covered by the law tests
+        low = int(rng.integers(0, 2**12))
+        kind = int(rng.integers(0, 4))
+        if kind == 0 or outcome == 2 * table.buckets + 2:
+            cell = int(rng.integers(0, 2**52))
+        elif kind == 1:
+            lo, _ = _alpha(table, outcome, z)
+            cell = int(lo * 2**52) + int(rng.choice([-40, -3, -2, 1, 2, 3, 40]))
+        else:
+            rows = np.flatnonzero(table.outcome2 == outcome)
+            cell = (int(table.squeeze2[rows[0]]) >> 12) + int(rng.integers(-2, 3))
+        cell = min(max(cell, 0), 2**52 - 1)
+        if outcome < 2 * table.buckets:
+            lo, hi = _alpha(table, outcome, z)
+            if Fraction(cell + 1, 2**52) <= lo:
+                accepted.append(z)
+            elif Fraction(cell, 2**52) < hi:
+                continue  # the cell straddles α: would draw more words
+        first.append(word)
+        second.append((cell << 12) | low)
+    return np.array(first, np.uint64), np.array(second, np.uint64), accepted
+
+
+@pytest.mark.parametrize(
+    ("sigma2", "width_bits", "buckets"),
+    [(Fraction(400), None, None), (Fraction(400), 3, 6), (Fraction(52693081), None, None)],
+)
+@pytest.mark.parametrize("force_exact", [False, True])
+def test_the_kernel_decides_every_proposal_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+    sigma2: Fraction,
+    width_bits: int | None,
+    buckets: int | None,
+    force_exact: bool,
+) -> None:
+    """Draw for draw: the vectorised kernel accepts exactly the proposals whose U lies below
+    C·p(z)/H, including U one cell either side of that threshold and of the squeeze."""
+    table = build_table(sigma2, width_bits, buckets)
+    assert table is not None
+    n = 3000
+    first, second, expected = _crafted_words(table, n, seed=n + table.width)
+    words = iter([first, second])
+    monkeypatch.setattr(_gauss_table, "random_words", lambda size: next(words))
+    monkeypatch.setattr(_exact, "_FORCE_EXACT", force_exact)
+    ours = _gauss_table._accept_block(table, n, _gauss_table._Buffers(n))
+    assert ours.tolist() == expected
