@@ -93,7 +93,7 @@ class GaussianTable:
     key_threshold: np.ndarray  # per column: (column << 22) + threshold (uint64)
     outcome2: np.ndarray  # per entry: the outcome (int64)
     base2: np.ndarray  # per entry: the outcome's first z (int64; 0 for tails and reject)
-    squeeze2: np.ndarray  # per entry: ⌊L·2^52⌋·2^12, a word below which U accepts (uint64)
+    squeeze2: np.ndarray  # per entry: low 32 bits of the word below which U accepts (uint64)
     ratio: np.ndarray  # per outcome: float(C/H) (0 for tails and reject)
 
     @property
@@ -181,9 +181,11 @@ def build_table(
     ratio = np.zeros(outcomes, dtype=np.float64)
     ratio[: 2 * buckets] = float(scale) / height_array
     low = lows * float(scale) / height_array * down  # <= C·p(z)/H for every z in the bucket
-    # in words: U's cell lies below L iff word < ⌊L·2^52⌋·2^12
+    # U's first 32 - j bits c sit above the j position bits in the word's low 32 bits:
+    # (c + 1)/2^(32-j) <= L iff c < ⌊L·2^(32-j)⌋ iff low32 < ⌊L·2^(32-j)⌋·2^j
     squeeze = np.zeros(outcomes, dtype=np.uint64)
-    squeeze[: 2 * buckets] = np.floor(np.ldexp(low, 52)).astype(np.uint64) << np.uint64(12)
+    prefix = np.floor(np.ldexp(low, 32 - width_bits)).astype(np.uint64)
+    squeeze[: 2 * buckets] = prefix << np.uint64(width_bits)
     base = np.zeros(outcomes, dtype=np.int64)
     base[:buckets] = np.arange(buckets, dtype=np.int64) * width
     base[buckets : 2 * buckets] = -np.arange(1, buckets + 1, dtype=np.int64) * width
@@ -258,10 +260,9 @@ def _accept_block(table: GaussianTable, m: int, buffers: _Buffers) -> np.ndarray
     ulps (2⁻⁵⁰), the float ratio C/H and the product one rounding each: under 2⁻⁴¹ in all, far
     inside the margin 2⁻³⁶ (the products θ·(1 ± 2⁻³⁶) round once more, also inside)."""
     first = random_words(m)
-    second = random_words(m)
     key, index, gathered = buffers.key[:m], buffers.index[:m], buffers.gathered[:m]
     z, flag = buffers.z[:m], buffers.flag[:m]
-    np.right_shift(first, np.uint64(_MAX_WIDTH_BITS), out=key)  # column | alias coin
+    np.right_shift(first, np.uint64(32), out=key)  # column | alias coin
     np.right_shift(key, np.uint64(_ALIAS_BITS), out=index)  # column
     entry = index.view(np.int64)
     np.take(table.key_threshold, entry, out=gathered, mode="clip")
@@ -271,21 +272,23 @@ def _accept_block(table: GaussianTable, m: int, buffers: _Buffers) -> np.ndarray
     np.take(table.base2, entry, out=z, mode="clip")
     np.bitwise_and(first, np.uint64(table.width - 1), out=key)  # the position in the bucket
     z += key.view(np.int64)
+    np.bitwise_and(first, np.uint64(0xFFFFFFFF), out=key)  # U's first 32 - j bits, position
     np.take(table.squeeze2, entry, out=gathered, mode="clip")
-    np.less(second, gathered, out=flag)  # U's whole cell lies below the squeeze L
+    np.less(key, gathered, out=flag)  # U's whole cell lies below the squeeze L
     if _exact._FORCE_EXACT:
         flag[:] = False
     accept = flag
     rest = np.flatnonzero(~accept)
     if rest.size:
         outcome = table.outcome2[entry[rest]]
+        prefix = key[rest] >> np.uint64(table.width_bits)  # U's first 32 - j bits
         buckets = 2 * table.buckets
         in_bucket = outcome < buckets
-        _decide_buckets(table, rest[in_bucket], outcome[in_bucket], z, second, accept)
+        _decide_buckets(table, rest[in_bucket], outcome[in_bucket], prefix[in_bucket], z, accept)
         tail = outcome >= buckets
         tail &= outcome < buckets + 2
         if tail.any():
-            _decide_tails(table, rest[tail], outcome[tail], z, second, accept)
+            _decide_tails(table, rest[tail], outcome[tail], prefix[tail], z, accept)
     return z[accept]
 
 
@@ -293,49 +296,69 @@ def _decide_buckets(
     table: GaussianTable,
     rest: np.ndarray,
     outcome: np.ndarray,
+    prefix: np.ndarray,
     z: np.ndarray,
-    second: np.ndarray,
     accept: np.ndarray,
 ) -> None:
-    """Decide U < θ for the bucket proposals ``rest`` the squeeze did not accept."""
-    cells = second[rest] >> np.uint64(64 - 52)
+    """Decide U < θ for the bucket proposals ``rest`` the squeeze did not accept.
+
+    U = (c + V)/2^b with c the b = 32 - j bits of U already read (``prefix``) and V read from
+    a fresh word (its 52-bit cell, then lazy words), so U < θ iff V < θ·2^b - c. With θ_lo and
+    θ_hi bounds on α (the relative margin 2⁻³⁶), t = θ·2^b - c is one rounding away from exact
+    (the scaling by 2^b is exact), and moving each bound one ulp outwards covers it: the cell of
+    V accepts below t_lo and rejects from t_hi on. The rest are finished exactly on the same U,
+    whose first b + 52 bits are (c << 52) | V's cell."""
+    n = rest.size
+    if n == 0:
+        return
+    cells = random_words(n) >> np.uint64(64 - 52)
     bits = cells | _ONE_BITS
-    u = bits.view(np.float64)
-    u -= 1.0  # the cell's low end, exact
+    v = bits.view(np.float64)
+    v -= 1.0  # V's cell's low end, exact
     zr = z[rest].astype(np.float64)
     gamma = zr * zr
     gamma *= -1.0 / (2.0 * float(table.sigma2))
     theta = np.exp(gamma)
     theta *= table.ratio[outcome]
-    sure = (u + _CELL) <= theta * (1.0 - _MARGIN)
-    undecided = ~sure & (u < theta * (1.0 + _MARGIN))
+    scale = float(2 ** (32 - table.width_bits))
+    c = prefix.astype(np.float64)  # exact: below 2^32
+    t_low = np.nextafter(theta * (1.0 - _MARGIN) * scale - c, -np.inf)
+    t_high = np.nextafter(theta * (1.0 + _MARGIN) * scale - c, np.inf)
+    sure = (v + _CELL) <= t_low
+    undecided = ~sure & (v < t_high)
     if _exact._FORCE_EXACT:
         sure[:] = False
         undecided[:] = True
     accept[rest[sure]] = True
+    width = 32 - table.width_bits + 52
     for j in np.flatnonzero(undecided).tolist():
         bounds = _bucket_bounds(table, int(outcome[j]), int(z[rest[j]]))
-        accept[rest[j]] = _exact_below(int(cells[j]), bounds)
+        cell = (int(prefix[j]) << 52) | int(cells[j])
+        accept[rest[j]] = _exact_below(cell, bounds, width)
 
 
 def _decide_tails(
     table: GaussianTable,
     rest: np.ndarray,
     outcome: np.ndarray,
+    prefix: np.ndarray,
     z: np.ndarray,
-    second: np.ndarray,
     accept: np.ndarray,
 ) -> None:
-    """Draw the tail proposals ``rest`` (z = R + D or -(R + 1 + D)) and decide them exactly."""
+    """Draw the tail proposals ``rest`` (z = R + D or -(R + 1 + D)) and decide them exactly,
+    U's first 32 - j bits being ``prefix``."""
     depth = geometric_exp(Fraction(table.sigma2) / table.radius, rest.size)  # r = e^{-R/σ²}
+    cells = random_words(rest.size) >> np.uint64(64 - 52)
     negative = outcome == 2 * table.buckets + 1
-    for i, d, neg in zip(rest.tolist(), depth.tolist(), negative.tolist(), strict=True):
-        value = -(table.radius + 1 + int(d)) if neg else table.radius + int(d)
+    width = 32 - table.width_bits + 52
+    for k, i in enumerate(rest.tolist()):
+        d = int(depth[k])
+        value = -(table.radius + 1 + d) if negative[k] else table.radius + d
         if abs(value) >= 2**62:
             raise OverflowError("discrete Gaussian sample does not fit in int64")
         z[i] = value
-        cell = int(second[i]) >> (64 - 52)
-        accept[i] = _exact_below(cell, _tail_bounds(table, value, int(d)))
+        cell = (int(prefix[k]) << 52) | int(cells[k])
+        accept[i] = _exact_below(cell, _tail_bounds(table, value, d), width)
 
 
 def sample_table(table: GaussianTable, size: int) -> np.ndarray:

@@ -240,13 +240,17 @@ def _alpha(table: _gauss_table.GaussianTable, outcome: int, z: int) -> tuple[Fra
 
 
 def _crafted_words(
-    table: _gauss_table.GaussianTable, n: int, seed: int
+    table: _gauss_table.GaussianTable, n: int, seed: int, force_exact: bool
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """``n`` proposals (no tails) whose alias coins sit at random or at a column's threshold,
-    and whose U words sit at random, a few cells either side of the acceptance threshold or
-    either side of the squeeze; and the exactly accepted z's."""
+    and whose U sits at random, a few cells either side of the acceptance threshold or either
+    side of the squeeze: the first words, the further words of U that the kernel reads (for the
+    proposals the squeeze does not accept, or all with ``force_exact``, in order), and the
+    exactly accepted z's."""
     rng = np.random.default_rng(seed)
-    first, second, accepted = [], [], []
+    j = table.width_bits
+    b = 32 - j  # U's bits in the first word
+    first, further, accepted = [], [], []
     while len(first) < n:
         word = int(rng.integers(0, 2**64, dtype=np.uint64))
         if rng.integers(0, 4) == 0:  # an alias coin at its column's threshold, or just below
@@ -257,26 +261,39 @@ def _crafted_words(
         outcome, z = _decode(table, word)
         if outcome in (2 * table.buckets, 2 * table.buckets + 1):
             continue  # tails draw more words: covered by the law tests
-        low = int(rng.integers(0, 2**12))
-        kind = int(rng.integers(0, 4))
+        rows = np.flatnonzero(table.outcome2 == outcome)
+        squeeze = int(table.squeeze2[rows[0]]) >> j  # in U's first b bits
+        kind = int(rng.integers(0, 3))
         if kind == 0 or outcome == 2 * table.buckets + 2:
-            cell = int(rng.integers(0, 2**52))
-        elif kind == 1:
+            cell = (
+                int(rng.integers(0, 2 ** (b + 52), dtype=np.uint64))
+                if b <= 12
+                else ((int(rng.integers(0, 2**b)) << 52) | int(rng.integers(0, 2**52)))
+            )
+        elif kind == 1:  # U's first b + 52 bits a few cells from α
             lo, _ = _alpha(table, outcome, z)
-            cell = int(lo * 2**52) + int(rng.choice([-40, -3, -2, 1, 2, 3, 40]))
-        else:
-            rows = np.flatnonzero(table.outcome2 == outcome)
-            cell = (int(table.squeeze2[rows[0]]) >> 12) + int(rng.integers(-2, 3))
-        cell = min(max(cell, 0), 2**52 - 1)
+            cell = int(lo * 2 ** (b + 52)) + int(rng.choice([-40, -3, -2, 1, 2, 3, 40]))
+        else:  # U's first b bits at the squeeze
+            cell = ((squeeze + int(rng.integers(-2, 2))) << 52) | int(rng.integers(0, 2**52))
+        cell = min(max(cell, 0), 2 ** (b + 52) - 1)
+        prefix, rest = cell >> 52, cell & (2**52 - 1)
+        word = (word & ~(2**32 - 1)) | (prefix << j) | (word & (2**j - 1))
         if outcome < 2 * table.buckets:
             lo, hi = _alpha(table, outcome, z)
-            if Fraction(cell + 1, 2**52) <= lo:
+            if (
+                prefix < squeeze and not force_exact
+            ):  # accepted on U's first b bits: they must lie below α
+                assert Fraction(prefix + 1, 2**b) <= lo
                 accepted.append(z)
-            elif Fraction(cell, 2**52) < hi:
+            elif Fraction(cell + 1, 2 ** (b + 52)) <= lo:
+                accepted.append(z)
+                further.append(rest << 12 | int(rng.integers(0, 2**12)))
+            elif Fraction(cell, 2 ** (b + 52)) >= hi:
+                further.append(rest << 12 | int(rng.integers(0, 2**12)))
+            else:
                 continue  # the cell straddles α: would draw more words
         first.append(word)
-        second.append((cell << 12) | low)
-    return np.array(first, np.uint64), np.array(second, np.uint64), accepted
+    return np.array(first, np.uint64), np.array(further, np.uint64), accepted
 
 
 @pytest.mark.parametrize(
@@ -296,8 +313,8 @@ def test_the_kernel_decides_every_proposal_exactly(
     table = build_table(sigma2, width_bits, buckets)
     assert table is not None
     n = 3000
-    first, second, expected = _crafted_words(table, n, seed=n + table.width)
-    words = iter([first, second])
+    first, further, expected = _crafted_words(table, n, n + table.width, force_exact)
+    words = iter([first, further])
     monkeypatch.setattr(_gauss_table, "random_words", lambda size: next(words))
     monkeypatch.setattr(_exact, "_FORCE_EXACT", force_exact)
     ours = _gauss_table._accept_block(table, n, _gauss_table._Buffers(n))
