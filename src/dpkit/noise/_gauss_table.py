@@ -60,7 +60,7 @@ _TOTAL_BITS = _COLUMN_BITS + _ALIAS_BITS  # outcome weights sum to 2^32
 _MAX_WIDTH_BITS = 64 - _TOTAL_BITS  # the position takes the low bits of the first word
 _MARGIN = 2.0**-36  # certified relative margin on θ (the float error is below 2^-41)
 _MAX_GAMMA = 512  # e^{-γ} stays a normal float64 with room to spare
-_CHUNK = 1 << 14  # proposals per block: the buffers stay in the L2 cache
+_CHUNK = 1 << 16  # proposals per block: fewer numpy calls per value; ~2.5 MB of buffers
 _DIGITS = 40
 _ONE_BITS = np.uint64(0x3FF0000000000000)
 
@@ -251,8 +251,8 @@ class _Buffers:
         self.flag = np.empty(size, dtype=bool)
 
 
-def _accept_block(table: GaussianTable, m: int, buffers: _Buffers) -> np.ndarray:
-    """``m`` proposals; returns the accepted values in proposal order (int64).
+def _accept_block(table: GaussianTable, m: int, buffers: _Buffers) -> tuple[np.ndarray, np.ndarray]:
+    """``m`` proposals; returns their values and which are accepted (views of ``buffers``).
 
     The float certificate for θ = (C/H)·e^{-γ}, γ = z²/(2σ²) <= (R + 1)²/(2σ²) <= 512: z² is
     exact or within 2⁻⁵³ relative, the float 1/(2σ²) within 2⁻⁵², their product within 2⁻⁵¹,
@@ -289,7 +289,7 @@ def _accept_block(table: GaussianTable, m: int, buffers: _Buffers) -> np.ndarray
         tail &= outcome < buckets + 2
         if tail.any():
             _decide_tails(table, rest[tail], outcome[tail], prefix[tail], z, accept)
-    return z[accept]
+    return z, accept
 
 
 def _decide_buckets(
@@ -369,7 +369,8 @@ def sample_table(table: GaussianTable, size: int) -> np.ndarray:
     while filled < size:
         need = size - filled
         m = min(_CHUNK, need + need // 16 + 16)  # acceptance is about 0.98
-        values = _accept_block(table, m, buffers)
+        z, accept = _accept_block(table, m, buffers)
+        values = z[accept]
         take = min(values.size, need)
         out[filled : filled + take] = values[:take]
         filled += take
