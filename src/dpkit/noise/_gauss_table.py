@@ -3,17 +3,18 @@
 CKS's sampler (:func:`dpkit.noise.discrete_gaussian`) proposes from a discrete Laplace: about
 1.3 proposals per output, each with a ``log`` (the geometric) and an ``exp`` (the acceptance)
 and two 64-bit words. This sampler targets the same law, P(Z = z) ∝ p(z) = e^{-z²/(2σ²)} on the
-integers, exactly, with about 1.02 proposals per output, two words per proposal, integer
-operations only for ~98 % of proposals and an ``exp`` for the rest:
+integers, exactly, with about 1.02 proposals per output, one word per proposal, integer
+operations only for ~97 % of proposals and an ``exp`` (and a second word) for the rest:
 
 * **Envelope.** The magnitudes are cut into K buckets of w = 2^j integers (w ≈ σ/16–σ/32,
   R = K·w ≈ 12.5σ) on each side: outcome b < K is z ∈ [b·w, (b+1)·w), outcome K + b is
-  z ∈ [-(b+1)·w, -b·w - 1]. Each gets an integer height H >= C·p(its smallest |z|) (an exact
-  upper bound, rounded up), with C an integer scale. The tails z >= R and z <= -(R + 1) get a
-  weight H_T >= C·p(R)/(w·(1 - r)) each, r = e^{-R/σ²}; what is left of 2^32 is a "reject"
-  outcome. A proposal picks one of these 2K + 3 outcomes with probability weight/2^32
-  **exactly**, by Walker's alias method in integers (1024 columns of 2^22 units each, built in
-  exact integer arithmetic: each outcome's units sum to its weight, which a test checks).
+  z ∈ [-(b+1)·w, -b·w - 1]. Each gets an integer height H >= C·p(its smallest |z|) (float64
+  exp with a relative margin of 2⁻³⁰, rounded up), with C an integer scale. The tails z >= R
+  and z <= -(R + 1) get a weight H_T >= C·p(R)/(w·(1 - r)) each, r = e^{-R/σ²}; what is left
+  of 2^32 is a "reject" outcome. A proposal picks one of these 2K + 3 outcomes with
+  probability weight/2^32 **exactly**, by Walker's alias method in integers (1024 columns of
+  2^22 units each, built in exact integer arithmetic: each outcome's units sum to its weight,
+  which a test checks).
 * **Proposal.** In a bucket, z = base + (j uniform bits): q(z) = H/(2^32·w). In a tail,
   z = R + D or z = -(R + 1 + D) with D geometric, P(D >= k) = r^k (exact,
   :func:`dpkit.noise.geometric_exp`): q(z) = H_T·(1 - r)·r^D/2^32.
@@ -22,18 +23,19 @@ operations only for ~98 % of proposals and an ``exp`` for the rest:
   in a tail (<= 1: z² - 2RD >= R² + D², so this is at most C·p(R)/(w·H_T·(1 - r))). The
   accepted z has probability ∝ q(z)·α(z) = C·p(z)/(2^32·w): exactly the discrete Gaussian, and
   the z's of different proposals are independent, so keeping the first ``size`` accepted is too.
-* **Deciding U < α exactly** (U uniform: the top 52 bits of its own word, then lazy extra
-  words, as in :mod:`dpkit.noise._exact`). In a bucket, p(z) >= p(largest |z|), so when U's
-  whole cell lies below the precomputed lower bound L = C·p(largest |z|)/H the proposal is
-  accepted with one integer comparison of the word with ⌊L·2^52⌋·2^12 (all but ~2–5 % of
+* **Deciding U < α exactly** (U uniform: its first b = 32 - j bits from the proposal's word,
+  the next 52 from a fresh word when needed, then lazy extra words, as in
+  :mod:`dpkit.noise._exact`). In a bucket, p(z) >= p(largest |z|), so when U's b-bit cell lies
+  below the precomputed lower bound L = C·p(largest |z|)/H the proposal is accepted with one
+  integer comparison of the word's low 32 bits with ⌊L·2^b⌋·2^j (the squeeze: all but ~3 % of
   proposals). The others compute θ = (C/H)·exp(-z²/(2σ²)) in float64 with a certified relative
-  margin of 2⁻³⁶ (its error is below 2⁻⁴¹, see :func:`_accept_block`); the ~2⁻³⁵ of them whose
-  cell straddles the margin are finished exactly on the same U by interval arithmetic
-  (:func:`dpkit.noise._exact._exact_below`). Tail draws (about e^{-78} per proposal) are
-  decided exactly in Python.
+  margin of 2⁻³⁶ (its error is below 2⁻⁴¹, see :func:`_accept_block`) and compare U with it
+  (:func:`_decide_buckets`); the rare U within the margin are finished exactly on the same U by
+  interval arithmetic (:func:`dpkit.noise._exact._exact_below`). Tail draws (2⁻³¹ of the
+  proposals) are decided exactly in Python.
 
-The first word of a proposal gives the column (top 10 bits), the alias coin (next 22 bits) and
-the position in the bucket (the low j <= 32 bits); the second gives U. All randomness comes from
+The word of a proposal gives the column (top 10 bits), the alias coin (next 22 bits), U's first
+32 - j bits and the position in the bucket (the low j <= 32 bits). All randomness comes from
 :mod:`dpkit.noise._rng`. See docs/noise.md, "The table sampler".
 """
 
