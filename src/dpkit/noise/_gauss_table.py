@@ -59,11 +59,10 @@ __all__ = ["GaussianTable", "build_table", "sample_table"]
 _COLUMN_BITS = 10
 _ALIAS_BITS = 22
 _TOTAL_BITS = _COLUMN_BITS + _ALIAS_BITS  # outcome weights sum to 2^32
-_MAX_WIDTH_BITS = 64 - _TOTAL_BITS  # the position takes the low bits of the first word
+_MAX_WIDTH_BITS = 64 - _TOTAL_BITS  # the low 32 bits: U's first 32 - j bits, then the position
 _MARGIN = 2.0**-36  # certified relative margin on θ (the float error is below 2^-41)
 _MAX_GAMMA = 512  # e^{-γ} stays a normal float64 with room to spare
-_CHUNK = 1 << 16  # proposals per block: fewer numpy calls per value; ~2.5 MB of buffers
-_DIGITS = 40
+_CHUNK = 1 << 16  # proposals per block: fewer numpy calls per value; ~2 MB of buffers
 _ONE_BITS = np.uint64(0x3FF0000000000000)
 
 
