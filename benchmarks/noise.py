@@ -7,8 +7,11 @@ Each row adds noise to N zeros and reports the median (and best) of --repeat run
 of values per second, beside numpy's Generator (PCG64 floats: not safe, the ceiling) for the same
 N in the same run, and the ratio of the medians. dpkit rows: ``make_laplace`` and
 ``make_gaussian`` on a float vector (exact rounding to the grid, exact discrete Laplace /
-discrete Gaussian noise from the AES-CTR generator, exact float output), and the bare discrete
-samplers. OpenDP's float Laplace and integer Laplace / Gaussian measurements are timed on
+discrete Gaussian noise from the AES-CTR generator, exact float output), the same Gaussian
+release with CKS's sampler (what ``make_gaussian`` used before the table sampler: before and
+after in one run), and the bare discrete samplers (``noise.discrete_gaussian`` is CKS's; the
+mechanisms sample through ``DiscreteGaussian``, the table sampler for σ >= 1). OpenDP's float
+Laplace and integer Laplace / Gaussian measurements are timed on
 --opendp-n values when opendp is installed. Run it on an otherwise idle machine (`uptime`).
 """
 
@@ -24,15 +27,19 @@ import numpy as np
 
 import dpkit as dp
 from dpkit import noise
+from dpkit.noise._distributions import DiscreteGaussian
+from dpkit.noise._grid import release_on_grid
 
 
-def timings(fn: Callable[[], object], repeat: int) -> list[float]:
+def timings(
+    fn: Callable[[], object], repeat: int, clock: Callable[[], float] = time.perf_counter
+) -> list[float]:
     fn()  # warm-up: page in buffers, build caches
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return times
 
 
@@ -46,18 +53,33 @@ def main() -> None:
         default=100_000,
         help="OpenDP is timed on fewer values (it is far slower) and scaled",
     )
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="wall: time.perf_counter; cpu: time.process_time (steadier on a shared machine)",
+    )
     args = parser.parse_args()
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     n = args.n
     zeros = np.zeros(n)
     rng = np.random.default_rng()  # the unsafe ceiling, for comparison only
     laplace = dp.make_laplace(sensitivity=1, epsilon=1, changed_coordinates=n)
     gaussian = dp.make_gaussian(sensitivity=1, rho=Fraction(1, 2), changed_coordinates=n)
+    grid = gaussian.noise  # the σ² (in grid steps) and grid of make_gaussian above
+    sigma2, exponent = grid.lattice.sigma2, grid.exponent
+
+    def gaussian_cks() -> object:
+        """make_gaussian as it was before the table sampler: CKS's sampler, the same release."""
+        return release_on_grid(zeros, exponent, noise.discrete_gaussian(sigma2, n))
+
     # (label, numpy baseline label, values, function)
     cases: list[tuple[str, str, int, Callable[[], object]]] = [
         ("numpy Generator.laplace (float, unsafe)", "", n, lambda: rng.laplace(0.0, 1.0, n)),
         ("numpy Generator.normal (float, unsafe)", "", n, lambda: rng.normal(0.0, 1.0, n)),
         ("dpkit make_laplace (safe grid, exact)", "laplace", n, lambda: laplace(zeros)),
         ("dpkit make_gaussian (safe grid, exact)", "normal", n, lambda: gaussian(zeros)),
+        ("  same, with CKS's sampler (before)", "normal", n, gaussian_cks),
         (
             "dpkit discrete_laplace (t = 1, exact)",
             "laplace",
@@ -69,6 +91,12 @@ def main() -> None:
             "normal",
             n,
             lambda: noise.discrete_gaussian(Fraction(1), n),
+        ),
+        (
+            "dpkit DiscreteGaussian σ = 1 (table sampler)",
+            "normal",
+            n,
+            lambda: DiscreteGaussian(Fraction(1)).sample(n),
         ),
     ]
     try:
@@ -92,13 +120,13 @@ def main() -> None:
 
     rates: dict[str, tuple[float, float]] = {}  # label -> (median, best) values per second
     for label, _, count, fn in cases:
-        times = timings(fn, args.repeat)
+        times = timings(fn, args.repeat, clock)
         rates[label] = (count / statistics.median(times), count / min(times))
     baseline = {
         "laplace": rates["numpy Generator.laplace (float, unsafe)"][0],
         "normal": rates["numpy Generator.normal (float, unsafe)"][0],
     }
-    print(f"\n{n:,} values, median (best) of {args.repeat} runs")
+    print(f"\n{n:,} values, median (best) of {args.repeat} runs, {args.clock} clock")
     print(f"{'sampler':44} {'M/s median':>11} {'M/s best':>9} {'numpy M/s':>10} {'numpy ÷':>8}")
     for label, base, _, _ in cases:
         median, best = rates[label]

@@ -19,6 +19,7 @@ from scipy.special import logsumexp
 
 from dpkit._exact import check_alpha
 from dpkit.noise._exact import discrete_gaussian, discrete_laplace
+from dpkit.noise._gauss_table import build_table, sample_table
 
 __all__ = [
     "DiscreteGaussian",
@@ -148,7 +149,12 @@ class DiscreteGaussian:
         return math.sqrt(float(self.sigma2))
 
     def sample(self, size: int) -> np.ndarray:
-        return discrete_gaussian(self.sigma2, size)
+        # the table sampler (same law, exact, ~2x faster; docs/noise.md "The table sampler")
+        # for 1 <= σ <= 2^35, CKS's sampler elsewhere
+        table = build_table(self.sigma2)
+        if table is None:
+            return discrete_gaussian(self.sigma2, size)
+        return sample_table(table, size)
 
     def _window(self) -> np.ndarray:
         radius = math.ceil(40 * self.sigma) + 2
