@@ -367,3 +367,46 @@ def test_nan_keys_on_both_sides_match_nothing_in_duckdb(shape: str) -> None:
     finally:
         reference.close()
         duck.close()
+
+
+def test_a_file_rewritten_between_two_queries_is_read_as_it_is_now(tmp_path: Any) -> None:
+    """The key maps and the counts kept across a session's queries are made again when one of
+    its files changes: a customer who now has many line items is bounded (a stale count would
+    answer in one pass, unbounded), and an order that moved to another customer is theirs."""
+    db = _complete(database(3))
+    paths = {}
+    for name, frame in db.items():
+        paths[name] = str(tmp_path / f"{name}.parquet")
+        frame.to_parquet(paths[name], index=False)
+    query = LABELLED["lineitem"]
+
+    def duck() -> Session:
+        return Session(
+            {t: paths[t] for t in ("customer", "orders", "lineitem")},
+            privacy_unit=UNIT,
+            budget=dp.PureDP(10),
+            engine="duckdb",
+            public={"nation": paths["nation"]},
+            **session_options(),
+        )
+
+    session = duck()
+    try:
+        most = int(_relation_rows(session, query(session))[RELATION_UNIT].value_counts().max())
+        before = _exact(session, query(session), most)  # one pass: no unit above the bound
+        lineitem = db["lineitem"]
+        heavy = pd.concat([lineitem] + [lineitem.iloc[:1]] * (3 * most), ignore_index=True)
+        moved = db["orders"].copy()
+        moved.loc[moved.index[0], "o_custkey"] = float(moved["o_custkey"].max())
+        heavy.to_parquet(paths["lineitem"], index=False)
+        moved.to_parquet(paths["orders"], index=False)
+        stale = _exact(session, query(session), most)
+    finally:
+        session.close()
+    fresh_session = duck()
+    try:
+        fresh = _exact(fresh_session, query(fresh_session), most)
+    finally:
+        fresh_session.close()
+    assert [f.to_dict("list") for f in stale] == [f.to_dict("list") for f in fresh]
+    assert [f.to_dict("list") for f in stale] != [f.to_dict("list") for f in before]

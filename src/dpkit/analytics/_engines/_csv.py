@@ -38,7 +38,7 @@ import numpy as np
 
 from dpkit.errors import UnreadableDataError
 
-__all__ = ["CSVProblem", "StrictCSV", "check_csv", "csv_problem"]
+__all__ = ["CSVProblem", "StrictCSV", "check_csv", "csv_problem", "file_stamp"]
 
 _CHUNK = 1 << 23
 _QUOTE, _COMMA, _LF, _CR = 34, 44, 10, 13
@@ -244,7 +244,8 @@ def check_csv(path: str | Path) -> None:
         raise UnreadableDataError(f"{path} is not a well-formed CSV file: {problem}.")
 
 
-def _stamp(path: str) -> tuple[int, int, int]:
+def file_stamp(path: str) -> tuple[int, int, int]:
+    """A file's version as the engines compare it: size, modification time (ns) and inode."""
     st = os.stat(path)
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
@@ -262,7 +263,7 @@ class StrictCSV:
         """Raise :class:`UnreadableDataError` (withholding the line: the file is private) unless
         the file, as it is now, is well formed."""
         try:
-            stamp = _stamp(self.path)
+            stamp = file_stamp(self.path)
         except OSError as error:
             raise UnreadableDataError(
                 f"{Path(self.path).name} could not be read ({error.strerror or 'I/O error'})"

@@ -36,7 +36,7 @@ from dpkit.analytics._engines._columns import (
     prepare_pandas,
     resolve_kinds,
 )
-from dpkit.analytics._engines._csv import StrictCSV
+from dpkit.analytics._engines._csv import StrictCSV, file_stamp
 from dpkit.analytics._engines._heavy import (
     MAX_RANGE,
     arrow_candidates,
@@ -112,6 +112,9 @@ class DuckDBEngine:
                 self._con.execute("SET TimeZone = 'UTC'")
         self._view = f"dpkit_src_{secrets.token_hex(8)}"
         self._members: tuple[DuckDBEngine, ...] = ()  # the tables a relation reads
+        self._file: str | None = None  # a file source (its version: see version())
+        self._tables: tuple[DuckDBEngine, ...] = ()  # a relation: every table of its session
+        self._seen: Any = None  # a relation: the tables' version its counts were made at
         self._key_tables: tuple[KeyTable, ...] = ()  # its links' key maps
         self._relation = False
         # a relation's most rows of one unit and its rows that have a unit, per unit column
@@ -141,6 +144,7 @@ class DuckDBEngine:
             self._key_tables = source.keys
             self._relation = not source.rows_only
             self._unitless = source.unitless
+            self._tables = source.tables
             if source.rows_only:
                 return self._described(source.select.subquery(self._view, copy=False))
             # a view (reads nothing): each plan's SQL names it instead of carrying the whole
@@ -152,6 +156,7 @@ class DuckDBEngine:
             path = str(source)
             if not Path(path).exists():
                 raise InvalidDataError("source", f"no file at {path!r}")
+            self._file = path
             if is_parquet_path(path):
                 call = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(path)])
                 return self._described(self._floored(exp.Table(this=call)))
@@ -271,15 +276,38 @@ class DuckDBEngine:
         select = source_select(self._source_sql.copy(), self._columns, self._conversions, "duckdb")
         return select, dict(self._schema)
 
+    def version(self) -> Any:
+        """What identifies this table's current contents: a file's size, modification time
+        and inode (None for a source held in memory, which the session must not change)."""
+        if self._file is None:
+            return None
+        try:
+            return file_stamp(self._file)
+        except OSError:
+            return "unreadable"  # (reading it fails next, as for any unreadable file)
+
     def _ensure_readable(self) -> None:
         """Check a CSV file whole (or UnreadableDataError) and register a pandas source, for
-        this table and every table of a relation."""
+        this table and every table of a relation.
+
+        A relation's links' key maps, its most rows of one unit and whether every row has one
+        are kept across queries: they are made again when a file of the session has changed
+        since (a file rewritten between two queries: stale counts would skip bounding for a
+        unit that now exceeds a bound, and a stale key map would give rows to the wrong unit)."""
         for member in self._members:
             member._ensure_readable()
+        version = tuple(table.version() for table in self._tables) if self._relation else None
+        if self._seen is not None and version != self._seen:
+            self._unit_rows.clear()
+            self._complete = None
+        self._seen = version
         for keys in self._key_tables:
-            if not keys.filled:
+            if not keys.filled or keys.version != version:
+                if keys.filled:
+                    self._con.execute(f"DELETE FROM {keys.name}")
                 self._con.execute(f"INSERT INTO {keys.name} {keys.select}")
                 keys.filled = True
+                keys.version = version
         if self._csv is not None:
             self._csv.ensure()  # the whole file, strictly, or UnreadableDataError
         self._prepare_pandas()
@@ -463,6 +491,7 @@ class KeyTable:
     name: str
     select: str
     filled: bool = False
+    version: Any = None  # the session's tables' version it was filled at
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,6 +503,7 @@ class _SQLRelation:
     rows_only: bool = False  # a relation's rows, computed: no joins to run again
     keys: tuple[KeyTable, ...] = ()
     unitless: tuple[exp.Select, str] | None = None  # see _relation.unitless: SELECT, unit
+    tables: tuple[DuckDBEngine, ...] = ()  # every table of the session (their version)
 
 
 def relation_engine(
@@ -518,7 +548,13 @@ def relation_engine(
             found[0], source, sql_steps("duckdb"), keys, clean=label_clean
         )
         labelled = (labelled_select[0], found[1])
-    relation = _SQLRelation(select, tuple(members.values()), keys=tuple(used), unitless=labelled)
+    relation = _SQLRelation(
+        select,
+        tuple(members.values()),
+        keys=tuple(used),
+        unitless=labelled,
+        tables=tuple(tables.values()),
+    )
     return DuckDBEngine(relation, connection=connection)
 
 
