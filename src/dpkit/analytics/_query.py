@@ -261,6 +261,14 @@ class Unbounded:
     options: tuple[tuple[str, Any], ...] = ()
     """The builder's other arguments (``q``, ``candidates``, ``method``...)."""
 
+    def call(self, bounds: str = "", *, quoted: bool = True) -> str:
+        """The builder's call as written (``median('wage')``), or with ``bounds`` added;
+        ``quoted=False``: as plan text (``median(wage, ...)``)."""
+        q = dict(self.options).get("q")
+        column = repr(self.column) if quoted else self.column
+        args = [column] + ([] if q is None else [str(q)]) + ([bounds] if bounds else [])
+        return f"{self.function}({', '.join(args)})"
+
     def bounded(self, bounds: tuple[Number, Number]) -> Aggregation:
         """The aggregation clamped to ``bounds`` (every argument checked again)."""
         builder: Any = _UNBOUNDED_BUILDERS[self.function]
@@ -828,6 +836,18 @@ def median(
 ) -> Quantile | Unbounded:
     """The median of ``column`` (the 0.5-quantile; ``method`` etc. as in :func:`quantile`)."""
     column_name = _check_column(column)
+    if bounds is None:
+        return _unbounded(
+            "median",
+            column_name,
+            name or f"median_{column_name}",
+            weight,
+            candidates=candidates,
+            method=method,
+            n_range=n_range,
+            ptr_bound=ptr_bound,
+            noise=noise,
+        )
     return quantile(
         column_name,
         Fraction(1, 2),
@@ -848,8 +868,9 @@ _UNBOUNDED_BUILDERS: dict[str, Any] = {
     "variance": variance,
     "std": std,
     "quantile": quantile,
+    "median": median,
 }
-"""The builders of :class:`Unbounded` aggregations (a median is a quantile)."""
+"""The builders of :class:`Unbounded` aggregations."""
 
 _FLOAT_MAX = Fraction(np.finfo(np.float64).max)
 
@@ -1178,7 +1199,7 @@ def render_plan(node: PlanNode) -> str:
 def _render_agg(agg: Aggregation | Unbounded) -> str:
     """``agg`` as plan text, as its family declares (:mod:`dpkit.analytics._families`)."""
     if isinstance(agg, Unbounded):
-        return f"{agg.function}({agg.column}, registered bounds) as {agg.name}"
+        return f"{agg.call('registered bounds', quoted=False)} as {agg.name}"
     family = family_of(agg)
     if family is None:
         return f"{type(agg).__name__.lower()}(...) as {agg.name}"

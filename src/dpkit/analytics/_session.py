@@ -569,8 +569,8 @@ class Session:
                 registered_bounds(
                     self.bounds,
                     agg.column,
-                    f"{agg.function}({agg.column!r})",
-                    f"given in the query, {agg.function}({agg.column!r}, (lower, upper))",
+                    agg.call(),
+                    f"given in the query, {agg.call('(lower, upper)')}",
                     self.bounds_help,
                 )
             )

@@ -275,3 +275,23 @@ def test_builder_group_by_without_registered_keys_is_private(frame: pd.DataFrame
         session.query().group_by("dept", "site").agg(count()), epsilon=1, delta=1e-6
     )
     assert "private keys" in shown or "selection" in shown
+
+
+def test_builder_refusal_names_the_call_as_written(frame: pd.DataFrame) -> None:
+    from dpkit.analytics import median, quantile
+
+    session = _session(frame)
+    for agg, call in (
+        (median("wage"), "median('wage'"),
+        (quantile("wage", 0.9), "quantile('wage', 0.9"),
+    ):
+        assert (
+            session.query()
+            .agg(agg)
+            .render()
+            .endswith(f"{call.replace(repr('wage'), 'wage')}, registered bounds) as {agg.name})")
+        )
+        with pytest.raises(InvalidParameterError) as caught:
+            session.explain(session.query().agg(agg), epsilon=1)
+        assert caught.value.value == call + ")"
+        assert f"{call}, (lower, upper))" in caught.value.allowed
