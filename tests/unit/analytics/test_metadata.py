@@ -295,3 +295,30 @@ def test_builder_refusal_names_the_call_as_written(frame: pd.DataFrame) -> None:
             session.explain(session.query().agg(agg), epsilon=1)
         assert caught.value.value == call + ")"
         assert f"{call}, (lower, upper))" in caught.value.allowed
+
+
+def test_builder_over_several_tables_uses_registered_metadata() -> None:
+    from dpkit.analytics import count, mean
+
+    customer = pd.DataFrame({"c_id": [1, 2, 3], "c_seg": ["x", "y", "x"]})
+    orders = pd.DataFrame({"o_id": [10, 11, 12], "o_cust": [1, 2, 3], "o_total": [5.0, 6, 7]})
+    session = Session(
+        {"customer": customer, "orders": orders},
+        privacy_unit="customer.c_id",
+        links={"orders.o_cust": "customer.c_id"},
+        budget=dp.PureDP(10),
+        engine="pandas",
+        max_rows=2,
+        bounds={"orders.o_total": (0, 10)},
+        keys={"c_seg": ["x", "y"]},
+    )
+    query = (
+        session.query("orders")
+        .join("customer", on=("o_cust", "c_id"))
+        .group_by("c_seg")
+        .agg(count(), mean("o_total"))
+    )
+    shown = session.explain(query, epsilon=1)
+    assert "public 2 keys" in shown and "mean(o_total, [0, 10])" in shown, shown
+    release = session.evaluate(query, epsilon=1)
+    assert list(release.table["c_seg"]) == ["x", "y"]
