@@ -127,3 +127,88 @@ def test_csv_kinds_are_text_until_declared(api: Api) -> None:
         json={"dataset": "people", "sql": "SELECT AVG(age)", "loss": {"epsilon": "0.5"}},
     )
     assert r.status_code == 200, r.text
+
+
+@pytest.fixture
+def keyed(payroll: Api) -> Api:
+    r = payroll.post(
+        "/api/v1/datasets",
+        OFFICER,
+        json={
+            "name": "keyed",
+            "source": "payroll.parquet",
+            "privacy_unit": "person",
+            "bounds": {
+                "max_rows": 1,
+                "columns": {"wage": [0, 3000]},
+                "keys": {"dept": ["a", "b", "c"]},
+            },
+            "budget": {"epsilon": "10"},
+        },
+    )
+    assert r.status_code == 201, r.text
+    return payroll
+
+
+def test_registered_key_sets_are_the_groups(keyed: Api) -> None:
+    ana = keyed.analyst("ana", "keyed", "5")
+    for body in (
+        {"sql": "SELECT dept, COUNT(*), AVG(wage) FROM keyed GROUP BY dept"},
+        {"query": {"group_by": ["dept"], "aggregations": [{"op": "count"}]}},
+    ):
+        # pure ε: without the registered (public) keys, choosing groups privately needs a δ
+        r = keyed.post(
+            "/api/v1/query", ana, json={"dataset": "keyed", "loss": {"epsilon": "1"}, **body}
+        )
+        assert r.status_code == 200, r.text
+        assert [row["dept"] for row in r.json()["tables"]["main"]] == ["a", "b", "c"]
+    # the request's own keys win
+    r = keyed.post(
+        "/api/v1/query",
+        ana,
+        json={
+            "dataset": "keyed",
+            "loss": {"epsilon": "1"},
+            "sql": "SELECT dept, COUNT(*) GROUP BY dept",
+            "keys": {"dept": ["b"]},
+        },
+    )
+    assert r.status_code == 200, r.text
+    assert [row["dept"] for row in r.json()["tables"]["main"]] == ["b"]
+
+
+def test_datasets_show_registered_key_sets(keyed: Api) -> None:
+    ana = keyed.analyst("ana", "keyed")
+    for shown in (
+        keyed.get("/api/v1/datasets/keyed", ana).json(),
+        keyed.get("/api/v1/datasets/keyed", OFFICER).json(),
+    ):
+        assert shown["columns"]["dept"] == {"kind": "text", "keys": ["a", "b", "c"]}
+        assert shown["columns"]["wage"] == {"kind": "numeric", "bounds": [0, 3000]}
+        assert shown["bounds"]["keys"] == {"dept": ["a", "b", "c"]}
+
+
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        ({"department": ["a"]}, "department"),
+        ({"dept": ["a", "a"]}, "distinct"),
+        ({"dept": []}, "dept"),
+    ],
+)
+def test_bad_key_sets_are_refused_at_registration(
+    payroll: Api, keys: dict[str, Any], named: str
+) -> None:
+    r = payroll.post(
+        "/api/v1/datasets",
+        OFFICER,
+        json={
+            "name": "bad",
+            "source": "payroll.parquet",
+            "privacy_unit": "person",
+            "bounds": {"max_rows": 1, "keys": keys},
+            "budget": {"epsilon": "1"},
+        },
+    )
+    assert r.status_code == 400 and named in r.json()["detail"], r.text
+    assert payroll.get("/api/v1/datasets/bad", OFFICER).status_code == 404

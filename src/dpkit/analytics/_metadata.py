@@ -38,7 +38,9 @@ __all__ = [
     "check_column_bounds",
     "check_column_keys",
     "read_metadata",
+    "registered_bounds",
     "registered_for",
+    "registered_keys",
 ]
 
 _KINDS = {
@@ -125,6 +127,41 @@ def registered_for(registered: Mapping[str, Any], column: str) -> Any:
         return registered[bare]
     found = [name for name in registered if name.rpartition(".")[2] == bare]
     return registered[found[0]] if len(found) == 1 else None
+
+
+def registered_bounds(
+    registered: Mapping[str, tuple[Any, Any]],
+    column: str,
+    call: str,
+    written: str,
+    help_text: str,
+) -> tuple[Any, Any]:
+    """The bounds registered for ``column``, for an aggregate written without its own (SQL's
+    ``AVG(wage)``, the builder's ``mean("wage")``, the service's JSON ``{"op": "mean"}``).
+    Neither: refused (before anything is reserved), naming the column and how to register
+    its bounds. ``call``: the aggregate as written; ``written``: how to write its bounds in
+    the query; ``help_text``: how to register them (``{column}`` is the column's name)."""
+    found = registered_for(registered, column)
+    if found is None:
+        raise InvalidParameterError(
+            "bounds",
+            call,
+            f"{written}, or registered for the column {column!r} (no bounds are registered for it)",
+            help_text.replace("{column}", column.rpartition(".")[2]),
+        )
+    return found[0], found[1]
+
+
+def registered_keys(
+    registered: Mapping[str, Sequence[Any]], columns: Sequence[str]
+) -> dict[str, list[Any]] | None:
+    """The registered key sets of the grouping ``columns``, ``{column: [values]}``, when every
+    one of them has one (the groups are then their product); else None (the groups are
+    chosen privately)."""
+    found = {column: registered_for(registered, column) for column in columns}
+    if not columns or any(v is None for v in found.values()):
+        return None
+    return {column: list(values) for column, values in found.items()}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
 
@@ -49,6 +49,7 @@ __all__ = [
     "Select",
     "Source",
     "Sum",
+    "Unbounded",
     "Variance",
     "WithColumn",
     "col",
@@ -66,6 +67,7 @@ __all__ = [
     "sum",
     "variance",
     "workload",
+    "written_aggregations",
 ]
 
 
@@ -242,6 +244,62 @@ Aggregation: TypeAlias = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Unbounded:
+    """An aggregation written without clamping bounds (``mean("wage")``): the session clamps
+    it to the public bounds registered for its column (``Session(..., bounds={"wage": (0,
+    3000)})``, a metadata file, the service's registration) when it plans the query, before
+    anything is reserved; with none registered the query is refused there, naming the column
+    and how to register them (:func:`dpkit.analytics._metadata.registered_bounds`, the same
+    resolution as SQL's ``AVG(wage)``)."""
+
+    function: str
+    """The builder: ``sum``, ``mean``, ``variance``, ``std``, ``quantile`` or ``median``."""
+    column: str
+    name: str
+    weight: Fraction = Fraction(1)
+    options: tuple[tuple[str, Any], ...] = ()
+    """The builder's other arguments (``q``, ``candidates``, ``method``...)."""
+
+    def call(self, bounds: str = "", *, quoted: bool = True) -> str:
+        """The builder's call as written (``median('wage')``), or with ``bounds`` added;
+        ``quoted=False``: as plan text (``median(wage, ...)``)."""
+        q = dict(self.options).get("q")
+        column = repr(self.column) if quoted else self.column
+        args = [column] + ([] if q is None else [str(q)]) + ([bounds] if bounds else [])
+        return f"{self.function}({', '.join(args)})"
+
+    def bounded(self, bounds: tuple[Number, Number]) -> Aggregation:
+        """The aggregation clamped to ``bounds`` (every argument checked again)."""
+        builder: Any = _UNBOUNDED_BUILDERS[self.function]
+        built: Aggregation = builder(
+            self.column, bounds=bounds, name=self.name, weight=self.weight, **dict(self.options)
+        )
+        return built
+
+    def probe(self) -> Aggregation:
+        """The aggregation with placeholder bounds, to check its name and other arguments
+        (those that depend on the bounds, the candidates and PTR's bound, are checked when
+        the bounds are known)."""
+        builder: Any = _UNBOUNDED_BUILDERS[self.function]
+        options = {k: v for k, v in self.options if k not in ("candidates", "ptr_bound")}
+        probe: Aggregation = builder(
+            self.column, bounds=(0, 1), name=self.name, weight=self.weight, **options
+        )
+        return probe
+
+
+def _unbounded(function: str, column: str, name: str, weight: Number, **options: Any) -> Unbounded:
+    """An :class:`Unbounded` aggregation, its other arguments checked now."""
+    if isinstance(options.get("candidates"), Sequence):
+        options["candidates"] = tuple(options["candidates"])
+    found = Unbounded(
+        function, column, check_name(name), _check_weight(weight), tuple(options.items())
+    )
+    found.probe()
+    return found
+
+
 def count(name: str = "count", *, weight: Number = 1) -> Count:
     """The number of rows per group."""
     return Count(check_name(name), _check_weight(weight))
@@ -298,6 +356,35 @@ def render_values(values: Sequence[tuple[Fraction, Fraction]]) -> str:
     )
 
 
+@overload
+def sum(
+    column: str | Col,
+    bounds: tuple[Number, Number],
+    name: str | None = None,
+    *,
+    values: None = None,
+    weight: Number = 1,
+) -> Sum: ...
+@overload
+def sum(
+    column: str | Col,
+    bounds: None = None,
+    name: str | None = None,
+    *,
+    values: Sequence[tuple[Number, Number] | Number],
+    weight: Number = 1,
+) -> Sum: ...
+@overload
+def sum(
+    column: str | Col,
+    bounds: None = None,
+    name: str | None = None,
+    *,
+    values: None = None,
+    weight: Number = 1,
+) -> Unbounded: ...
+
+
 def sum(
     column: str | Col,
     bounds: tuple[Number, Number] | None = None,
@@ -305,8 +392,10 @@ def sum(
     *,
     values: Sequence[tuple[Number, Number] | Number] | None = None,
     weight: Number = 1,
-) -> Sum:
-    """The sum of ``column``, each value clamped into ``bounds`` first.
+) -> Sum | Unbounded:
+    """The sum of ``column``, each value clamped into ``bounds`` first (without bounds nor
+    ``values``: the bounds registered for the column with the session, see
+    :class:`Unbounded`).
 
     Or, with ``values=[(lo, hi), ...]`` instead of ``bounds``: the per-row values are declared to
     lie in that union of intervals (a value outside it is moved to its nearest point, the
@@ -333,21 +422,40 @@ def sum(
         hull = (declared[0][0], declared[-1][1])
         return Sum(column_name, hull, label, _check_weight(weight), declared)
     if bounds is None:
-        raise InvalidParameterError(
-            "bounds",
-            bounds,
-            "a pair (lower, upper), or values=[(lo, hi), ...]",
-            "dpkit never reads clamping bounds from the data; Session.estimate_bounds finds "
-            "them privately.",
-        )
+        return _unbounded("sum", column_name, label, weight)
     return Sum(column_name, check_bounds(bounds), label, _check_weight(weight))
 
 
+@overload
 def mean(
-    column: str | Col, bounds: tuple[Number, Number], name: str | None = None, *, weight: Number = 1
-) -> Mean:
-    """The mean of ``column``, each value clamped into ``bounds`` first."""
+    column: str | Col,
+    bounds: tuple[Number, Number],
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Mean: ...
+@overload
+def mean(
+    column: str | Col,
+    bounds: None = None,
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Unbounded: ...
+
+
+def mean(
+    column: str | Col,
+    bounds: tuple[Number, Number] | None = None,
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Mean | Unbounded:
+    """The mean of ``column``, each value clamped into ``bounds`` first (without: the bounds
+    registered for the column with the session, see :class:`Unbounded`)."""
     column_name = _check_column(column)
+    if bounds is None:
+        return _unbounded("mean", column_name, name or f"mean_{column_name}", weight)
     low, high = check_bounds(bounds)
     if low == high:
         raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
@@ -358,13 +466,17 @@ def mean(
 
 def _spread(
     column: str | Col,
-    bounds: tuple[Number, Number],
+    bounds: tuple[Number, Number] | None,
     name: str | None,
     prefix: str,
     std: bool,
     weight: Number,
-) -> Variance:
+) -> Variance | Unbounded:
     column_name = _check_column(column)
+    if bounds is None:
+        return _unbounded(
+            "std" if std else "variance", column_name, name or f"{prefix}_{column_name}", weight
+        )
     low, high = check_bounds(bounds)
     if low == high:
         raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
@@ -377,17 +489,63 @@ def _spread(
     )
 
 
+@overload
 def variance(
-    column: str | Col, bounds: tuple[Number, Number], name: str | None = None, *, weight: Number = 1
-) -> Variance:
-    """The population variance of ``column``, values clamped into ``bounds``."""
+    column: str | Col,
+    bounds: tuple[Number, Number],
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Variance: ...
+@overload
+def variance(
+    column: str | Col,
+    bounds: None = None,
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Unbounded: ...
+
+
+def variance(
+    column: str | Col,
+    bounds: tuple[Number, Number] | None = None,
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Variance | Unbounded:
+    """The population variance of ``column``, values clamped into ``bounds`` (without: the
+    registered bounds, see :class:`Unbounded`)."""
     return _spread(column, bounds, name, "var", False, weight)
 
 
+@overload
 def std(
-    column: str | Col, bounds: tuple[Number, Number], name: str | None = None, *, weight: Number = 1
-) -> Variance:
-    """The population standard deviation of ``column``, values clamped into ``bounds``."""
+    column: str | Col,
+    bounds: tuple[Number, Number],
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Variance: ...
+@overload
+def std(
+    column: str | Col,
+    bounds: None = None,
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Unbounded: ...
+
+
+def std(
+    column: str | Col,
+    bounds: tuple[Number, Number] | None = None,
+    name: str | None = None,
+    *,
+    weight: Number = 1,
+) -> Variance | Unbounded:
+    """The population standard deviation of ``column``, values clamped into ``bounds``
+    (without: the registered bounds, see :class:`Unbounded`)."""
     return _spread(column, bounds, name, "std", True, weight)
 
 
@@ -521,6 +679,7 @@ def _check_quantile_method(
     return str(method), rows, bound
 
 
+@overload
 def quantile(
     column: str | Col,
     q: Number,
@@ -533,8 +692,38 @@ def quantile(
     n_range: tuple[int, int] | None = None,
     ptr_bound: Number | None = None,
     noise: str = "auto",
-) -> Quantile:
-    """The ``q``-quantile of ``column``, values clamped into ``bounds``.
+) -> Quantile: ...
+@overload
+def quantile(
+    column: str | Col,
+    q: Number,
+    bounds: None = None,
+    name: str | None = None,
+    *,
+    candidates: int | Sequence[Number] = 1024,
+    weight: Number = 1,
+    method: str = "auto",
+    n_range: tuple[int, int] | None = None,
+    ptr_bound: Number | None = None,
+    noise: str = "auto",
+) -> Unbounded: ...
+
+
+def quantile(
+    column: str | Col,
+    q: Number,
+    bounds: tuple[Number, Number] | None = None,
+    name: str | None = None,
+    *,
+    candidates: int | Sequence[Number] = 1024,
+    weight: Number = 1,
+    method: str = "auto",
+    n_range: tuple[int, int] | None = None,
+    ptr_bound: Number | None = None,
+    noise: str = "auto",
+) -> Quantile | Unbounded:
+    """The ``q``-quantile of ``column``, values clamped into ``bounds`` (without: the bounds
+    registered for the column with the session, see :class:`Unbounded`).
 
     ``candidates``: the size of the exponential mechanism's grid (about that many points of
     [lower, upper], a power-of-two step; each value is rounded to the nearest point), or the
@@ -562,6 +751,19 @@ def quantile(
     q_f = fraction_of("q", q)
     if not 0 <= q_f <= 1:
         raise InvalidParameterError("q", q, "in [0, 1], e.g. 0.5 for the median")
+    if bounds is None:
+        return _unbounded(
+            "quantile",
+            column_name,
+            name or quantile_name(q_f, column_name),
+            weight,
+            q=q,
+            candidates=candidates,
+            method=method,
+            n_range=n_range,
+            ptr_bound=ptr_bound,
+            noise=noise,
+        )
     low, high = check_bounds(bounds)
     if low == high:
         raise InvalidParameterError("bounds", bounds, "(lower, upper) with lower < upper")
@@ -592,6 +794,7 @@ def quantile_name(q: Number, column: str) -> str:
     return f"q{percent.replace('.', '_')}_{column}"
 
 
+@overload
 def median(
     column: str | Col,
     bounds: tuple[Number, Number],
@@ -603,9 +806,48 @@ def median(
     n_range: tuple[int, int] | None = None,
     ptr_bound: Number | None = None,
     noise: str = "auto",
-) -> Quantile:
+) -> Quantile: ...
+@overload
+def median(
+    column: str | Col,
+    bounds: None = None,
+    name: str | None = None,
+    *,
+    candidates: int | Sequence[Number] = 1024,
+    weight: Number = 1,
+    method: str = "auto",
+    n_range: tuple[int, int] | None = None,
+    ptr_bound: Number | None = None,
+    noise: str = "auto",
+) -> Unbounded: ...
+
+
+def median(
+    column: str | Col,
+    bounds: tuple[Number, Number] | None = None,
+    name: str | None = None,
+    *,
+    candidates: int | Sequence[Number] = 1024,
+    weight: Number = 1,
+    method: str = "auto",
+    n_range: tuple[int, int] | None = None,
+    ptr_bound: Number | None = None,
+    noise: str = "auto",
+) -> Quantile | Unbounded:
     """The median of ``column`` (the 0.5-quantile; ``method`` etc. as in :func:`quantile`)."""
     column_name = _check_column(column)
+    if bounds is None:
+        return _unbounded(
+            "median",
+            column_name,
+            name or f"median_{column_name}",
+            weight,
+            candidates=candidates,
+            method=method,
+            n_range=n_range,
+            ptr_bound=ptr_bound,
+            noise=noise,
+        )
     return quantile(
         column_name,
         Fraction(1, 2),
@@ -619,6 +861,16 @@ def median(
         noise=noise,
     )
 
+
+_UNBOUNDED_BUILDERS: dict[str, Any] = {
+    "sum": sum,
+    "mean": mean,
+    "variance": variance,
+    "std": std,
+    "quantile": quantile,
+    "median": median,
+}
+"""The builders of :class:`Unbounded` aggregations."""
 
 _FLOAT_MAX = Fraction(np.finfo(np.float64).max)
 
@@ -918,11 +1170,19 @@ class Aggregate(Structural):
         if self.keys:
             kind = f"public {len(self.key_set)} keys" if self.key_set else "private keys"
             head += f".group_by({', '.join(repr(k) for k in self.keys)}; {kind})"
-        aggs = ", ".join(_render_agg(a) for a in self.aggregations)
+        aggs = ", ".join(_render_agg(a) for a in written_aggregations(self.aggregations))
         return f"{head}.bound({self.bounding.describe()}).agg({aggs})"
 
 
 PlanNode: TypeAlias = Source | Filter | WithColumn | Select | Aggregate | Join | Alias | PerUnit
+
+
+def written_aggregations(
+    aggregations: tuple[Aggregation, ...],
+) -> tuple[Aggregation | Unbounded, ...]:
+    """An :class:`Aggregate`'s aggregations as written: some may wait for registered bounds
+    (:class:`Unbounded`) until the session plans the query."""
+    return cast("tuple[Aggregation | Unbounded, ...]", aggregations)
 
 
 def render_plan(node: PlanNode) -> str:
@@ -936,8 +1196,10 @@ def render_plan(node: PlanNode) -> str:
     return ".".join(reversed(parts))
 
 
-def _render_agg(agg: Aggregation) -> str:
+def _render_agg(agg: Aggregation | Unbounded) -> str:
     """``agg`` as plan text, as its family declares (:mod:`dpkit.analytics._families`)."""
+    if isinstance(agg, Unbounded):
+        return f"{agg.call('registered bounds', quoted=False)} as {agg.name}"
     family = family_of(agg)
     if family is None:
         return f"{type(agg).__name__.lower()}(...) as {agg.name}"
@@ -1179,7 +1441,7 @@ class Query(Structural):
         bounding = self.bounding.merged(Bounding(None, max_groups, max_rows_per_group))
         return GroupedQuery(self._open(), bounding, names, _normalise_keys(names, keys), share)
 
-    def agg(self, *aggregations: Aggregation) -> Query:
+    def agg(self, *aggregations: Aggregation | Unbounded) -> Query:
         """Aggregate the whole table (one group)."""
         return GroupedQuery(self._open(), self.bounding, (), None, Fraction(1, 4)).agg(
             *aggregations
@@ -1226,13 +1488,15 @@ class GroupedQuery(Structural):
             self, bounding=self.bounding.merged(Bounding(max_rows, max_groups, max_rows_per_group))
         )
 
-    def agg(self, *aggregations: Aggregation) -> Query:
+    def agg(self, *aggregations: Aggregation | Unbounded) -> Query:
         """The aggregations to release, each with its share (``weight``) of the budget."""
         if not aggregations:
             raise InvalidParameterError("aggregations", aggregations, "at least one aggregation")
         names: set[str] = set()
         columns = dict.fromkeys(self.keys, "a group_by column")
-        for agg in aggregations:
+        for written in aggregations:
+            # without bounds: checked as it will be once the session clamps it (Unbounded)
+            agg = written.probe() if isinstance(written, Unbounded) else written
             family = family_of(agg)
             if family is None:
                 raise _unknown_aggregation(agg)
@@ -1269,7 +1533,8 @@ class GroupedQuery(Structural):
             self.plan,
             self.keys,
             self.key_set,
-            tuple(aggregations),
+            # Unbounded ones are resolved by the session before planning (Session.compile)
+            cast("tuple[Aggregation, ...]", tuple(aggregations)),
             self.bounding,
             self.selection_share,
         )

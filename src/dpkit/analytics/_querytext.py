@@ -88,7 +88,7 @@ from dpkit.analytics._expr import (
     when,
 )
 from dpkit.analytics._families import Form, forms, released_columns
-from dpkit.analytics._metadata import registered_for
+from dpkit.analytics._metadata import registered_bounds
 from dpkit.analytics._planner import families as _registered  # noqa: F401  (fills the registry)
 from dpkit.analytics._query import Aggregation, PlanNode, Query, quantile_name
 from dpkit.analytics._query import Alias as _AliasNode
@@ -98,7 +98,7 @@ from dpkit.analytics._query import PerUnit as _PerUnitNode
 from dpkit.analytics._query import Select as _SelectNode
 from dpkit.analytics._query import Source as _SourceNode
 from dpkit.analytics._query import WithColumn as _WithColumnNode
-from dpkit.errors import InvalidParameterError, UnsupportedQueryError
+from dpkit.errors import UnsupportedQueryError
 
 __all__ = [
     "ALLOWED_ARGS",
@@ -1058,16 +1058,14 @@ def _registered_bounds(node: exp.Expr, func: str, column: str, plain: bool) -> l
             f"{func.upper()} of an expression declares its clamping bounds: "
             f"{func.upper()}(expression, lower, upper).",
         )
-    found = registered_for(registered, column)
-    if found is None:
-        raise InvalidParameterError(
-            "bounds",
-            f"{func.upper()}({column})",
-            f"written in the query, {func.upper()}({column}, lower, upper), or registered for "
-            f"the column {column!r} (no bounds are registered for it)",
-            help_text.replace("{column}", column.rpartition(".")[2]),
-        )
-    return [found[0], found[1]]
+    low, high = registered_bounds(
+        registered,
+        column,
+        f"{func.upper()}({column})",
+        f"written in the query, {func.upper()}({column}, lower, upper)",
+        help_text,
+    )
+    return [low, high]
 
 
 _COMPARE = {exp.EQ: "==", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}

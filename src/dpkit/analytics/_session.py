@@ -45,8 +45,13 @@ from dpkit.analytics._joins import (
     relation_schema,
     split_relation,
 )
-from dpkit.analytics._keys import check_name
-from dpkit.analytics._metadata import check_column_bounds, check_column_keys, registered_for
+from dpkit.analytics._keys import KeySet, check_name
+from dpkit.analytics._metadata import (
+    check_column_bounds,
+    check_column_keys,
+    registered_bounds,
+    registered_keys,
+)
 from dpkit.analytics._planner import CompiledQuery, Mechanism, compile_query, rewrite, validate
 from dpkit.analytics._planner._measurement import (
     QueryMeasurement,
@@ -61,8 +66,10 @@ from dpkit.analytics._query import (
     PlanNode,
     Query,
     Source,
+    Unbounded,
     check_max_per_key,
     count,
+    written_aggregations,
 )
 from dpkit.analytics._results import TableRelease
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, group_share
@@ -548,6 +555,40 @@ class Session:
             self.tables.relation(planned.node),
         )
 
+    def _with_registered(self, query: Query) -> Query:
+        """``query`` with the registered metadata applied, as SQL applies it: an aggregation
+        written without bounds (``mean("wage")``) clamps to the column's registered bounds
+        (refused here, before anything is reserved, naming the column, when none are), and a
+        ``group_by`` without keys whose columns all have a registered key set groups on
+        their product (:mod:`dpkit.analytics._metadata`)."""
+        node = query.plan
+        if not isinstance(node, Aggregate):
+            return query
+        aggregations = tuple(
+            agg.bounded(
+                registered_bounds(
+                    self.bounds,
+                    agg.column,
+                    agg.call(),
+                    f"given in the query, {agg.call('(lower, upper)')}",
+                    self.bounds_help,
+                )
+            )
+            if isinstance(agg, Unbounded)
+            else agg
+            for agg in written_aggregations(node.aggregations)
+        )
+        key_set = node.key_set
+        if key_set is None and node.keys:
+            found = registered_keys(self.keys, node.keys)
+            if found is not None:
+                key_set = KeySet.from_dict(found)
+        if key_set is node.key_set and all(
+            a is b for a, b in zip(aggregations, node.aggregations, strict=True)
+        ):
+            return query
+        return replace(query, plan=replace(node, aggregations=aggregations, key_set=key_set))
+
     def _stability(self, query: Query) -> int:
         """How many units of the relation one unit of the tables is (a truncated join: the
         rows one unit changes; otherwise 1). Reads the declared schemas only."""
@@ -689,9 +730,8 @@ class Session:
             )
         if parsed.group_by:
             key_set = None
-            registered = {k: registered_for(self.keys, k) for k in parsed.group_by}
-            if keys is None and all(v is not None for v in registered.values()):
-                keys = registered  # the registered key sets
+            if keys is None:
+                keys = registered_keys(self.keys, parsed.group_by)  # None: chosen privately
             if keys is not None:
                 if not isinstance(keys, Mapping) or set(keys) != set(parsed.group_by):
                     raise InvalidParameterError(
@@ -754,6 +794,7 @@ class Session:
         See :mod:`dpkit.analytics._planner._measurement`.
         """
         budget = _query_budget(epsilon, delta, rho, loss)
+        query = self._with_registered(query)
         try:
             single, schema, unit, label, _ = self._resolve(query)
             stability = self._stability(query)
@@ -817,6 +858,7 @@ class Session:
         self._check_open()
         if not 0 < alpha < 1:
             raise InvalidParameterError("alpha", alpha, "in (0, 1), e.g. 0.05")
+        query = self._with_registered(query)
         measurement = self.compile(
             query,
             epsilon=epsilon,

@@ -809,6 +809,7 @@ def create_app(
     )
     app.state.service = svc
     app.state.executor = None  # set while the app runs (lifespan); None: the loop's default
+    app.state.answer_query = _answer  # the dashboard's query form answers as the API does
     app.include_router(router)
     app.include_router(dashboard_router)
     _install_handlers(app)

@@ -27,6 +27,7 @@ from dpkit._door import watching
 from dpkit._exact import fraction_of
 from dpkit.analytics._expr import Expr
 from dpkit.analytics._families import Form, family_of, forms
+from dpkit.analytics._metadata import check_column_keys, registered_bounds, registered_keys
 from dpkit.analytics._planner._measurement import QueryMeasurement
 from dpkit.analytics._query import Aggregation, KeySet, Query
 from dpkit.analytics._querytext import (
@@ -517,6 +518,7 @@ class Service:
             schema=inputs.schema,
             engine=self.config.engine,
             bounds=inputs.bounds["columns"],  # refused here if a column does not exist
+            keys=inputs.bounds.get("keys"),
             **inputs.options,
             **inputs.bounds["contribution"],
         )
@@ -743,6 +745,8 @@ class Service:
                 "the query text must be a string of at most 10,000 characters"
             )
         parsed = session._parse_sql(sql)
+        if not keys and parsed.group_by:  # the officer's registered key sets, if all have one
+            keys = registered_keys(session.keys, parsed.group_by)
         if keys:
             if not parsed.group_by:
                 raise InvalidParameterError(
@@ -777,6 +781,8 @@ class Service:
             assert model is not None
             parsed = _parse_model(model, record)
         built = parsed.rows(Query())
+        if not keys and parsed.group_by:  # the officer's registered key sets, if all have one
+            keys = registered_keys(record.bounds.get("keys", {}), parsed.group_by)
         if keys and not parsed.group_by:
             # keys of an ungrouped query would be ignored, and the query answered and charged
             # as if they had not been sent: refuse the mismatch instead of guessing
@@ -883,6 +889,7 @@ class Service:
             schema=None if isinstance(engine, WarmDuckDBEngine) else record.schema,
             engine=engine,
             bounds=record.bounds.get("columns"),
+            keys=record.bounds.get("keys"),
             **record.bounds.get("contribution", {}),
         )
         with self._sessions_lock:
@@ -914,6 +921,7 @@ class Service:
             public={t: str(files[t]) for t in spec["public"]} or None,
             links=dict(spec["links"]),
             bounds=record.bounds.get("columns"),
+            keys=record.bounds.get("keys"),
             **record.bounds.get("contribution", {}),
         )
         with self._sessions_lock:
@@ -1114,11 +1122,13 @@ def _file_kinds(path: Path, declared: Mapping[str, str]) -> dict[str, str]:
 
 
 def dataset_columns(record: DatasetRecord, data_root: Path) -> dict[str, dict[str, Any]]:
-    """Each column of a dataset with its kind and, where registered, its bounds as people
-    write them, ``{"wage": {"kind": "numeric", "bounds": [0, 3000]}}``; over several tables
+    """Each column of a dataset with its kind and, where registered, its bounds and key set
+    as people write them, ``{"wage": {"kind": "numeric", "bounds": [0, 3000]}, "dept":
+    {"kind": "text", "keys": ["R&D", "Sales"]}}``; over several tables
     per ``table.column``. Read from the files' metadata and the registration, never from
     values."""
     registered = record.bounds.get("columns", {})
+    key_sets = record.bounds.get("keys", {})
     spec = tables_of(record)
     kinds: dict[str, str] = {}
     if spec is None:
@@ -1134,6 +1144,9 @@ def dataset_columns(record: DatasetRecord, data_root: Path) -> dict[str, dict[st
         pair = registered.get(name.rpartition(".")[2])
         if pair is not None:
             shown["bounds"] = [shown_number(pair[0]), shown_number(pair[1])]
+        values = key_sets.get(name.rpartition(".")[2])
+        if values is not None:
+            shown["keys"] = list(values)
         out[name] = shown
     return out
 
@@ -1234,6 +1247,14 @@ def _check_bounds(bounds: Mapping[str, Any]) -> dict[str, Any]:
             )
         columns[column] = [float(pair[0]), float(pair[1])]
     checked: dict[str, Any] = {"contribution": contribution, "columns": columns}
+    registered = bounds.get("keys")
+    if registered:
+        for column in registered:
+            check_column(column)
+        key_sets = check_column_keys(registered, "bounds.keys")
+        for column, values in key_sets.items():
+            _check_keys({column: values})
+        checked["keys"] = {column: list(values) for column, values in key_sets.items()}
     per_key = bounds.get("max_per_key")
     if per_key is not None:
         if isinstance(per_key, bool) or not isinstance(per_key, int) or not 1 <= per_key <= 10**6:
@@ -1354,15 +1375,13 @@ def _parse_model(model: Mapping[str, Any], record: DatasetRecord) -> ParsedQuery
             lower, upper = item.get("lower"), item.get("upper")
             if lower is None and upper is None:
                 column = values["column"]
-                if column not in declared:
-                    raise InvalidParameterError(
-                        "bounds",
-                        f"{op}({column})",
-                        f"given ('lower' and 'upper'), or registered for the column {column!r} "
-                        "(no bounds are registered for it)",
-                        _BOUNDS_HELP.replace("{column}", column),
-                    )
-                lower, upper = declared[column]
+                lower, upper = registered_bounds(
+                    {c: (low, high) for c, (low, high) in declared.items()},
+                    column,
+                    f"{op}({column})",
+                    "given ('lower' and 'upper')",
+                    _BOUNDS_HELP,
+                )
             values["lower"], values["upper"] = lower, upper
         aggs.append(form.build(values, name or None))
     where: Expr | None = None

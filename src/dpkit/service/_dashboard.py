@@ -1,21 +1,37 @@
-"""The dashboard: server-rendered HTML with an inline SVG chart (no JavaScript, no CDN).
+"""The dashboard, a workbench: server-rendered HTML with an inline SVG chart (no JavaScript,
+no CDN).
 
-Every value shown is escaped (``html.escape``). Login stores the token in an HttpOnly,
-SameSite=Strict cookie, so other sites cannot submit the forms with it.
+Analysts see their datasets with every column's kind, registered bounds and key set (as people
+write them: ``[0, 3000]``, ``["a", "b"]``), ask SQL queries with an ε, (ε, δ) or ρ budget and
+read the answer with its intervals, its cost and its receipt. Privacy officers register
+datasets (budget, column bounds and key sets), set (ε, δ) or ρ budgets and allowances, and
+watch the spend. Every value shown is escaped (``html.escape``). Login stores the token in an
+HttpOnly, SameSite=Strict cookie, so other sites cannot submit the forms with it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import html
+import json
+import math
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from dpkit.errors import DPError
+from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ledger import LedgerError
-from dpkit.service._core import NotFoundError, PermissionDeniedError, Service, loss_from_parts
+from dpkit.service._core import (
+    FailedAfterReservationError,
+    NotFoundError,
+    PermissionDeniedError,
+    Service,
+    dataset_columns,
+    loss_from_parts,
+    shown_number,
+)
 from dpkit.service._registry import Principal
 
 __all__ = ["router", "spend_chart"]
@@ -33,6 +49,14 @@ h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:2rem}
 .alert{color:#a00}.bar{background:#eee;width:160px;height:10px;display:inline-block}
 .bar span{background:#1f77b4;height:10px;display:block}form.inline input{margin-right:.4rem}
 .msg{padding:.5rem;background:#fff4d6;border:1px solid #e0c070}
+form.card{border:1px solid #ccc;background:#fafafa;padding:.6rem .9rem;margin:.5rem 0 1.5rem}
+form.card label{display:inline-block;margin:.25rem 1rem .25rem 0}
+form.card textarea{font-family:ui-monospace,monospace;width:100%;box-sizing:border-box}
+form.card .wide{display:block}
+.hint{color:#555;font-size:.9em;margin:.2rem 0}
+code,.mono{font-family:ui-monospace,monospace}
+td.interval{color:#444;white-space:nowrap}
+.cost{padding:.5rem;background:#eef5ff;border:1px solid #9bbbe0}
 """
 
 
@@ -180,11 +204,67 @@ def _alert_text(detail: str) -> str:
     return f"crossed {float(threshold):.0%} of its budget (used {float(used):.0%})"
 
 
+def _pair(values: Sequence[Any]) -> str:
+    """Bounds as people write them: ``[0, 3000]``."""
+    return "[" + ", ".join(str(shown_number(v)) for v in values) + "]"
+
+
+def _key_list(values: Sequence[Any], most: int = 20) -> str:
+    """A key set as people write it: ``["a", "b"]`` (the first ``most`` values)."""
+    shown = json.dumps(list(values[:most]), ensure_ascii=False)
+    return shown if len(values) <= most else f"{shown[:-1]}, …] ({len(values):,} values)"
+
+
+def _contribution(bounds: Mapping[str, Any]) -> str:
+    """The unit's contribution bounds as a metadata file writes them: ``max_rows = 1``."""
+    items = dict(bounds.get("contribution", {}))
+    if bounds.get("max_per_key") is not None:
+        items["max_per_key"] = bounds["max_per_key"]
+    return ", ".join(f"{k} = {v}" for k, v in items.items()) or "—"
+
+
+def _columns_table(name: str, columns: Mapping[str, Mapping[str, Any]]) -> str:
+    """Each column of a dataset: its kind, registered bounds and key set."""
+    rows = "".join(
+        f"<tr><td><code>{_e(column)}</code></td><td>{_e(spec.get('kind', ''))}</td>"
+        f"<td class=mono>{_e(_pair(spec['bounds']) if 'bounds' in spec else '—')}</td>"
+        f"<td class=mono>{_e(_key_list(spec['keys']) if 'keys' in spec else '—')}</td></tr>"
+        for column, spec in columns.items()
+    )
+    return (
+        f'<table class="columns" id="columns-{_e(name)}"><tr><th>column</th><th>kind</th>'
+        "<th>bounds</th><th>keys</th></tr>" + rows + "</table>"
+    )
+
+
+def _dataset_sections(service: Service, who: Principal) -> str:
+    """The datasets a principal may query or manage, each with its columns."""
+    out = []
+    for record in service.visible_datasets(who):
+        source = f" · source <code>{_e(record.source)}</code>" if who.role == "officer" else ""
+        described = f" — {_e(record.description)}" if record.description else ""
+        out.append(
+            f'<h3 class="dataset">{_e(record.name)}</h3><p class="hint">privacy unit '
+            f"<code>{_e(record.privacy_unit)}</code> · per unit "
+            f"<code>{_e(_contribution(record.bounds))}</code>{source}{described}</p>"
+            + _columns_table(record.name, dataset_columns(record, service.data_root))
+        )
+    return "".join(out) or "<p>No datasets yet.</p>"
+
+
+def _loss_inputs(epsilon: str = "", delta: str = "", rho: str = "") -> str:
+    """ε (with an optional δ), or ρ."""
+    return (
+        f'<label>ε <input name="epsilon" value="{_e(epsilon)}" size="7"></label>'
+        f'<label>δ <input name="delta" value="{_e(delta)}" size="9" placeholder="optional">'
+        f'</label><label>or ρ (zCDP) <input name="rho" value="{_e(rho)}" size="7"></label>'
+    )
+
+
 def _officer_page(service: Service, who: Principal, message: str) -> HTMLResponse:
     datasets = "".join(
         f"<tr><td>{_e(d.name)}</td><td>{_e(d.source)}</td><td>{_e(d.privacy_unit)}</td>"
-        f"<td>{_e(', '.join(f'{k}:{v}' for k, v in d.schema.items()))}</td>"
-        f"<td>{_e(d.bounds.get('contribution', {}))}</td></tr>"
+        f"<td class=mono>{_e(_contribution(d.bounds))}</td></tr>"
         for d in service.registry.datasets()
     )
     alerts = "".join(
@@ -193,6 +273,7 @@ def _officer_page(service: Service, who: Principal, message: str) -> HTMLRespons
         for e in service.alert_entries(20)
     )
     analysts = [n for n, r in service.registry.principals() if r == "analyst"]
+    names = [d.name for d in service.registry.datasets()]
     body = (
         (f'<p class="msg">{_e(message)}</p>' if message else "")
         + "<h2>Spend over time</h2>"
@@ -203,35 +284,165 @@ def _officer_page(service: Service, who: Principal, message: str) -> HTMLRespons
         + (f'<ul id="alerts">{alerts}</ul>' if alerts else '<p id="alerts">No alerts.</p>')
         + "<h2>Datasets</h2>"
         + '<table id="datasets"><tr><th>name</th><th>source</th><th>privacy unit</th>'
-        "<th>schema</th><th>per-person bounds</th></tr>"
+        "<th>per-unit bounds</th></tr>"
         + datasets
         + "</table>"
+        + _dataset_sections(service, who)
         + """<h2>Register a dataset</h2>
-<form id="register" method="post" action="/dashboard/datasets">
+<form id="register" class="card" method="post" action="/dashboard/datasets">
 <label>Name <input name="name" required></label>
 <label>Source (under the data root) <input name="source" required></label>
 <label>Privacy unit <input name="privacy_unit" required></label><br>
 <label>Schema (col=kind,…) <input name="schema" size="40"></label>
-<label>Max rows per person <input name="max_rows" value="1" size="4"></label>
-<label>Budget ε <input name="epsilon" value="1" size="6"></label>
+<label>Max rows per unit <input name="max_rows" value="1" size="4"></label>
+<label>Max groups per unit <input name="max_groups" size="4" placeholder="none"></label><br>
+<span>Budget:</span> """
+        + _loss_inputs("1")
+        + """
+<label class="wide">Column bounds, one per line (public: declared, never read from the data)
+<textarea name="column_bounds" rows="3" placeholder="wage = [0, 3000]"></textarea></label>
+<label class="wide">Key sets, one per line (a GROUP BY on these columns uses them)
+<textarea name="column_keys" rows="2" placeholder='dept = ["R&amp;D", "Sales"]'></textarea>
+</label>
 <button type="submit">Register</button></form>
 <h2>Set an allowance</h2>
-<form id="allowance" method="post" action="/dashboard/allowance">
-<label>Dataset <input name="dataset" required></label>
-<label>Analyst <input name="analyst" required list="analysts"></label>
-<label>Allowance ε <input name="epsilon" required size="6"></label>
+<form id="allowance" class="card" method="post" action="/dashboard/allowance">
+<label>Dataset <input name="dataset" required list="dataset-names"></label>
+<label>Analyst <input name="analyst" required list="analysts"></label><br>
+<span>Allowance:</span> """
+        + _loss_inputs()
+        + """
+<button type="submit">Save</button></form>
+<h2>Change a dataset's budget</h2>
+<form id="budget" class="card" method="post" action="/dashboard/budget">
+<label>Dataset <input name="dataset" required list="dataset-names"></label><br>
+<span>Total budget:</span> """
+        + _loss_inputs()
+        + """
 <button type="submit">Save</button></form>
 <datalist id="analysts">"""
         + "".join(f'<option value="{_e(a)}">' for a in analysts)
+        + '</datalist><datalist id="dataset-names">'
+        + "".join(f'<option value="{_e(n)}">' for n in names)
         + "</datalist><h2>Recent receipts</h2>"
         + _receipts(service, who)
     )
     return _page("dpkit — privacy officer", body, who)
 
 
-def _analyst_page(service: Service, who: Principal, message: str) -> HTMLResponse:
+def _number(value: Any) -> str:
+    """A released number as people read it: ``101``, ``52.3761``, ``1.5e+12``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "—" if value is None else str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        if 1e-4 <= abs(value) < 1e9:
+            return f"{value:.4f}".rstrip("0").rstrip(".")
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _level(alpha: Any) -> str:
+    """An interval's confidence level, ``95%`` for α = 0.05."""
+    return f"{1 - float(alpha if alpha is not None else 0.05):.0%}"
+
+
+def _result_table(
+    name: str,
+    columns: Sequence[str],
+    rows: Sequence[Mapping[str, Any]],
+    accuracy: Mapping[str, Mapping[str, Any]],
+) -> str:
+    """A released table: each value with its interval (``[low, high]``) beside it."""
+    present = set(columns)
+    valued = [c for c in columns if f"{c}_low" in present and f"{c}_high" in present]
+    hidden = {f"{c}_{end}" for c in valued for end in ("low", "high")}
+    shown = [c for c in columns if c not in hidden]
+    head = []
+    for column in shown:
+        head.append(f"<th>{_e(column)}</th>")
+        if column in valued:
+            level = _level(accuracy.get(column, {}).get("alpha"))
+            head.append(f"<th>{_e(level)} interval</th>")
+    body = []
+    for row in rows:
+        cells = []
+        for column in shown:
+            cells.append(f'<td class="value">{_e(_number(row.get(column)))}</td>')
+            if column in valued:
+                low, high = row.get(f"{column}_low"), row.get(f"{column}_high")
+                cells.append(f'<td class="interval">[{_e(_number(low))}, {_e(_number(high))}]</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    title = "" if name == "main" else f"<h3>{_e(name)}</h3>"
+    return (
+        f'{title}<table class="result" id="result-{_e(name)}"><tr>{"".join(head)}</tr>'
+        + "".join(body)
+        + "</table>"
+    )
+
+
+def _answer_section(answer: Mapping[str, Any]) -> str:
+    """The answer of a query: its tables with intervals, how each value was released, what
+    it cost, the receipt and the allowance left."""
+    tables = "".join(
+        _result_table(name, answer["columns"].get(name, []), rows, answer["accuracy"])
+        for name, rows in answer["tables"].items()
+    )
+    how = "".join(
+        f"<li><code>{_e(name)}</code>: {_e(a.get('mechanism', ''))}, ±"
+        f"{_e(_number(a.get('halfwidth')))} at {_e(_level(a.get('alpha')))}"
+        f"{_e(' — ' + a['note'] if a.get('note') else '')}</li>"
+        for name, a in answer["accuracy"].items()
+    )
+    receipt = answer["receipt"]
+    return (
+        '<section id="answer"><h2>Answer</h2>'
+        + tables
+        + (f'<ul class="hint">{how}</ul>' if how else "")
+        + f'<p class="cost" id="cost">Cost <b>{_e(answer["loss"].get("text", ""))}</b> · '
+        f"receipt <code>{_e(receipt['receipt'])}</code> · allowance left "
+        f"<b>{_e(answer['remaining'].get('text', '—'))}</b></p></section>"
+    )
+
+
+def _query_form(service: Service, who: Principal, asked: Mapping[str, str]) -> str:
+    names = [r.name for r in service.visible_datasets(who)]
+    chosen = asked.get("dataset", names[0] if names else "")
+    options = "".join(
+        f'<option value="{_e(n)}"{" selected" if n == chosen else ""}>{_e(n)}</option>'
+        for n in names
+    )
+    return (
+        '<h2>Ask a query</h2><form id="query" class="card" method="post" '
+        'action="/dashboard/query">'
+        f'<label>Dataset <select name="dataset">{options}</select></label><br>'
+        '<label class="wide">SQL <textarea name="sql" rows="3" required '
+        'placeholder="SELECT dept, COUNT(*), AVG(wage) FROM payroll GROUP BY dept">'
+        f"{_e(asked.get('sql', ''))}</textarea></label>"
+        '<p class="hint">Aggregates without bounds (<code>AVG(wage)</code>) use the '
+        "column's registered bounds; a GROUP BY on columns with registered keys uses them. "
+        "Refused queries cost nothing.</p><span>Spend:</span> "
+        + _loss_inputs(asked.get("epsilon", "0.1"), asked.get("delta", ""), asked.get("rho", ""))
+        + '<button type="submit">Run</button></form>'
+    )
+
+
+def _analyst_page(
+    service: Service,
+    who: Principal,
+    message: str,
+    asked: Mapping[str, str] | None = None,
+    answer: Mapping[str, Any] | None = None,
+) -> HTMLResponse:
     body = (
         (f'<p class="msg">{_e(message)}</p>' if message else "")
+        + "<h2>Your datasets</h2>"
+        + _dataset_sections(service, who)
+        + _query_form(service, who, asked or {})
+        + (_answer_section(answer) if answer is not None else "")
         + "<h2>Your allowances</h2>"
         + _budget_rows(service, who)
         + "<h2>Spend over time</h2>"
@@ -289,6 +500,47 @@ def _done(message: str) -> Response:
     return RedirectResponse("/?msg=" + quote(message[:300]), status_code=303)
 
 
+def _loss(epsilon: str, delta: str, rho: str, what: str) -> Any:
+    """The loss of a form's ε, δ and ρ fields (empty fields are not given)."""
+    if rho.strip() and (epsilon.strip() or delta.strip()):
+        raise InvalidParameterError(
+            what,
+            f"ε={epsilon.strip() or '—'}, δ={delta.strip() or '—'}, ρ={rho.strip()}",
+            "either ε (with an optional δ) or ρ, not both",
+        )
+    return loss_from_parts(
+        epsilon.strip() or None, delta.strip() or None, rho.strip() or None, what
+    )
+
+
+def _assignments(text: str, what: str) -> dict[str, Any]:
+    """``column = value`` lines, as a metadata file writes them (``wage = [0, 3000]``, ``dept
+    = ["a", "b"]``), read as TOML."""
+    import tomllib
+
+    try:
+        found = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise InvalidParameterError(
+            what,
+            text[:80],
+            'one line per column, e.g. wage = [0, 3000] or dept = ["a", "b"]',
+            f"({error})",
+        ) from None
+    return found
+
+
+_REFUSED = (DPError, LedgerError, PermissionDeniedError, NotFoundError, ValueError)
+
+
+def _public_reason(exc: BaseException) -> str:
+    """A refusal as the API words it: dpkit's and the service's own messages (which never
+    quote data); any other error by its class only."""
+    if isinstance(exc, DPError | LedgerError | NotFoundError | PermissionDeniedError):
+        return str(exc)[:1000]
+    return type(exc).__name__
+
+
 @router.post("/dashboard/datasets")
 def register_form(
     request: Request,
@@ -296,9 +548,14 @@ def register_form(
     name: Annotated[str, Form(max_length=64)],
     source: Annotated[str, Form(max_length=1024)],
     privacy_unit: Annotated[str, Form(max_length=64)],
-    epsilon: Annotated[str, Form(max_length=32)],
+    epsilon: Annotated[str, Form(max_length=32)] = "",
+    delta: Annotated[str, Form(max_length=32)] = "",
+    rho: Annotated[str, Form(max_length=32)] = "",
     schema_spec: Annotated[str, Form(max_length=4000, alias="schema")] = "",
     max_rows: Annotated[int, Form(ge=1, le=1_000_000)] = 1,
+    max_groups: Annotated[str, Form(max_length=8)] = "",
+    column_bounds: Annotated[str, Form(max_length=20_000)] = "",
+    column_keys: Annotated[str, Form(max_length=200_000)] = "",
 ) -> Response:
     who = _who(request, service)
     if who is None:
@@ -309,16 +566,23 @@ def register_form(
             if item.strip():
                 column, _, kind = item.partition("=")
                 declared[column.strip()] = kind.strip()
+        bounds: dict[str, Any] = {
+            "max_rows": max_rows,
+            "columns": _assignments(column_bounds, "column bounds"),
+            "keys": _assignments(column_keys, "key sets"),
+        }
+        if max_groups.strip():
+            bounds["max_groups"] = int(max_groups)
         service.register_dataset(
             who,
             name,
             source,
             privacy_unit,
             declared,
-            {"max_rows": max_rows},
-            loss_from_parts(epsilon, None, None, "budget"),
+            bounds,
+            _loss(epsilon, delta, rho, "budget"),
         )
-    except (DPError, LedgerError, PermissionDeniedError, NotFoundError, ValueError) as exc:
+    except _REFUSED as exc:
         service.registry.audit(
             who.name, who.role, "register_dataset", name, "refused", {"reason": str(exc)[:500]}
         )
@@ -332,13 +596,88 @@ def allowance_form(
     service: Annotated[Service, Depends(_service)],
     dataset: Annotated[str, Form(max_length=64)],
     analyst: Annotated[str, Form(max_length=64)],
-    epsilon: Annotated[str, Form(max_length=32)],
+    epsilon: Annotated[str, Form(max_length=32)] = "",
+    delta: Annotated[str, Form(max_length=32)] = "",
+    rho: Annotated[str, Form(max_length=32)] = "",
 ) -> Response:
     who = _who(request, service)
     if who is None:
         return RedirectResponse("/login", status_code=303)
     try:
-        service.set_allowance(who, dataset, analyst, loss_from_parts(epsilon, None, None, "total"))
-    except (DPError, LedgerError, PermissionDeniedError, NotFoundError, ValueError) as exc:
+        total = _loss(epsilon, delta, rho, "total")
+        service.set_allowance(who, dataset, analyst, total)
+    except _REFUSED as exc:
         return _done(f"Refused: {exc}")
-    return _done(f"Allowance of {analyst} on {dataset} set to ε={epsilon}.")
+    return _done(f"Allowance of {analyst} on {dataset} set to {total}.")
+
+
+@router.post("/dashboard/budget")
+def budget_form(
+    request: Request,
+    service: Annotated[Service, Depends(_service)],
+    dataset: Annotated[str, Form(max_length=64)],
+    epsilon: Annotated[str, Form(max_length=32)] = "",
+    delta: Annotated[str, Form(max_length=32)] = "",
+    rho: Annotated[str, Form(max_length=32)] = "",
+) -> Response:
+    """A dataset's total budget (never below its spend: the ledger refuses)."""
+    who = _who(request, service)
+    if who is None:
+        return RedirectResponse("/login", status_code=303)
+    try:
+        total = _loss(epsilon, delta, rho, "total")
+        service.adjust_dataset_budget(who, dataset, total)
+    except _REFUSED as exc:
+        return _done(f"Refused: {exc}")
+    return _done(f"Budget of {dataset} set to {total}.")
+
+
+@router.post("/dashboard/query", response_class=HTMLResponse)
+def query_form(
+    request: Request,
+    service: Annotated[Service, Depends(_service)],
+    dataset: Annotated[str, Form(max_length=64)],
+    sql: Annotated[str, Form(max_length=10_000)],
+    epsilon: Annotated[str, Form(max_length=32)] = "",
+    delta: Annotated[str, Form(max_length=32)] = "",
+    rho: Annotated[str, Form(max_length=32)] = "",
+) -> Response:
+    """Answer SQL text as the API's ``POST /api/v1/query`` does (same checks, ledger and
+    audit record), and show the answer with its intervals, cost and receipt."""
+    from pydantic import ValidationError
+
+    from dpkit.service import _schemas as w
+
+    # the API's answer (its checks, ledger and audit record), which the app hands over:
+    # dpkit.service._app includes this router, so importing it here would be a cycle
+    answer_query = request.app.state.answer_query
+    who = _who(request, service)
+    if who is None:
+        return RedirectResponse("/login", status_code=303)
+    asked = {"dataset": dataset, "sql": sql, "epsilon": epsilon, "delta": delta, "rho": rho}
+    if who.role != "analyst":
+        return _done("Queries are asked by analysts; an officer's token cannot spend.")
+    try:
+        body = w.QueryIn(
+            dataset=dataset,
+            sql=sql,
+            loss=w.LossIn(
+                epsilon=epsilon.strip() or None,
+                delta=delta.strip() or None,
+                rho=rho.strip() or None,
+            ),
+        )
+        answer = json.loads(answer_query(service, who, body))
+    except FailedAfterReservationError as exc:
+        message = (
+            f"The query failed after its loss was reserved ({exc.cause}); the charge "
+            f"{exc.loss} stays (reservation {exc.reservation_id})."
+        )
+        return _analyst_page(service, who, message, asked)
+    except Exception as exc:  # a refusal: nothing was reserved
+        if isinstance(exc, ValidationError):  # the form's own fields, e.g. ε = "abc"
+            reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        else:
+            reason = _public_reason(exc)
+        return _analyst_page(service, who, f"Refused (nothing spent): {reason}", asked)
+    return _analyst_page(service, who, "", asked, answer)

@@ -63,6 +63,13 @@ class Bounds(_Strict):
     columns: dict[str, tuple[Number, Number]] = Field(
         default_factory=dict, description="Declared value bounds per numeric column."
     )
+    keys: dict[str, list[StrictStr | StrictInt | StrictFloat | bool]] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="Public key sets per column, {'dept': ['R&D', 'Sales']}: a GROUP BY "
+        "without 'keys' whose columns all have one groups on their product (no δ spent on "
+        "choosing groups). Declared, never read from the data.",
+    )
 
 
 class DatasetIn(_Strict):
@@ -123,8 +130,9 @@ class DatasetOut(BaseModel):
     bounds: dict[str, Any]
     columns: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
-        description="Each column's kind and registered bounds, e.g. "
-        "{'wage': {'kind': 'numeric', 'bounds': [0, 3000]}}.",
+        description="Each column's kind and registered bounds and key set, e.g. "
+        "{'wage': {'kind': 'numeric', 'bounds': [0, 3000]}, "
+        "'dept': {'kind': 'text', 'keys': ['R&D', 'Sales']}}.",
     )
     description: str
     budget: BudgetOut | None = None

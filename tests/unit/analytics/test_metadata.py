@@ -174,3 +174,151 @@ def test_registered_names_are_columns(frame: pd.DataFrame) -> None:
         _session(frame, bounds={"wages": (0, 1)})
     with pytest.raises(InvalidParameterError, match="department"):
         _session(frame, keys={"department": ["a"]})
+
+
+# ------------------------------------------------------------------ the Python builder
+def test_builder_aggregates_use_registered_bounds(frame: pd.DataFrame) -> None:
+    from dpkit.analytics import mean, median, quantile, std, sum, variance
+
+    session = _session(frame, bounds={"wage": (0, 3000)})
+    query = session.query().agg(
+        mean("wage"), sum("wage"), variance("wage"), std("wage"), quantile("wage", 0.9)
+    )
+    assert "mean(wage, registered bounds) as mean_wage" in query.render()
+    shown = session.explain(query, epsilon=1)
+    for text in ("mean(wage, [0, 3000])", "sum(wage, [0, 3000])", "q90_wage"):
+        assert text in shown
+    assert "variance(wage, [0, 3000])" in shown and "std(wage, [0, 3000])" in shown
+    # the same as SQL's AVG(wage)
+    sql = session.explain(session.sql("SELECT AVG(wage)"), epsilon=1)
+    assert sql == session.explain(session.query().agg(mean("wage")), epsilon=1)
+    release = session.evaluate(session.query().agg(median("wage")), epsilon=1)
+    assert list(release.table.columns[:1]) == ["median_wage"]
+    assert 0 <= release.table["median_wage"][0] <= 3000
+
+
+def test_builder_bounds_win(frame: pd.DataFrame) -> None:
+    from dpkit.analytics import mean
+
+    session = _session(frame, bounds={"wage": (0, 3000)})
+    shown = session.explain(session.query().agg(mean("wage", (0, 50))), epsilon=1)
+    assert "mean(wage, [0, 50])" in shown
+
+
+def test_builder_without_bounds_is_refused_before_any_reservation(frame: pd.DataFrame) -> None:
+    from dpkit.analytics import count, mean
+
+    ledger = Ledger.open(":memory:")
+    ledger.create_budget("pay", dp.PureDP(1), privacy_unit="user")
+    session = Session(frame, "user", ledger=ledger, dataset="pay", max_rows=2)
+    query = session.query().agg(count(), mean("wage"))
+    for run in (
+        lambda: session.evaluate(query, epsilon=0.5),
+        lambda: session.explain(query, epsilon=0.5),
+    ):
+        with pytest.raises(InvalidParameterError) as caught:
+            run()
+        error = caught.value
+        assert error.parameter == "bounds"
+        assert error.value == "mean('wage')"
+        assert "'wage'" in error.allowed and "mean('wage', (lower, upper))" in error.allowed
+        assert error.hint is not None and "bounds={'wage': (lower, upper)}" in error.hint
+    assert session.spent == dp.PureDP(0)
+    assert [e.kind for e in ledger.history("pay")] == ["create"]
+    assert ledger.pending() == []
+
+
+def test_builder_checks_other_arguments_when_written() -> None:
+    from dpkit.analytics import mean, quantile
+
+    with pytest.raises(InvalidParameterError, match="q"):
+        quantile("wage", 2)
+    with pytest.raises(InvalidParameterError, match="weight"):
+        mean("wage", weight=0)
+    with pytest.raises(InvalidParameterError, match="method"):
+        quantile("wage", 0.5, method="guess")
+
+
+def test_builder_quantile_candidates_checked_against_registered_bounds(
+    frame: pd.DataFrame,
+) -> None:
+    from dpkit.analytics import quantile
+
+    session = _session(frame, bounds={"wage": (0, 3000)})
+    inside = session.query().agg(quantile("wage", 0.5, candidates=[0, 1000, 2000, 3000]))
+    assert "median_wage" in session.explain(inside, epsilon=1)
+    outside = session.query().agg(quantile("wage", 0.5, candidates=[0, 5000]))
+    with pytest.raises(InvalidParameterError, match="candidates"):
+        session.explain(outside, epsilon=1)
+
+
+def test_builder_group_by_uses_registered_keys(frame: pd.DataFrame) -> None:
+    from dpkit.analytics import count, mean
+
+    session = _session(frame, keys={"dept": ["a", "b", "c"]}, bounds={"wage": (0, 3000)})
+    # pure DP: without the registered (public) keys, private group selection needs a δ
+    release = session.evaluate(
+        session.query().group_by("dept").agg(count(), mean("wage")), epsilon=1
+    )
+    assert list(release.table["dept"]) == ["a", "b", "c"]
+    # keys given in the query win
+    release = session.evaluate(session.query().group_by("dept", keys=["b"]).agg(count()), epsilon=1)
+    assert list(release.table["dept"]) == ["b"]
+
+
+def test_builder_group_by_without_registered_keys_is_private(frame: pd.DataFrame) -> None:
+    from dpkit.analytics import count
+
+    session = _session(frame.assign(site="x"), keys={"dept": ["a", "b"]})
+    # only some grouping columns registered: the groups are chosen privately, as in SQL
+    shown = session.explain(
+        session.query().group_by("dept", "site").agg(count()), epsilon=1, delta=1e-6
+    )
+    assert "private keys" in shown or "selection" in shown
+
+
+def test_builder_refusal_names_the_call_as_written(frame: pd.DataFrame) -> None:
+    from dpkit.analytics import median, quantile
+
+    session = _session(frame)
+    for agg, call in (
+        (median("wage"), "median('wage'"),
+        (quantile("wage", 0.9), "quantile('wage', 0.9"),
+    ):
+        assert (
+            session.query()
+            .agg(agg)
+            .render()
+            .endswith(f"{call.replace(repr('wage'), 'wage')}, registered bounds) as {agg.name})")
+        )
+        with pytest.raises(InvalidParameterError) as caught:
+            session.explain(session.query().agg(agg), epsilon=1)
+        assert caught.value.value == call + ")"
+        assert f"{call}, (lower, upper))" in caught.value.allowed
+
+
+def test_builder_over_several_tables_uses_registered_metadata() -> None:
+    from dpkit.analytics import count, mean
+
+    customer = pd.DataFrame({"c_id": [1, 2, 3], "c_seg": ["x", "y", "x"]})
+    orders = pd.DataFrame({"o_id": [10, 11, 12], "o_cust": [1, 2, 3], "o_total": [5.0, 6, 7]})
+    session = Session(
+        {"customer": customer, "orders": orders},
+        privacy_unit="customer.c_id",
+        links={"orders.o_cust": "customer.c_id"},
+        budget=dp.PureDP(10),
+        engine="pandas",
+        max_rows=2,
+        bounds={"orders.o_total": (0, 10)},
+        keys={"c_seg": ["x", "y"]},
+    )
+    query = (
+        session.query("orders")
+        .join("customer", on=("o_cust", "c_id"))
+        .group_by("c_seg")
+        .agg(count(), mean("o_total"))
+    )
+    shown = session.explain(query, epsilon=1)
+    assert "public 2 keys" in shown and "mean(o_total, [0, 10])" in shown, shown
+    release = session.evaluate(query, epsilon=1)
+    assert list(release.table["c_seg"]) == ["x", "y"]
