@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dpkit._format import format_loss
 from dpkit.analytics._families import family_of
@@ -147,6 +149,19 @@ def _formatted(
     return shown, values_text, bars_text, numeric_columns
 
 
+_ACTIVE = re.compile(r"\[[A-Za-z#/@]|[:\\]")
+"""What rich may read as console markup (a tag ``[name``, an escape ``\\``) or an emoji code
+(``:name:``) in a cell's text."""
+
+
+def _cell(text: str) -> str | Text:
+    """A table cell: a plain :class:`~rich.text.Text` when rich would print ``text`` as it is
+    (no markup, no emoji code: numbers, error bars and most keys), which spares rich parsing it
+    as markup each time the table is measured and drawn (320 groups: ~30% of the drawing); else
+    the string itself, printed as before."""
+    return text if _ACTIVE.search(text) else Text(text)
+
+
 def _render_table(
     frame: pd.DataFrame,
     aggregations: Sequence[Any],
@@ -165,7 +180,9 @@ def _render_table(
         table.add_column("value", justify="right")
         table.add_column(f"{level} interval of the noise", justify="right")
         for column in shown:
-            table.add_row(column, values[column][0], bars.get(column, [""])[0])
+            table.add_row(
+                _cell(column), _cell(values[column][0]), _cell(bars.get(column, [""])[0])
+            )
         console.print(table)
         return
     console.print(title, style="bold", markup=False)
@@ -178,7 +195,7 @@ def _render_table(
             text = values[column][i]
             if column in bars:
                 text += "\n" + bars[column][i]
-            row.append(text)
+            row.append(_cell(text))
         table.add_row(*row)
     console.print(table)
     if bars:
