@@ -180,9 +180,7 @@ def _render_table(
         table.add_column("value", justify="right")
         table.add_column(f"{level} interval of the noise", justify="right")
         for column in shown:
-            table.add_row(
-                _cell(column), _cell(values[column][0]), _cell(bars.get(column, [""])[0])
-            )
+            table.add_row(_cell(column), _cell(values[column][0]), _cell(bars.get(column, [""])[0]))
         console.print(table)
         return
     console.print(title, style="bold", markup=False)
