@@ -83,9 +83,9 @@ def main() -> None:
         data, ledger = Path(tmp) / "q.csv", Path(tmp) / "ledger.sqlite"
         write_csv(data, args.rows)
         dpkit = [sys.executable, "-m", "dpkit"]
+        create = ["budget", "create", "q", "--epsilon", str(2 * args.runs + 10)]
         subprocess.run(
-            [*dpkit, "budget", "create", "q", "--epsilon", str(2 * args.runs + 10)]
-            + ["--unit", "person", "--ledger", str(ledger)],
+            [*dpkit, *create, "--unit", "person", "--ledger", str(ledger)],
             env=env,
             check=True,
             stdout=subprocess.DEVNULL,
