@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -162,6 +163,28 @@ def _cell(text: str) -> str | Text:
     return text if _ACTIVE.search(text) else Text(text)
 
 
+_UNMEASURED = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+"""Characters whose width rich works out otherwise than by lines of ``cell_len`` (tabs, other
+line breaks, control characters)."""
+
+
+def _fitted_widths(texts: dict[str, list[str]], room: int) -> dict[str, int]:
+    """Each column's width as rich would measure it (its header's and cells' longest line),
+    when every cell is printed as it is (:func:`_cell`) and the table fits in ``room`` (the
+    console's width less the borders); else none, and rich measures. rich gives a table that
+    fits each column's widest line: given here, it skips measuring every cell before drawing
+    it (a fifth of the drawing), and draws the same table."""
+    widths: dict[str, int] = {}
+    for column, cells in texts.items():
+        for text in (column, *cells):
+            if _ACTIVE.search(text) or _UNMEASURED.search(text):
+                return {}
+        lines = (line for text in (column, *cells) for line in text.splitlines())
+        widths[column] = max((cell_len(line) for line in lines), default=0)
+    padding = 2  # rich's default cell padding: one space each side
+    return widths if sum(w + padding for w in widths.values()) <= room else {}
+
+
 def _render_table(
     frame: pd.DataFrame,
     aggregations: Sequence[Any],
@@ -185,16 +208,22 @@ def _render_table(
         return
     console.print(title, style="bold", markup=False)
     table = Table()
+    texts = {
+        column: [
+            text + "\n" + bars[column][i] if column in bars else text
+            for i, text in enumerate(values[column])
+        ]
+        for column in shown
+    }
+    widths = _fitted_widths(texts, console.width - len(shown) - 1)
     for column in shown:
-        table.add_column(column, justify="right" if column in numeric else "left")
-    for i in range(len(frame)):
-        row = []
-        for column in shown:
-            text = values[column][i]
-            if column in bars:
-                text += "\n" + bars[column][i]
-            row.append(_cell(text))
-        table.add_row(*row)
+        width = widths.get(column)
+        if column in numeric:
+            table.add_column(column, justify="right", width=width)
+        else:
+            table.add_column(column, justify="left", width=width)
+    for row in zip(*(texts[column] for column in shown), strict=True):
+        table.add_row(*(_cell(text) for text in row))
     console.print(table)
     if bars:
         console.print(f"under each value: its {level} interval of the noise", markup=False)

@@ -245,3 +245,43 @@ def test_cells_print_as_the_strings_did() -> None:
             console.print(table)
             printed.append(console.file.getvalue())
         assert printed[0] == printed[1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fitted_widths_draw_the_table_rich_measures(seed: int) -> None:
+    """Column widths given to rich (:func:`_fitted_widths`) draw the very table rich draws when
+    it measures every cell: random tables, narrow and wide consoles, wide characters, tabs,
+    markup and two-line cells (the widths are then given only when they cannot differ)."""
+    import io
+    import random
+
+    from rich.table import Table
+
+    from dpkit.analytics._render import _cell, _fitted_widths
+
+    rng = random.Random(seed)
+    words = ["1", "22", "-3.5", "[1, 2]", "日本", "x y", "", " ", "a\tb", "—", "[b]x", ":x:"]
+    words.append("long text here " * 3)
+    given = 0
+    for trial in range(100):
+        rows = rng.randint(0, 8)
+        texts = {
+            f"c{j}" + rng.choice(["", " name", "日"]): [
+                rng.choice(words) + rng.choice(["", "\n" + rng.choice(words)]) for _ in range(rows)
+            ]
+            for j in range(rng.randint(1, 6))
+        }
+        width, justify = rng.choice([20, 40, 80, 120]), rng.choice(["left", "right"])
+        printed = []
+        for widths in ({}, _fitted_widths(texts, width - len(texts) - 1)):
+            given += bool(widths)
+            console = Console(file=io.StringIO(), width=width, force_terminal=bool(trial % 2))
+            table = Table()
+            for column in texts:
+                table.add_column(column, justify=justify, width=widths.get(column))  # type: ignore[arg-type]
+            for row in zip(*texts.values(), strict=True):
+                table.add_row(*(_cell(text) for text in row))
+            console.print(table)
+            printed.append(console.file.getvalue())  # type: ignore[attr-defined]
+        assert printed[0] == printed[1], texts
+    assert given > 10  # the widths were given often enough to be tested
