@@ -158,8 +158,8 @@ _ACTIVE = re.compile(r"\[[A-Za-z#/@]|[:\\]")
 def _cell(text: str) -> str | Text:
     """A table cell: a plain :class:`~rich.text.Text` when rich would print ``text`` as it is
     (no markup, no emoji code: numbers, error bars and most keys), which spares rich parsing it
-    as markup each time the table is measured and drawn (320 groups: ~30% of the drawing); else
-    the string itself, printed as before."""
+    as markup each time the table is measured and drawn; else the string itself, printed as
+    before."""
     return text if _ACTIVE.search(text) else Text(text)
 
 
@@ -173,7 +173,7 @@ def _fitted_widths(texts: dict[str, list[str]], room: int) -> dict[str, int]:
     when every cell is printed as it is (:func:`_cell`) and the table fits in ``room`` (the
     console's width less the borders); else none, and rich measures. rich gives a table that
     fits each column's widest line: given here, it skips measuring every cell before drawing
-    it (a fifth of the drawing), and draws the same table."""
+    it, and draws the same table."""
     widths: dict[str, int] = {}
     for column, cells in texts.items():
         for text in (column, *cells):
@@ -222,8 +222,8 @@ def _render_table(
             table.add_column(column, justify="right", width=width)
         else:
             table.add_column(column, justify="left", width=width)
-    for row in zip(*(texts[column] for column in shown), strict=True):
-        table.add_row(*(_cell(text) for text in row))
+    for i in range(len(frame)):
+        table.add_row(*(_cell(texts[column][i]) for column in shown))
     console.print(table)
     if bars:
         console.print(f"under each value: its {level} interval of the noise", markup=False)
