@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]  # no stubs in the env
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dpkit._format import format_loss
 from dpkit.analytics._families import family_of
@@ -147,6 +150,41 @@ def _formatted(
     return shown, values_text, bars_text, numeric_columns
 
 
+_ACTIVE = re.compile(r"\[[A-Za-z#/@]|[:\\]")
+"""What rich may read as console markup (a tag ``[name``, an escape ``\\``) or an emoji code
+(``:name:``) in a cell's text."""
+
+
+def _cell(text: str) -> str | Text:
+    """A table cell: a plain :class:`~rich.text.Text` when rich would print ``text`` as it is
+    (no markup, no emoji code: numbers, error bars and most keys), which spares rich parsing it
+    as markup each time the table is measured and drawn; else the string itself, printed as
+    before."""
+    return text if _ACTIVE.search(text) else Text(text)
+
+
+_UNMEASURED = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+"""Characters whose width rich works out otherwise than by lines of ``cell_len`` (tabs, other
+line breaks, control characters)."""
+
+
+def _fitted_widths(texts: dict[str, list[str]], room: int) -> dict[str, int]:
+    """Each column's width as rich would measure it (its header's and cells' longest line),
+    when every cell is printed as it is (:func:`_cell`) and the table fits in ``room`` (the
+    console's width less the borders); else none, and rich measures. rich gives a table that
+    fits each column's widest line: given here, it skips measuring every cell before drawing
+    it, and draws the same table."""
+    widths: dict[str, int] = {}
+    for column, cells in texts.items():
+        for text in (column, *cells):
+            if _ACTIVE.search(text) or _UNMEASURED.search(text):
+                return {}
+        lines = (line for text in (column, *cells) for line in text.splitlines())
+        widths[column] = max((cell_len(line) for line in lines), default=0)
+    padding = 2  # rich's default cell padding: one space each side
+    return widths if sum(w + padding for w in widths.values()) <= room else {}
+
+
 def _render_table(
     frame: pd.DataFrame,
     aggregations: Sequence[Any],
@@ -165,21 +203,27 @@ def _render_table(
         table.add_column("value", justify="right")
         table.add_column(f"{level} interval of the noise", justify="right")
         for column in shown:
-            table.add_row(column, values[column][0], bars.get(column, [""])[0])
+            table.add_row(_cell(column), _cell(values[column][0]), _cell(bars.get(column, [""])[0]))
         console.print(table)
         return
     console.print(title, style="bold", markup=False)
     table = Table()
+    texts = {
+        column: [
+            text + "\n" + bars[column][i] if column in bars else text
+            for i, text in enumerate(values[column])
+        ]
+        for column in shown
+    }
+    widths = _fitted_widths(texts, console.width - len(shown) - 1)
     for column in shown:
-        table.add_column(column, justify="right" if column in numeric else "left")
+        width = widths.get(column)
+        if column in numeric:
+            table.add_column(column, justify="right", width=width)
+        else:
+            table.add_column(column, justify="left", width=width)
     for i in range(len(frame)):
-        row = []
-        for column in shown:
-            text = values[column][i]
-            if column in bars:
-                text += "\n" + bars[column][i]
-            row.append(text)
-        table.add_row(*row)
+        table.add_row(*(_cell(texts[column][i]) for column in shown))
     console.print(table)
     if bars:
         console.print(f"under each value: its {level} interval of the noise", markup=False)

@@ -249,18 +249,35 @@ def check_positive_flag(
         )
 
 
+class _Silent:
+    """What :func:`spinner` gives when stderr is not a terminal: rich's disabled ``Progress``
+    shows nothing either, but loading it (rich.progress, rich.live, ...) is not free."""
+
+    task_ids = (0,)
+
+    def update(self, task_id: Any, **fields: Any) -> None:
+        """Nothing is shown."""
+
+    def __enter__(self) -> _Silent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def spinner(description: str) -> Any:
     """A transient progress display on stderr with elapsed time; silent when not a terminal."""
+    console = err_console()
+    if not console.is_terminal:
+        return _Silent()
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    console = err_console()
     progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         TimeElapsedColumn(),
         console=console,
         transient=True,
-        disable=not console.is_terminal,
     )
     progress.add_task(description, total=None)
     return progress

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -141,6 +140,8 @@ class BudgetMonitor:
                 logger.exception("could not append the budget alert to %s", self.jsonl_path)
         if self.webhook_url is not None:
             try:
+                import urllib.request  # imported when used: it loads http, ssl and email
+
                 body = json.dumps(event.to_json()).encode("utf-8")
                 request = urllib.request.Request(
                     self.webhook_url,

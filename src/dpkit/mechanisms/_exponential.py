@@ -37,7 +37,6 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
-from scipy.special import roots_legendre
 
 from dpkit._arrays import as_float64
 from dpkit._exact import Number, check_alpha, check_epsilon, sensitivity_of
@@ -222,6 +221,8 @@ def _permute_and_flip_pmf(utility: np.ndarray, coefficient: Fraction) -> np.ndar
     k = utility.size
     with np.errstate(over="ignore", under="ignore"):
         p = np.exp(-float(coefficient) * (utility.max() - utility))
+    from scipy.special import roots_legendre  # imported when used: scipy takes ~0.4 s to load
+
     nodes, weights = roots_legendre(k // 2 + 1)
     t = (np.asarray(nodes, dtype=np.float64) + 1.0) / 2.0
     w = np.asarray(weights, dtype=np.float64) / 2.0

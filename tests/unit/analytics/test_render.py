@@ -215,3 +215,73 @@ def test_integer_group_keys_print_without_thousands_separators() -> None:
     assert "1976" in text and "12345" in text and "1,976" not in text and "12,345" not in text
     assert key_text(1976.0) == "1976" and key_text(2.5) == "2.5" and key_text(None) == "—"
     assert key_text(pd.Series([7], dtype="int64").iloc[0]) == "7"
+
+
+def test_cells_print_as_the_strings_did() -> None:
+    """Cells rich would print as they are go to rich as Text (no markup parse); cells it could
+    read as markup or emoji stay strings: the table prints the same, byte for byte."""
+    import io
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from dpkit.analytics._render import _cell
+
+    samples = ["2000", "—", "1,234.5\n[1,200.1, 1,300.9]", "[-inf, inf]", " a b ", "日本", ""]
+    active = ["[bold]x", "a:smile:b", "back\\slash", "[#ff0000]y"]
+    assert all(isinstance(_cell(s), Text) for s in samples)
+    assert all(isinstance(_cell(s), str) for s in [*active, "[/]", "[@click]z"])
+    for colour in (False, True):
+        printed = []
+        for convert in (str, _cell):
+            console = Console(
+                file=io.StringIO(), width=60, force_terminal=colour, no_color=not colour
+            )
+            table = Table()
+            table.add_column("key")
+            table.add_column("value", justify="right")
+            for text in samples + active:
+                table.add_row(convert(text), convert(text[::-1]))
+            console.print(table)
+            printed.append(console.file.getvalue())
+        assert printed[0] == printed[1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fitted_widths_draw_the_table_rich_measures(seed: int) -> None:
+    """Column widths given to rich (:func:`_fitted_widths`) draw the very table rich draws when
+    it measures every cell: random tables, narrow and wide consoles, wide characters, tabs,
+    markup and two-line cells (the widths are then given only when they cannot differ)."""
+    import io
+    import random
+
+    from rich.table import Table
+
+    from dpkit.analytics._render import _cell, _fitted_widths
+
+    rng = random.Random(seed)
+    words = ["1", "22", "-3.5", "[1, 2]", "日本", "x y", "", " ", "a\tb", "—", "[b]x", ":x:"]
+    words.append("long text here " * 3)
+    given = 0
+    for trial in range(100):
+        rows = rng.randint(0, 8)
+        texts = {
+            f"c{j}" + rng.choice(["", " name", "日"]): [
+                rng.choice(words) + rng.choice(["", "\n" + rng.choice(words)]) for _ in range(rows)
+            ]
+            for j in range(rng.randint(1, 6))
+        }
+        width, justify = rng.choice([20, 40, 80, 120]), rng.choice(["left", "right"])
+        printed = []
+        for widths in ({}, _fitted_widths(texts, width - len(texts) - 1)):
+            given += bool(widths)
+            console = Console(file=io.StringIO(), width=width, force_terminal=bool(trial % 2))
+            table = Table()
+            for column in texts:
+                table.add_column(column, justify=justify, width=widths.get(column))  # type: ignore[arg-type]
+            for row in zip(*texts.values(), strict=True):
+                table.add_row(*(_cell(text) for text in row))
+            console.print(table)
+            printed.append(console.file.getvalue())  # type: ignore[attr-defined]
+        assert printed[0] == printed[1], texts
+    assert given > 10  # the widths were given often enough to be tested

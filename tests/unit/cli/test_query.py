@@ -236,3 +236,34 @@ def test_query_refuses_wrong_expressions_before_any_charge(
     assert result.exit_code != 0 and said in " ".join(result.output.split()), result.output
     with Ledger.open(ledger, monitor=BudgetMonitor(log=False)) as books:
         assert books.budget("payroll").charges == 0
+
+
+def test_query_process_loads_only_what_a_query_uses(payroll_csv: Path, ledger: Path) -> None:
+    """A whole ``dpkit query`` process (stderr not a terminal) never loads scipy (the noise of a
+    count and a mean does not need it), urllib (only a budget-alert webhook does) nor
+    rich.progress (the spinner shows nothing off a terminal): issue 26's start-up budget."""
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    argv = ["dpkit", "query", str(payroll_csv), "SELECT department, COUNT(*) AS n, "]
+    argv[-1] += "AVG(salary, 0, 25000) AS s GROUP BY department"
+    argv += ["--dataset", "payroll", "--ledger", str(ledger), "--epsilon", "0.5", *FLAGS]
+    argv += ["--unit", "employee_id", "--keys", "department=Engineering,Sales,Legal"]
+    probe = (
+        f"import sys\nsys.argv = {argv!r}\nfrom dpkit.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "unused = {'scipy', 'urllib.request', 'http.client', 'rich.progress'}\n"
+        "print('loaded:', sorted(unused & set(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": src},
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Engineering" in done.stdout
+    assert done.stdout.splitlines()[-1] == "loaded: []"
