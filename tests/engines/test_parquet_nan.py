@@ -35,3 +35,57 @@ def test_a_parquet_nan_is_skipped_not_an_error(engine: str, tmp_path: Path) -> N
         session.evaluate(query, epsilon=1)  # released, not a charged failure
     finally:
         session.close()
+
+
+def _exact_sum_and_count(session: Session, query: object) -> tuple[int, int, int]:
+    compiled = compile_query(
+        query, session.schema, "u", dp.PureDP(1), defaults=Bounding(max_rows=1), salt=1
+    )
+    rows, total = session.engine.run(compiled.plans[0]).to_pandas().values.tolist()[0]
+    return int(rows), int(total), int(-compiled.plans[0].values[0].exponent)
+
+
+@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
+def test_a_nan_in_a_pandas_dictionary_of_floats_is_null(engine: str) -> None:
+    """A pandas column of Arrow dictionary<float> is no float dtype to pandas, but DuckDB reads
+    its NaN: the NaN is NULL in a sum (not clamped to the upper bound) and fails a filter."""
+    import pandas as pd
+
+    values = pa.array([1.0, float("nan"), 2.0, 3.0]).dictionary_encode()
+    frame = pd.DataFrame(
+        {"u": [1, 2, 3, 4], "x": pd.Series(pd.array(values, dtype=pd.ArrowDtype(values.type)))}
+    )
+    session = Session(frame, "u", dp.PureDP(10), engine=engine, max_rows=1)
+    try:
+        rows, total, exponent = _exact_sum_and_count(
+            session, session.query().agg(count(), dp_sum("x", bounds=(0, 10)))
+        )
+        assert (rows, total) == (4, 6 * 2**exponent)
+        filtered = session.query().filter(dp.analytics.col("x") > 0.5)
+        rows, total, exponent = _exact_sum_and_count(
+            session, filtered.agg(count(), dp_sum("x", bounds=(0, 10)))
+        )
+        assert (rows, total) == (3, 6 * 2**exponent)
+    finally:
+        session.close()
+
+
+def test_a_file_whose_column_types_changed_is_refused(tmp_path: Path) -> None:
+    """NaN tests are left out for columns stored as integers: a file rewritten with a float
+    column in their place (a NaN in it) is refused, never read on the old types."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"u": [1, 2, 3, 4], "x": pa.array([1, 2, 3, 4], pa.int64())}), path)
+    session = Session(str(path), "u", dp.PureDP(10), engine="duckdb", max_rows=1)
+    try:
+        query = session.query().agg(count(), dp_sum("x", bounds=(0, 10)))
+        rows, total, exponent = _exact_sum_and_count(session, query)
+        assert (rows, total) == (4, 10 * 2**exponent)
+        pq.write_table(pa.table({"u": [1, 2, 3, 4], "x": [1.0, float("nan"), 2.0, 3.0]}), path)
+        with pytest.raises(dp.errors.InvalidDataError, match="changed its columns"):
+            _exact_sum_and_count(session, query)
+        # rewritten with the session's types again: read as it is now
+        pq.write_table(pa.table({"u": [1, 2, 3], "x": pa.array([5, 6, 7], pa.int64())}), path)
+        rows, total, exponent = _exact_sum_and_count(session, query)
+        assert (rows, total) == (3, 18 * 2**exponent)
+    finally:
+        session.close()

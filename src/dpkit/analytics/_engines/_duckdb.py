@@ -115,6 +115,8 @@ class DuckDBEngine:
         self._file: str | None = None  # a file source (its version: see version())
         self._tables: tuple[DuckDBEngine, ...] = ()  # a relation: every table of its session
         self._seen: Any = None  # a relation: the tables' version its counts were made at
+        self._stored: Any = None  # a file's columns, their kinds, floats and integers...
+        self._stored_version: Any = None  # ...when it had this version (see version())
         self._key_tables: tuple[KeyTable, ...] = ()  # its links' key maps
         self._relation = False
         # a relation's most rows of one unit and its rows that have a unit, per unit column
@@ -157,6 +159,7 @@ class DuckDBEngine:
             if not Path(path).exists():
                 raise InvalidDataError("source", f"no file at {path!r}")
             self._file = path
+            self._stored_version = self.version()
             if is_parquet_path(path):
                 call = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(path)])
                 return self._described(self._floored(exp.Table(this=call)))
@@ -200,12 +203,44 @@ class DuckDBEngine:
         return exp.Table(this=ident(view))
 
     def _described(self, table: exp.Expr) -> tuple[exp.Expr, dict[str, ColumnKind], set[str]]:
-        described = self._con.sql(exp.select(exp.Star()).from_(table.copy()).limit(0).sql("duckdb"))
-        arrow_schema = described.to_arrow_table().schema
+        arrow_schema = self._arrow_schema(table)
         storage = {field.name: kind_of_arrow(field.type) for field in arrow_schema}
         floats = {field.name for field in arrow_schema if pa.types.is_floating(field.type)}
         self._integers = {field.name for field in arrow_schema if pa.types.is_integer(field.type)}
+        self._stored = (tuple(storage.items()), frozenset(floats), frozenset(self._integers))
         return table, storage, floats
+
+    def _arrow_schema(self, table: exp.Expr) -> Any:
+        described = self._con.sql(exp.select(exp.Star()).from_(table.copy()).limit(0).sql("duckdb"))
+        return described.to_arrow_table().schema
+
+    def _storage(self, table: exp.Expr) -> tuple[set[str], set[str]]:
+        """The columns of ``table`` DuckDB reads as integers, and as floats."""
+        arrow_schema = self._arrow_schema(table)
+        integers = {field.name for field in arrow_schema if pa.types.is_integer(field.type)}
+        return integers, {field.name for field in arrow_schema if pa.types.is_floating(field.type)}
+
+    def _check_stored_types(self) -> None:
+        """Refuse to read a file whose columns' types changed since the session opened: the
+        queries were planned, and NaN tests left out for integer columns, on the types it had
+        then. (A rewrite that keeps them is read as it is now.)"""
+        if self._file is None or self._csv is not None:
+            return
+        version = self.version()
+        if version == self._stored_version:
+            return
+        source = self._source_sql
+        arrow_schema = self._arrow_schema(source)
+        storage = {field.name: kind_of_arrow(field.type) for field in arrow_schema}
+        floats = frozenset(f.name for f in arrow_schema if pa.types.is_floating(f.type))
+        integers = frozenset(f.name for f in arrow_schema if pa.types.is_integer(f.type))
+        if (tuple(storage.items()), floats, integers) != self._stored:
+            raise InvalidDataError(
+                "source",
+                f"{Path(self._file).name} changed its columns or their types since the session "
+                "opened; open a new session to read it as it is now",
+            )
+        self._stored_version = version
 
     def _prepare_pandas(self) -> None:
         """Register a pandas source (on first use): columns whose dtype does not carry their
@@ -220,6 +255,11 @@ class DuckDBEngine:
         }
         self._keepalive = frame
         self._con.register(self._view, frame)
+        # DuckDB's own reading of the frame decides which columns may hold NaN (a pandas
+        # dictionary-of-float column is no float dtype to pandas, yet DuckDB reads its NaN)
+        integers, floats = self._storage(exp.Table(this=ident(self._view)))
+        self._integers &= integers
+        self._floats |= {c for c in floats if self._schema.get(c) == "numeric"}
 
     def schema(self) -> dict[str, ColumnKind]:
         return dict(self._schema)
@@ -296,6 +336,7 @@ class DuckDBEngine:
         unit that now exceeds a bound, and a stale key map would give rows to the wrong unit)."""
         for member in self._members:
             member._ensure_readable()
+        self._check_stored_types()
         version = tuple(table.version() for table in self._tables) if self._relation else None
         if self._seen is not None and version != self._seen:
             self._unit_rows.clear()
