@@ -45,12 +45,16 @@ def _exact_sum_and_count(session: Session, query: object) -> tuple[int, int, int
     return int(rows), int(total), int(-compiled.plans[0].values[0].exponent)
 
 
-@pytest.mark.parametrize("engine", ["pandas", "duckdb"])
-def test_a_nan_in_a_pandas_dictionary_of_floats_is_null(engine: str) -> None:
+@pytest.mark.parametrize("engine", ["pandas", "duckdb", "spark"])
+def test_a_nan_in_a_pandas_dictionary_of_floats_is_null(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
     """A pandas column of Arrow dictionary<float> is no float dtype to pandas, but DuckDB reads
     its NaN: the NaN is NULL in a sum (not clamped to the upper bound) and fails a filter."""
     import pandas as pd
 
+    if engine == "spark":
+        request.getfixturevalue("spark")
     values = pa.array([1.0, float("nan"), 2.0, 3.0]).dictionary_encode()
     frame = pd.DataFrame(
         {"u": [1, 2, 3, 4], "x": pd.Series(pd.array(values, dtype=pd.ArrowDtype(values.type)))}

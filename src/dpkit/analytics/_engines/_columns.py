@@ -616,8 +616,25 @@ def pandas_float_columns(df: pd.DataFrame, kinds: Mapping[str, ColumnKind]) -> s
         str(name)
         for name, dtype in df.dtypes.items()
         if kinds.get(str(name)) == "numeric"
-        and (needs_conversion(dtype, "numeric") or pd.api.types.is_float_dtype(dtype))
+        and (
+            needs_conversion(dtype, "numeric")
+            or pd.api.types.is_float_dtype(dtype)
+            or _arrow_floats(dtype)
+        )
     }
+
+
+def _arrow_floats(dtype: Any) -> bool:
+    """An Arrow-backed pandas dtype whose values are floats (a dictionary of floats too, which
+    pandas does not call a float dtype): its NaN reaches the engines."""
+    arrow = getattr(dtype, "pyarrow_dtype", None)
+    if arrow is None:
+        return False
+    import pyarrow as pa  # (loaded already: pandas has it)
+
+    if pa.types.is_dictionary(arrow):
+        arrow = arrow.value_type
+    return bool(pa.types.is_floating(arrow))
 
 
 def canonical(value: Any) -> Any:
