@@ -410,3 +410,38 @@ def test_a_file_rewritten_between_two_queries_is_read_as_it_is_now(tmp_path: Any
         fresh_session.close()
     assert [f.to_dict("list") for f in stale] == [f.to_dict("list") for f in fresh]
     assert [f.to_dict("list") for f in stale] != [f.to_dict("list") for f in before]
+
+
+def test_a_one_pass_plan_shape_builds_its_sql_once() -> None:
+    """Queries of one shape (each with its own salt) reuse the one-pass SQL text, which does not
+    hold the salt, and give the reference engine's outputs each time."""
+    from dpkit.analytics._engines._duckdb import DuckDBEngine
+
+    db = _complete(database(2))
+    reference, duck = _session(db, "pandas"), _session(db, "duckdb")
+    built: list[int] = []
+    sql = DuckDBEngine.sql
+
+    def spy(self: DuckDBEngine, plan: Any, candidates: Any = None) -> str:
+        built.append(plan.salt)
+        return sql(self, plan, candidates)
+
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(DuckDBEngine, "sql", spy)
+            for salt in (4_611_686_018_427_387_001, 2_305_843_009_213_693_951, 987_654_321_987_654):
+                query = LABELLED["lineitem"](duck)
+                single, schema, unit, _, engine = duck._resolve(query)
+                plans = compile_query(
+                    single, schema, unit, dp.PureDP(1), defaults=Bounding(max_rows=1000), salt=salt
+                ).plans
+                want = _exact(reference, LABELLED["lineitem"](reference), 1000)
+                got = [engine.run(p).to_pandas() for p in plans]
+                for ref, out in zip(want, got, strict=True):
+                    out = out.sort_values(list(out.columns)).reset_index(drop=True).astype(object)
+                    for column in ref.columns:
+                        assert _values(ref[column], column) == _values(out[column], column)
+    finally:
+        reference.close()
+        duck.close()
+    assert built == [4_611_686_018_427_387_001]  # built for the first salt only
