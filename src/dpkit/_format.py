@@ -16,11 +16,20 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["format_loss", "friendly", "human_number", "number", "shown"]
+__all__ = [
+    "column_decimals",
+    "format_column",
+    "format_loss",
+    "friendly",
+    "human_number",
+    "number",
+    "shown",
+]
 
 _EXACT_DIGITS = 15
 """Integers of up to this many digits are printed in full (every such one is a float exactly)."""
@@ -160,3 +169,36 @@ def format_loss(loss: Any) -> str:
         if name in symbols
     ]
     return ", ".join(parts) if parts else friendly(str(loss))
+
+
+def column_decimals(values: Sequence[float], halfwidths: Sequence[float], integral: bool) -> int:
+    """Decimals for a column: none for counts; else enough to show the error bar's first digit
+    (at most 2 once the error bar is 1 or more, at most 4 ever)."""
+    if integral:
+        return 0
+    finite = [h for h in halfwidths if math.isfinite(h) and h > 0]
+    if finite:
+        scale = sorted(finite)[len(finite) // 2]
+        decimals = max(0, 1 - math.floor(math.log10(scale)))
+        return min(decimals, 4)
+    finite_values = [abs(v) for v in values if math.isfinite(v) and v != 0]
+    if not finite_values:
+        return 0
+    biggest = max(finite_values)
+    return 0 if biggest >= 100 else 2 if biggest >= 1 else 4
+
+
+def format_column(values: Sequence[float], decimals: int) -> list[str]:
+    """One style for the whole column: fixed, thousands separators; scientific only when some
+    value is too large for fixed notation (then for every value of the column)."""
+    finite = [abs(v) for v in values if isinstance(v, float | int) and math.isfinite(v)]
+    scientific = bool(finite) and max(finite) >= 1e15
+    out = []
+    for v in values:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            out.append("—")
+        elif scientific:
+            out.append(f"{v:.3e}")
+        else:
+            out.append(f"{v:,.{decimals}f}")
+    return out

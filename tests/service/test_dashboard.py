@@ -94,6 +94,11 @@ def test_analyst_asks_sql_and_reads_intervals_cost_and_receipt(api: Api) -> None
     assert r.status_code == 200
     assert 'id="answer"' in r.text, r.text[:3000]
     assert r.text.count('<td class="interval">[') == 4  # count and mean, groups a and b
+    # numbers as the command line prints them: as many decimals as the error bars need (a mean
+    # of ages with an error bar of several years has one), counts as whole numbers
+    cells = re.findall(r'<td class="(?:value|interval)">([^<]*)</td>', r.text)
+    assert cells and not [c for c in cells if re.search(r"\.\d{2,}", c)], cells
+    assert not re.search(r"±\d+\.\d{2,}", r.text)  # error bars to two significant digits
     assert re.search(r"Cost <b>ε=0.5</b> · receipt <code>rcpt-", r.text)
     assert api.get("/api/v1/receipts", token).json()[0]["loss"]["text"] == "ε=0.5"
     # the query's text and budget stay in the form

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dpkit._format import format_loss
+from dpkit._format import column_decimals, format_column, format_loss
 from dpkit.analytics._families import family_of
 from dpkit.analytics._query import Quantile
 from dpkit.analytics._results import TableRelease, _aggregations_of, post_process
@@ -41,39 +41,6 @@ def print_alerts(events: Iterable[Any], console: Console) -> None:
             f"({float(event.used):.1%} used)",
             markup=False,
         )
-
-
-def column_decimals(values: Sequence[float], halfwidths: Sequence[float], integral: bool) -> int:
-    """Decimals for a column: none for counts; else enough to show the error bar's first digit
-    (at most 2 once the error bar is 1 or more, at most 4 ever)."""
-    if integral:
-        return 0
-    finite = [h for h in halfwidths if math.isfinite(h) and h > 0]
-    if finite:
-        scale = sorted(finite)[len(finite) // 2]
-        decimals = max(0, 1 - math.floor(math.log10(scale)))
-        return min(decimals, 4)
-    finite_values = [abs(v) for v in values if math.isfinite(v) and v != 0]
-    if not finite_values:
-        return 0
-    biggest = max(finite_values)
-    return 0 if biggest >= 100 else 2 if biggest >= 1 else 4
-
-
-def format_column(values: Sequence[float], decimals: int) -> list[str]:
-    """One style for the whole column: fixed, thousands separators; scientific only when some
-    value is too large for fixed notation (then for every value of the column)."""
-    finite = [abs(v) for v in values if isinstance(v, float | int) and math.isfinite(v)]
-    scientific = bool(finite) and max(finite) >= 1e15
-    out = []
-    for v in values:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            out.append("—")
-        elif scientific:
-            out.append(f"{v:.3e}")
-        else:
-            out.append(f"{v:,.{decimals}f}")
-    return out
 
 
 def _value_columns(frame: pd.DataFrame) -> list[str]:

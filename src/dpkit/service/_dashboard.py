@@ -21,6 +21,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from dpkit._format import column_decimals, format_column
 from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ledger import LedgerError
 from dpkit.service._core import (
@@ -345,6 +346,35 @@ def _number(value: Any) -> str:
     return str(value)
 
 
+def _column_texts(
+    rows: Sequence[Mapping[str, Any]], column: str
+) -> tuple[list[str], list[str], list[str]]:
+    """A released column's values and interval ends as the command line prints them: as many
+    decimals as the error bars' first digit needs, one style for the column (none for whole
+    numbers such as counts)."""
+
+    def number(value: Any) -> float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return float(value) if ok else math.nan
+
+    values = [number(row.get(column)) for row in rows]
+    lows = [number(row.get(f"{column}_low")) for row in rows]
+    highs = [number(row.get(f"{column}_high")) for row in rows]
+    halves = [(h - lo) / 2 for lo, h in zip(lows, highs, strict=True)]
+    integral = all(not math.isfinite(v) or v.is_integer() for v in (*values, *lows, *highs))
+    decimals = column_decimals(values, halves, integral)
+    return tuple(format_column(part, decimals) for part in (values, lows, highs))  # type: ignore[return-value]
+
+
+def _halfwidth(value: Any) -> str:
+    """An error bar to two significant digits (``±10``, ``±0.52``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return _number(value)
+    if value <= 0:
+        return "0"
+    return format_column([float(value)], column_decimals([value], [value], False))[0]
+
+
 def _level(alpha: Any) -> str:
     """An interval's confidence level, ``95%`` for α = 0.05."""
     return f"{1 - float(alpha if alpha is not None else 0.05):.0%}"
@@ -367,14 +397,17 @@ def _result_table(
         if column in valued:
             level = _level(accuracy.get(column, {}).get("alpha"))
             head.append(f"<th>{_e(level)} interval</th>")
+    texts = {column: _column_texts(rows, column) for column in valued}
     body = []
-    for row in rows:
+    for index, row in enumerate(rows):
         cells = []
         for column in shown:
-            cells.append(f'<td class="value">{_e(_number(row.get(column)))}</td>')
             if column in valued:
-                low, high = row.get(f"{column}_low"), row.get(f"{column}_high")
-                cells.append(f'<td class="interval">[{_e(_number(low))}, {_e(_number(high))}]</td>')
+                value, low, high = (texts[column][part][index] for part in range(3))
+                cells.append(f'<td class="value">{_e(value)}</td>')
+                cells.append(f'<td class="interval">[{_e(low)}, {_e(high)}]</td>')
+            else:
+                cells.append(f'<td class="value">{_e(_number(row.get(column)))}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     title = "" if name == "main" else f"<h3>{_e(name)}</h3>"
     return (
@@ -393,7 +426,7 @@ def _answer_section(answer: Mapping[str, Any]) -> str:
     )
     how = "".join(
         f"<li><code>{_e(name)}</code>: {_e(a.get('mechanism', ''))}, ±"
-        f"{_e(_number(a.get('halfwidth')))} at {_e(_level(a.get('alpha')))}"
+        f"{_e(_halfwidth(a.get('halfwidth')))} at {_e(_level(a.get('alpha')))}"
         f"{_e(' — ' + a['note'] if a.get('note') else '')}</li>"
         for name, a in answer["accuracy"].items()
     )
