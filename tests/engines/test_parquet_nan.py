@@ -93,3 +93,49 @@ def test_a_file_whose_column_types_changed_is_refused(tmp_path: Path) -> None:
         assert (rows, total) == (3, 18 * 2**exponent)
     finally:
         session.close()
+
+
+def test_a_file_within_its_bounds_is_counted_once_per_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once no unit of a Parquet file was found over a bound, later queries with that bound are
+    answered in one pass without looking again, for that version of the file: a rewritten file
+    with a unit over the bound is looked at again and bounded (a fresh session's answer)."""
+    from dpkit.analytics._engines._duckdb import DuckDBEngine
+
+    searched: list[int] = []
+    original = DuckDBEngine._candidates_from_sql
+
+    def spy(self: DuckDBEngine, unit: str, threshold: int) -> object:
+        searched.append(threshold)
+        return original(self, unit, threshold)
+
+    monkeypatch.setattr(DuckDBEngine, "_candidates_from_sql", spy)
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"u": [1, 1, 2, 3], "x": [1.0, 2.0, 3.0, 4.0]}), path)
+
+    def exact(session: Session, bound: int = 2) -> tuple[int, int]:
+        query = session.query().agg(count(), dp_sum("x", bounds=(0, 10)))
+        compiled = compile_query(
+            query, session.schema, "u", dp.PureDP(1), defaults=Bounding(max_rows=bound), salt=7
+        )
+        rows, total = session.engine.run(compiled.plans[0]).to_pandas().values.tolist()[0]
+        return int(rows), int(total) // 2 ** int(-compiled.plans[0].values[0].exponent)
+
+    session = Session(str(path), "u", dp.PureDP(10), engine="duckdb", max_rows=2)
+    try:
+        assert exact(session) == exact(session) == (4, 10)
+        assert searched == [2]  # looked for once: no unit over 2 rows in this version
+        assert exact(session, 1)[0] == 3  # a smaller bound is looked for, and unit 1 bounded
+        assert searched == [2, 1]
+        searched.clear()
+        pq.write_table(pa.table({"u": [1, 1, 1, 1, 2], "x": [1.0, 2.0, 3.0, 4.0, 5.0]}), path)
+        stale = exact(session)
+        assert searched == [2]  # a new version: looked for again, and unit 1 is over it
+    finally:
+        session.close()
+    fresh = Session(str(path), "u", dp.PureDP(10), engine="pandas", max_rows=2)
+    try:
+        assert stale == exact(fresh) and stale[0] == 3  # unit 1 keeps 2 of its 4 rows
+    finally:
+        fresh.close()

@@ -127,6 +127,7 @@ class DuckDBEngine:
         self._unitless: tuple[exp.Select, str] | None = None  # see _run_relation
         self._unitless_engine: DuckDBEngine | None = None
         self._one_pass: dict[Any, str] = {}  # see _one_pass_sql
+        self._clear: dict[Any, int] = {}  # a file's version: no unit over this bound
         self._complete: bool | None = None
         self._keepalive: Any = None
         self._integers: set[str] = set()  # columns stored as integers
@@ -497,6 +498,21 @@ class DuckDBEngine:
             return None  # finding them would compute the joins once more
         if threshold is None or not unit_is_raw(plan) or unit in self._conversions:
             return None
+        kept = self._file is not None and self._csv is None
+        version = self.version() if kept else None
+        clear = self._clear.get((unit, version)) if kept else None
+        if clear is not None and threshold >= clear:
+            return np.empty(0, dtype=np.int64)  # no unit has more rows than the bound
+        found = self._candidates_of(unit, threshold)
+        if kept and found is not None and found.size == 0:
+            # no unit of this version of the file has more rows than ``threshold``: later
+            # plans whose smallest bound is at least that need not look (the streaming pass
+            # below: 0.7 s at 10 M rows). Only chooses how the same result is computed.
+            self._clear = {(unit, version): min(threshold, clear or threshold)}
+        return found
+
+    def _candidates_of(self, unit: str, threshold: int) -> Any:
+        """:meth:`_candidates`, looked for: in an Arrow table's column, or streamed."""
         if isinstance(self._keepalive, pa.Table):
             return arrow_candidates(self._keepalive.column(unit), threshold)
         try:
