@@ -201,6 +201,25 @@ def test_a_changed_source_is_read_again(tmp_path: Path) -> None:
     warm.close()
 
 
+def test_a_parquet_source_rewritten_with_other_types_is_refused(tmp_path: Path) -> None:
+    """Queries are planned on the column types the engine saw (NaN tests are left out for
+    integer columns): a Parquet file rewritten with a float column holding NaN in place of an
+    integer one is refused, never summed on the old types."""
+    from dpkit.errors import InvalidDataError
+
+    path = tmp_path / "people.parquet"
+    pd.DataFrame({"person": [1, 2, 3], "age": [1, 2, 3]}).to_parquet(path, index=False)
+    warm = WarmDuckDBEngine(path)
+    session = Session(str(path), "person", PureDP(10), engine=warm, max_rows=1)
+    plan = session.compile(QUERIES["count"], epsilon=1).plans[0]
+    assert warm.run(plan).column(0).to_pylist() == [3]
+    frame = pd.DataFrame({"person": [1, 2, 3], "age": [1.0, float("nan"), 3.0]})
+    frame.to_parquet(path, index=False)
+    with pytest.raises(InvalidDataError, match="changed its columns"):
+        warm.run(plan)
+    warm.close()
+
+
 def test_large_sources_are_read_in_place(csv: Path) -> None:
     warm = WarmDuckDBEngine(csv, schema=SCHEMA, max_bytes=10)
     plain = DuckDBEngine(str(csv), schema=SCHEMA)

@@ -333,6 +333,7 @@ class WarmDuckDBEngine(DuckDBEngine):
 
     def run(self, plan: BoundedPlan) -> pa.Table:
         self._refresh()
+        self._check_stored_types()  # a file rewritten with other column types is refused
         key: tuple[int, Any] | None = None
         if self._table is not None and salt_free(plan):
             key = self._shape(plan)
