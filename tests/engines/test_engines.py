@@ -144,6 +144,21 @@ def test_multi_column_public_keys(make: Make) -> None:
     assert got == plain(df, plan)
 
 
+@pytest.mark.parametrize("max_rows", [10_000, 2])
+def test_multi_column_key_tuples(make: Make, max_rows: int) -> None:
+    """Declared tuples that are no product of per-column values: the rows of other tuples
+    (("R&D", 3), ("Sales", 1), ...) are left out, whether no unit exceeds a bound (the set is
+    then applied to the groups) or some do (then to the rows, before the cut)."""
+    df = table()
+    keys = KeySet.from_tuples(("dept", "level"), [("R&D", 1), ("Sales", 3), ("Sales", 9)])
+    plan = plan_of(keys=("dept", "level"), key_set=keys, max_rows=max_rows)
+    got = result_dict(make(df).run(plan), plan)
+    assert set(got) == {("R&D", 1), ("Sales", 3)}
+    assert got == result_dict(PandasEngine(df).run(plan), plan)
+    if max_rows > 100:
+        assert got == plain(df, plan)
+
+
 @pytest.mark.parametrize(
     "bounds",
     [
