@@ -615,13 +615,13 @@ def relation_engine(
         return tables[name]._integers - set(tables[name]._conversions)
 
     clean = clean_columns(node, nan_free)
-    select, _ = sql_relation(node, source, sql_steps("duckdb"), keys, clean=clean)
+    select, _ = sql_relation(node, source, sql_steps("duckdb", clean=clean), keys, clean=clean)
     found = unitless(node)
     labelled = None
     if found is not None:
         label_clean = clean_columns(found[0], nan_free)
         labelled_select = sql_relation(
-            found[0], source, sql_steps("duckdb"), keys, clean=label_clean
+            found[0], source, sql_steps("duckdb", clean=label_clean), keys, clean=label_clean
         )
         labelled = (labelled_select[0], found[1])
     relation = _SQLRelation(

@@ -359,13 +359,15 @@ def relation_kinds(
 def sql_steps(
     dialect: Dialect,
     float_columns: set[str] | None = None,
+    clean: Collection[str] = frozenset(),
 ) -> Callable[
     [exp.Select, Sequence[Step], Sequence[str], Mapping[str, ColumnKind]],
     tuple[exp.Select, dict[str, ColumnKind]],
 ]:
     """Steps as SELECTs over a relation's (the engines' shared step compiler). The columns that
     may hold NaN are ``float_columns`` when the engine knows them, else every numeric column
-    (always sound: reading NaN as NULL leaves other numbers unchanged)."""
+    but those ``clean`` (:func:`clean_columns`: NaN-free wherever the relation defines them);
+    always sound, as reading NaN as NULL leaves other numbers unchanged."""
 
     def build(
         select: exp.Select,
@@ -376,7 +378,7 @@ def sql_steps(
         floats = (
             set(float_columns)
             if float_columns is not None
-            else {c for c, k in kinds.items() if k == "numeric"}
+            else {c for c, k in kinds.items() if k == "numeric" and c not in clean}
         )
         compiler = expr_compiler(dict(kinds), floats, {}, dialect)
         current = select

@@ -3,6 +3,8 @@ every shape where the unit is more than a label, refused (None)."""
 
 from __future__ import annotations
 
+from sqlglot import exp
+
 from dpkit.analytics._engines._base import Step
 from dpkit.analytics._engines._relation import (
     Join,
@@ -14,6 +16,7 @@ from dpkit.analytics._engines._relation import (
     Steps,
     Truncate,
     clean_columns,
+    sql_steps,
     unitless,
 )
 from dpkit.analytics._expr import Lit, col
@@ -95,3 +98,14 @@ def test_clean_columns_are_those_no_definition_can_make_nan() -> None:
     summed = PerUnit(node, (U,), (("n", "count", "x"), ("s", "sum", "x")))
     found = clean_columns(summed, lambda table: free.get(table, set()))
     assert "n" in found and "s" not in found
+
+
+def test_steps_test_for_nan_only_in_columns_that_can_hold_it() -> None:
+    """A relation's steps (such as the test that a row reaches one unit, ``lo == hi``) read a
+    clean column as it is: TPC-H's integer customer keys were tested for NaN on every row."""
+    kinds = {"lo": "numeric", "hi": "numeric"}
+    step = (Step("filter", col("lo") == col("hi")),)
+    select = exp.select("*").from_("t")
+    for clean, tests in ((frozenset(), 2), ({"lo"}, 1), ({"lo", "hi"}, 0)):
+        built, _ = sql_steps("duckdb", clean=clean)(select.copy(), step, ("lo", "hi"), kinds)
+        assert built.sql("duckdb").upper().count("ISNAN") == tests, clean
