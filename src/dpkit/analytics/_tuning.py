@@ -349,12 +349,12 @@ def tune(
     # the budget the forecasts assume: given, or what is left after tuning
     if spend is None:
         left = session.remaining
-        if isinstance(left, PureDP):
-            spend = PureDP(left.epsilon - eps) if left.epsilon > eps else None
-        elif isinstance(left, ApproxDP):
-            spend = ApproxDP(left.epsilon - eps, left.delta) if left.epsilon > eps else None
-        else:
-            spend = None
+        if isinstance(left, PureDP | ApproxDP) and left.epsilon < eps:
+            spend = left  # the ledger refuses the tuning itself (over budget), nothing charged
+        elif isinstance(left, PureDP) and left.epsilon > eps:
+            spend = PureDP(left.epsilon - eps)
+        elif isinstance(left, ApproxDP) and left.epsilon > eps:
+            spend = ApproxDP(left.epsilon - eps, left.delta)
         if spend is None:
             raise InvalidParameterError(
                 "spend",
