@@ -180,7 +180,9 @@ class TuningReport:
             f"estimated: {self.units:,.0f} units, {self.rows:,.0f} rows; rows dropped by "
             f"max_rows: {100 * self.dropped_rows_share:.1f}%"
         )
-        if self.suppressed_groups is not None and self.groups is not None:
+        if self.groups == 0:
+            lines.append("groups: too few to estimate privately at this tuning share")
+        elif self.suppressed_groups is not None and self.groups is not None:
             lines.append(
                 f"estimated groups: {self.groups:,.0f}, of which partition selection would "
                 f"suppress about {self.suppressed_groups:,.0f}"
@@ -235,11 +237,18 @@ def _bins(values: np.ndarray, edges: tuple[int, ...]) -> np.ndarray:
 
 
 def _denoise(noisy: np.ndarray, epsilon: Fraction, sensitivity: int) -> np.ndarray:
-    """A noisy histogram with the bins at or below ``t = (Δ/ε)·ln(bins/0.05)`` set to 0
-    (post-processing): an empty bin's noise exceeds t with probability 0.05/bins, so with
-    probability >= 95% no empty bin survives (their noise otherwise invents heavy units)."""
-    threshold = sensitivity / float(epsilon) * math.log(max(len(noisy), 2) / 0.05)
-    cleaned = np.where(noisy > threshold, noisy, 0).astype(np.float64)
+    """A noisy histogram cleaned by post-processing: the bins above the last bin ``i`` whose
+    noisy count *from the top* (``Σ_{j>=i}``) exceeds ``z·sd_i`` (its noise's standard deviation
+    ``sd_i = √(2·(bins − i))·Δ/ε``, z = 3) are set to 0 (an empty tail's noise otherwise
+    invents heavy units); below it, negative counts become 0. Tail bins with fewer units than
+    about their noise stay invisible: the dropped-row estimate is then low (docs/analytics.md)."""
+    counts = np.asarray(noisy, dtype=np.float64)
+    from_top = np.cumsum(counts[::-1])[::-1]
+    sd = np.sqrt(2.0 * np.arange(len(counts), 0, -1)) * sensitivity / float(epsilon)
+    visible = np.flatnonzero(from_top > 3 * sd)
+    top = int(visible[-1]) if visible.size else -1
+    cleaned = np.maximum(counts, 0.0)
+    cleaned[top + 1 :] = 0.0
     return cleaned
 
 

@@ -398,6 +398,8 @@ class _Options:
     """The key sets registered in the --metadata file."""
     from_metadata: frozenset[str] = frozenset()
     """The contribution bounds taken from the --metadata file (no flag gave them)."""
+    tune: float | None = None
+    """--tune SHARE: the share of ε spent choosing the per-person bounds privately."""
 
     def registered_keys(self, group_by: tuple[str, ...]) -> dict[str, list[Any]] | None:
         """The registered key sets of every GROUP BY column, when there is no --keys."""
@@ -430,6 +432,16 @@ def _check_request(options: _Options, unit_form: str) -> tuple[str, PrivacyLoss]
             f"{unit_form}; `dpkit budget status` lists the datasets.",
         )
     query_loss = _query_loss(o.epsilon, o.delta, o.rho, o.allow_large_delta)
+    if o.tune is not None:
+        if not 0 < o.tune < 1:
+            raise CLIError(
+                f"--tune must be in (0, 1) (got {human_number(o.tune)})",
+                "It is the share of --epsilon spent tuning, e.g. --tune 0.2.",
+            )
+        if o.rho is not None:
+            raise CLIError("--tune needs --epsilon (tuning is ε-DP), not --rho")
+        _check_bounds(o.max_rows, o.max_groups or 1, o.max_rows_per_group)
+        return o.dataset, query_loss
     _check_bounds(o.max_rows, o.max_groups, o.max_rows_per_group)
     if not 0 < o.alpha < 1:
         raise CLIError(f"--alpha must be in (0, 1) (got {human_number(o.alpha)})")
@@ -452,7 +464,11 @@ def _check_file(file: Path, shown: str, prefix: str = "") -> None:
 def _check_grouping(parsed: ParsedQuery, options: _Options) -> None:
     """The bound and the group keys the parsed query needs, checked before the ledger."""
     o = options
-    if o.max_rows is None and (not parsed.group_by or o.max_rows_per_group is None):
+    if (
+        o.tune is None
+        and o.max_rows is None
+        and (not parsed.group_by or o.max_rows_per_group is None)
+    ):
         raise CLIError(
             "--max-groups alone does not bound a person's rows: add --max-rows K"
             + (" (or --max-rows-per-group R)" if parsed.group_by else ""),
@@ -735,7 +751,22 @@ def query_command(
     allow_large_delta: Annotated[
         bool, typer.Option("--allow-large-delta", help="Accept δ ≥ 0.1 (almost never right).")
     ] = False,
-    explain: Annotated[bool, typer.Option(help="Also print how the query is answered.")] = False,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            help="Also print how the query is answered. With --tune: print the tuning report "
+            "and the plan, and stop (only the tuning share is spent)."
+        ),
+    ] = False,
+    tune: Annotated[
+        float | None,
+        typer.Option(
+            "--tune",
+            help="Spend this share of --epsilon choosing the per-person bounds privately "
+            "(and print the expected error), the rest on the answer.",
+            show_default=False,
+        ),
+    ] = None,
     server: Annotated[
         str | None,
         typer.Option(
@@ -800,6 +831,7 @@ def query_command(
                 "--metadata": metadata,
                 "--ledger": ledger,
                 "--explain": explain or None,
+                "--tune": tune,
             },
         )
         return
@@ -832,11 +864,17 @@ def query_command(
             )
             if flag is None and getattr(meta, name) is not None
         ),
+        tune,
     )
     if max_per_key is not None and not several:
         raise CLIError(
             "--max-per-key is for joins over several tables (--table)",
             "A query over one file has no join to truncate.",
+        )
+    if several and tune is not None:
+        raise CLIError(
+            "--tune is for a query over one file",
+            "Over several tables, give --max-rows and --max-per-key.",
         )
     if several:
         _query_tables(query, table or [], public or [], link or [], options)
@@ -925,6 +963,11 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
                     final = built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
                 else:
                     final = built.agg(*parsed.aggregations)
+                if o.tune is not None:
+                    final, query_loss = _tune(session, final, query_loss, o)
+                    if o.explain:
+                        out_console().print(session.explain(final, loss=query_loss), markup=False)
+                        return
                 plan_text = session.explain(final, loss=query_loss) if o.explain else ""
                 release = _answer(
                     session,
@@ -958,6 +1001,32 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
         alerts,
         explained if o.explain else None,
     )
+
+
+def _tune(session: Any, final: Any, query_loss: PrivacyLoss, o: _Options) -> tuple[Any, Any]:
+    """--tune SHARE: spend SHARE·ε choosing the per-person bounds (one release, charged now),
+    print the report, and return the tuned query with the loss left for the answer,
+    (1 − SHARE)·ε (and the whole δ)."""
+    from fractions import Fraction
+
+    from dpkit.core._losses import ApproxDP, PureDP
+
+    share = Fraction(o.tune).limit_denominator(10**6) if o.tune is not None else Fraction(0)
+    if not isinstance(query_loss, PureDP | ApproxDP):  # pragma: no cover - refused earlier
+        raise CLIError("--tune needs --epsilon (tuning is ε-DP), not --rho")
+    epsilon = query_loss.epsilon
+    rest = epsilon * (1 - share)
+    left: PrivacyLoss = (
+        ApproxDP(rest, query_loss.delta) if isinstance(query_loss, ApproxDP) else PureDP(rest)
+    )
+    tuned, report = session.tune(final, epsilon=epsilon * share, spend=left, alpha=o.alpha)
+    console = out_console()
+    console.print(report.text(), markup=False)
+    if o.explain:
+        console.print(
+            f"--explain: only the tuning share ({report.loss}) was spent; nothing was answered.",
+        )
+    return tuned, left
 
 
 def _query_server(
