@@ -86,15 +86,12 @@ __all__ = ["COUNT_EDGES", "Forecast", "Tuning", "TuningReport", "count_edges", "
 
 
 def count_edges(top: int = 2**30) -> tuple[int, ...]:
-    """The public grid of per-unit counts: 1..8, then ×2^(1/4) per step (rounded) up to ``top``.
-    Bin i holds the counts in ``[edges[i], edges[i+1])``; the last bin is open."""
+    """The public grid of per-unit counts: 1..8, then the powers of two up to ``top``. Bin i
+    holds the counts in ``[edges[i], edges[i+1])``; the last bin is open. Few bins keep the
+    noise of the counts summed from the top small (the tail estimate reads those sums)."""
     edges = list(range(1, 9))
-    x = 8.0
     while edges[-1] < top:
-        x *= 2**0.25
-        v = round(x)
-        if v > edges[-1]:
-            edges.append(v)
+        edges.append(edges[-1] * 2)
     return tuple(edges)
 
 
@@ -236,20 +233,44 @@ def _bins(values: np.ndarray, edges: tuple[int, ...]) -> np.ndarray:
     return np.bincount(np.clip(index, 0, len(edges) - 1), minlength=len(edges)).astype(np.int64)
 
 
-def _denoise(noisy: np.ndarray, epsilon: Fraction, sensitivity: int) -> np.ndarray:
-    """A noisy histogram cleaned by post-processing: the bins above the last bin ``i`` whose
-    noisy count *from the top* (``Σ_{j>=i}``) exceeds ``z·sd_i`` (its noise's standard deviation
-    ``sd_i = √(2·(bins − i))·Δ/ε``, z = 3) are set to 0 (an empty tail's noise otherwise
-    invents heavy units); below it, negative counts become 0. Tail bins with fewer units than
-    about their noise stay invisible: the dropped-row estimate is then low (docs/analytics.md)."""
+def _denoise(
+    noisy: np.ndarray, epsilon: Fraction, sensitivity: int, extrapolate: bool = False
+) -> np.ndarray:
+    """A histogram estimated from noisy bin counts (post-processing, free), through the
+    survival counts ``S_i = Σ_{j>=i} count_j`` (units with at least ``edges[i]``).
+
+    The noisy ``S̃_i`` are unbiased with noise sd ``sd_i = √(2·(bins − i))·Δ/ε``. Up to the last
+    edge where ``S̃_i > 2·sd_i`` they are used as they are (made non-increasing); beyond it the
+    counts are noise and set to 0, or, with ``extrapolate``, filled in by a power law
+    ``S(e) ∝ e^−α`` fitted (least squares in logs) to the significant edges above the median:
+    on heavy-tailed data (rows per person following a power law) the few heaviest units,
+    invisible in the noise, drop most of the rows a cap drops. A light tail fits a steep α
+    (>= 4) and gets nothing added; the law is extended while at least one unit is expected
+    beyond an edge. The estimate then gives each bin ``S_i − S_{i+1}``."""
     counts = np.asarray(noisy, dtype=np.float64)
-    from_top = np.cumsum(counts[::-1])[::-1]
-    sd = np.sqrt(2.0 * np.arange(len(counts), 0, -1)) * sensitivity / float(epsilon)
-    visible = np.flatnonzero(from_top > 3 * sd)
-    top = int(visible[-1]) if visible.size else -1
-    cleaned = np.maximum(counts, 0.0)
-    cleaned[top + 1 :] = 0.0
-    return cleaned
+    bins = len(counts)
+    raw = np.cumsum(counts[::-1])[::-1]
+    sd = np.sqrt(2.0 * np.arange(bins, 0, -1)) * sensitivity / float(epsilon)
+    significant = np.flatnonzero(raw > 2 * sd)
+    if significant.size == 0:
+        return np.zeros(bins)
+    top = int(significant[-1])
+    survival = np.zeros(bins + 1)
+    survival[: top + 1] = np.minimum.accumulate(np.maximum(raw[: top + 1], 0.0))
+    if extrapolate:
+        lo = np.asarray(COUNT_EDGES[:bins], dtype=np.float64)
+        median = int(np.searchsorted(-survival[: top + 1], -survival[0] / 2))
+        points = [i for i in significant if max(median, 1) <= i <= top and survival[i] > 0]
+        if len(points) >= 3:
+            slope = float(np.polyfit(np.log(lo[points]), np.log(survival[points]), 1)[0])
+            alpha = -slope
+            if 0 < alpha < 4:
+                for i in range(top + 1, bins):
+                    level = survival[top] * (lo[i] / lo[top]) ** (-alpha)
+                    if level < 1:  # fewer than one unit expected: none
+                        break
+                    survival[i] = level
+    return np.maximum(survival[:-1] - survival[1:], 0.0)
 
 
 def _representatives(edges: tuple[int, ...]) -> np.ndarray:
@@ -432,7 +453,7 @@ def tune(
         hist_mechanism = make_geometric(sensitivity=1, epsilon=share)
         found.rows_hist = np.asarray(hist_mechanism(_bins(unit_rows, COUNT_EDGES)))
         found.used.append(("rows", hist_mechanism.loss))
-        rows_hist = _denoise(found.rows_hist, share, 1)
+        rows_hist = _denoise(found.rows_hist, share, 1, extrapolate=True)
         if "groups" in parts:
             found.groups_hist = np.asarray(hist_mechanism(_bins(unit_groups, COUNT_EDGES)))
             found.used.append(("groups", hist_mechanism.loss))
@@ -670,7 +691,7 @@ def _report(
         raise UnsupportedQueryError("internal: the tuning release found no histogram")
     share = next(iter(parts.values()))
     epsilon = share.epsilon if isinstance(share, PureDP) else Fraction(1)
-    rows_hist = _denoise(found.rows_hist, epsilon, 1)
+    rows_hist = _denoise(found.rows_hist, epsilon, 1, extrapolate=True)
     forecasts, kept, dropped = _forecasts(tuned, calibrate, alpha, rows_hist, found.max_rows)
     total = kept + dropped
     units = float(rows_hist.sum())
