@@ -37,7 +37,7 @@ from dpkit.analytics import sum as dp_sum
 AGGS = ("count", "sum", "mean")
 
 
-def zipf_table(persons: int = 20_000, a: float = 2.0, cap: int = 2_000, seed: int = 1) -> Any:
+def zipf_table(persons: int = 20_000, a: float = 2.0, cap: int = 10**6, seed: int = 1) -> Any:
     rng = np.random.default_rng(seed)
     rows = np.minimum(rng.zipf(a, persons), cap)
     ids = np.repeat(np.arange(persons), rows)
@@ -54,85 +54,102 @@ def lineitem_table(path: str = "/work/tpch/sf01") -> Any:
     return frame, (0, 2**17)
 
 
-def query(session: Session, bounds: tuple[float, float], cap: int | None = None) -> Any:
+def query(session: Session, bounds: Any, cap: int | None = None, agg: str = "count") -> Any:
+    """One aggregate per query: each is tuned for itself (a joint cap is a compromise that no
+    per-aggregate hindsight choice has to make)."""
     q = session.query()
     if cap is not None:
         q = q.bound(max_rows=cap)
-    return q.agg(count(), dp_sum("x", bounds), mean("x", bounds))
+    built = {"count": count(), "sum": dp_sum("x", bounds), "mean": mean("x", bounds)}[agg]
+    return q.agg(built)
 
 
-def names(bounds: tuple[float, float]) -> dict[str, str]:
-    return {"count": "count", "sum": "sum_x", "mean": "mean_x"}
+NAMES = {"count": "count", "sum": "sum_x", "mean": "mean_x"}
 
 
-def analytic_rmse(session: Session, bounds: Any, cap: int, epsilon: float, truth: Any) -> dict:
-    """sqrt(bias² + σ²) at ``cap``: bias from the exact bounded answer, σ from calibration."""
-    exact = session.evaluate(query(session, bounds, cap), epsilon=10**4).table.iloc[0]
-    release = session.evaluate(query(session, bounds, cap), epsilon=epsilon)
-    out = {}
-    z = 1.959963984540054
-    for agg, column in names(bounds).items():
-        accuracy = release.accuracy[column]
+class Truth:
+    """sqrt(bias² + σ²) of one aggregate at a cap and ε: the bias of the exact bounded answer
+    (a release at ε = 10^4), σ the calibrated noise's std (the mean's from its first-order
+    interval). Cached: the bounded answer depends on the cap only."""
+
+    def __init__(self, session: Session, bounds: Any, truth: float, agg: str) -> None:
+        self.session, self.bounds, self.truth, self.agg = session, bounds, truth, agg
+        self.exact: dict[int, float] = {}
+        self.cache: dict[tuple[int, float], float] = {}
+
+    def __call__(self, cap: int, epsilon: float) -> float:
+        if (cap, epsilon) in self.cache:
+            return self.cache[cap, epsilon]
+        q = query(self.session, self.bounds, cap, self.agg)
+        column = NAMES[self.agg]
+        if cap not in self.exact:
+            exact = self.session.evaluate(q, epsilon=10**4).table.iloc[0]
+            self.exact[cap] = float(exact[column])
+        accuracy = self.session.evaluate(q, epsilon=epsilon).accuracy[column]
         if accuracy.expected_abs is not None:
-            sigma = accuracy.expected_abs * math.sqrt(2)
+            sigma = accuracy.expected_abs * math.sqrt(2)  # geometric noise: std = √2·E|Z|
         else:
-            sigma = accuracy.halfwidth / z
-        out[agg] = math.hypot(float(exact[column]) - truth[agg], sigma)
-    return out
+            sigma = accuracy.halfwidth / 1.959963984540054
+        self.cache[cap, epsilon] = math.hypot(self.exact[cap] - self.truth, sigma)
+        return self.cache[cap, epsilon]
+
+
+def rms(values: list[float]) -> float:
+    return math.sqrt(float(np.mean(np.square(values))))
 
 
 def run(label: str, frame: Any, bounds: Any, epsilon: float, share: float, reps: int) -> Any:
-    truth = {"count": len(frame), "sum": float(frame.x.sum()), "mean": float(frame.x.mean())}
+    truths = {"count": len(frame), "sum": float(frame.x.sum()), "mean": float(frame.x.mean())}
     session = Session(frame, privacy_unit="pid", budget=dp.PureDP(10**8))
     per_unit = frame.groupby("pid").size().to_numpy()
     candidates = [c for c in tuning.COUNT_EDGES if c <= per_unit.max() * 2]
-    # best fixed in hindsight, and the non-private choice with the tuning objective
-    hindsight = {c: analytic_rmse(session, bounds, c, epsilon, truth) for c in candidates}
     exact_hist = tuning._bins(per_unit, tuning.COUNT_EDGES).astype(np.float64)
-    found = tuning._Found(max_rows=None, max_groups=None)
     calibrate = tuning._Calibrate(session, {"epsilon": epsilon}, "auto", 0.05)
-
-    def tuned_query(_: Any, cap: int | None = None) -> Any:
-        return query(session, bounds, cap)
-
-    np_cap = tuning._best_cap(exact_hist, found, tuned_query, calibrate, 0.05)
-    nonprivate = hindsight.get(np_cap) or analytic_rmse(session, bounds, np_cap, epsilon, truth)
-    best = {agg: min(h[agg] for h in hindsight.values()) for agg in AGGS}
-    best_cap = {agg: min(hindsight, key=lambda c, a=agg: hindsight[c][a]) for agg in AGGS}
-    # private: tune with share·ε, release with the rest, realised over reps
-    errors: dict[str, list[float]] = {agg: [] for agg in AGGS}
-    reported: dict[str, list[float]] = {agg: [] for agg in AGGS}
-    caps = []
-    rest = dp.PureDP(epsilon * (1 - share))
-    started = time.perf_counter()
-    for _ in range(reps):
-        tuned, report = session.tune(query(session, bounds), epsilon=epsilon * share, spend=rest)
-        caps.append(report.max_rows)
-        released = session.evaluate(tuned, epsilon=epsilon * (1 - share)).table.iloc[0]
-        for agg, column in names(bounds).items():
-            errors[agg].append(float(released[column]) - truth[agg])
-            reported[agg].append(report.forecasts[column].rmse or math.nan)
-    seconds = (time.perf_counter() - started) / reps
+    rest = epsilon * (1 - share)
     rows = []
     for agg in AGGS:
-        private = math.sqrt(np.mean(np.square(errors[agg])))
-        forecast = math.sqrt(np.mean(np.square(reported[agg])))
+        expected = Truth(session, bounds, truths[agg], agg)
+        # best fixed in hindsight, and the non-private choice: the tuning's objective on the
+        # exact histogram of rows per person (PipelineDP's approach)
+        hindsight = {c: expected(c, epsilon) for c in candidates}
+        best_cap = min(hindsight, key=hindsight.__getitem__)
+
+        def tuned_query(_: Any, cap: int | None = None, a: str = agg) -> Any:
+            return query(session, bounds, cap, a)
+
+        np_cap = tuning._best_cap(exact_hist, tuning._Found(), tuned_query, calibrate, 0.05)
+        # private: tune with share·ε, release with the rest
+        errors, analytic, reported, caps = [], [], [], []
+        started = time.perf_counter()
+        for _ in range(reps):
+            tuned, report = session.tune(
+                query(session, bounds, None, agg), epsilon=epsilon * share, spend=dp.PureDP(rest)
+            )
+            caps.append(report.max_rows)
+            released = session.evaluate(tuned, epsilon=rest).table.iloc[0]
+            errors.append(float(released[NAMES[agg]]) - truths[agg])
+            analytic.append(expected(report.max_rows, rest))
+            reported.append(report.forecasts[NAMES[agg]].rmse or math.nan)
+        seconds = (time.perf_counter() - started) / reps
+        private = rms(analytic)
         rows.append(
             {
                 "table": label,
                 "aggregate": agg,
-                "private RMSE": private,
-                "non-private RMSE": nonprivate[agg],
-                "best fixed RMSE": best[agg],
-                "private / non-private": private / nonprivate[agg],
-                "private / best fixed": private / best[agg],
-                "realised / reported": private / forecast,
-                "caps (private median, non-private, best)": (
-                    f"{int(np.median(caps))}, {np_cap}, {best_cap[agg]}"
+                "private": private,
+                "realised": rms(errors),
+                "non-private": expected(np_cap, epsilon),
+                "best fixed": hindsight[best_cap],
+                "priv/non-priv": private / expected(np_cap, epsilon),
+                "priv/best": private / hindsight[best_cap],
+                "true/reported": private / rms(reported),
+                "realised/reported": rms(errors) / rms(reported),
+                "caps: private median (range), non-private, best": (
+                    f"{int(np.median(caps))} ({min(caps)}-{max(caps)}), {np_cap}, {best_cap}"
                 ),
+                "s/run": seconds,
             }
         )
-    print(f"{label}: {reps} reps, {seconds:.2f} s per tune + release")
     return rows
 
 

@@ -108,7 +108,8 @@ class Forecast:
 
     ``std``: the noise's standard deviation (None when the noise gives none, e.g. quantiles);
     ``halfwidth``: the (1-α) half-width of the release's interval (rows, for a quantile's rank);
-    ``bias``: the estimated bias from rows dropped by max_rows (0 when not estimated);
+    ``bias``: the estimated bias from rows dropped by max_rows (0 when not estimated; for a
+    mean, the typical distance of the kept rows' mean from all rows' mean);
     ``rmse``: ``sqrt(std² + bias²)`` (None without a std)."""
 
     name: str
@@ -239,22 +240,26 @@ def _denoise(
     """A histogram estimated from noisy bin counts (post-processing, free), through the
     survival counts ``S_i = Σ_{j>=i} count_j`` (units with at least ``edges[i]``).
 
-    The noisy ``S̃_i`` are unbiased with noise sd ``sd_i = √(2·(bins − i))·Δ/ε``. Up to the last
-    edge where ``S̃_i > 2·sd_i`` they are used as they are (made non-increasing); beyond it the
-    counts are noise and set to 0, or, with ``extrapolate``, filled in by a power law
+    The noisy ``S̃_i`` are unbiased with noise sd ``sd_i = √(2·(bins − i))·Δ/ε``. Over the
+    first run of edges where ``S̃_i > 3·sd_i`` they are used as they are (made non-increasing;
+    the true counts never increase, so a "significant" edge after a gap is noise); beyond it
+    the counts are noise and set to 0, or, with ``extrapolate``, filled in by a power law
     ``S(e) ∝ e^−α`` fitted (least squares in logs) to the significant edges above the median:
     on heavy-tailed data (rows per person following a power law) the few heaviest units,
     invisible in the noise, drop most of the rows a cap drops. A light tail fits a steep α
-    (>= 4) and gets nothing added; the law is extended while at least one unit is expected
-    beyond an edge. The estimate then gives each bin ``S_i − S_{i+1}``."""
+    (>= 4) and gets nothing added; the law (α at least 1) is extended while at least one unit
+    is expected beyond an edge. The estimate then gives each bin ``S_i − S_{i+1}``."""
     counts = np.asarray(noisy, dtype=np.float64)
     bins = len(counts)
     raw = np.cumsum(counts[::-1])[::-1]
     sd = np.sqrt(2.0 * np.arange(bins, 0, -1)) * sensitivity / float(epsilon)
-    significant = np.flatnonzero(raw > 2 * sd)
-    if significant.size == 0:
+    above = raw > 3 * sd
+    if not above[0]:
         return np.zeros(bins)
-    top = int(significant[-1])
+    # the true survival counts never increase: only the first run of significant edges is
+    # read (an isolated "significant" edge far in an empty tail is noise)
+    top = int(np.argmin(above)) - 1 if not above.all() else bins - 1
+    significant = np.arange(top + 1)
     survival = np.zeros(bins + 1)
     survival[: top + 1] = np.minimum.accumulate(np.maximum(raw[: top + 1], 0.0))
     if extrapolate:
@@ -263,8 +268,10 @@ def _denoise(
         points = [i for i in significant if max(median, 1) <= i <= top and survival[i] > 0]
         if len(points) >= 3:
             slope = float(np.polyfit(np.log(lo[points]), np.log(survival[points]), 1)[0])
-            alpha = -slope
-            if 0 < alpha < 4:
+            # α <= 1 would put unboundedly many rows in the tail; at 1 (Zipf's law for rows per
+            # person, P(n >= x) ~ 1/x) the law stops where fewer than one unit is expected
+            alpha = max(-slope, 1.0)
+            if alpha < 4:
                 for i in range(top + 1, bins):
                     level = survival[top] * (lo[i] / lo[top]) ** (-alpha)
                     if level < 1:  # fewer than one unit expected: none
@@ -588,6 +595,10 @@ def _forecasts(
             std = None if unit_std is None else unit_std * half / kept
             if std is not None:
                 halfwidth = std * _z(alpha)
+            # dropping rows leaves a subsample: its mean differs from all rows' by about
+            # sd(x)·√(1/kept − 1/rows), sd(x) taken as a uniform's over the bounds (half/√3)
+            total = kept + dropped
+            bias = half / math.sqrt(3) * math.sqrt(max(1 / kept - 1 / total, 0.0))
         out[name] = Forecast(name, acc.kind, std, halfwidth, bias, acc.mechanism)
     return out, kept, dropped
 
