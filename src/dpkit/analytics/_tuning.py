@@ -243,7 +243,8 @@ def _denoise(
     The noisy ``S̃_i`` are unbiased with noise sd ``sd_i = √(2·(bins − i))·Δ/ε``. Over the
     first run of edges where ``S̃_i > 3·sd_i`` they are used as they are (made non-increasing;
     the true counts never increase, so a "significant" edge after a gap is noise); beyond it
-    the counts are noise and set to 0, or, with ``extrapolate``, filled in by a power law
+    the first edge keeps its noisy count (clipped into [0, S_top]), the others are set to 0, or,
+    with ``extrapolate``, filled in by a power law
     ``S(e) ∝ e^−α`` fitted (least squares in logs) to the significant edges above the median:
     on heavy-tailed data (rows per person following a power law) the few heaviest units,
     invisible in the noise, drop most of the rows a cap drops. A light tail fits a steep α
@@ -262,6 +263,11 @@ def _denoise(
     significant = np.arange(top + 1)
     survival = np.zeros(bins + 1)
     survival[: top + 1] = np.minimum.accumulate(np.maximum(raw[: top + 1], 0.0))
+    if top + 1 < bins:
+        # the first edge past the run keeps its noisy count (unbiased, clipped into [0, S_top]):
+        # up to 3 sd of units may hide there, and treating them as none undercounts what a
+        # cap at that edge drops (TPC-H: 50 customers beyond 128 line items)
+        survival[top + 1] = min(max(float(raw[top + 1]), 0.0), survival[top])
     if extrapolate:
         lo = np.asarray(COUNT_EDGES[:bins], dtype=np.float64)
         median = int(np.searchsorted(-survival[: top + 1], -survival[0] / 2))
@@ -276,7 +282,7 @@ def _denoise(
                     level = survival[top] * (lo[i] / lo[top]) ** (-alpha)
                     if level < 1:  # fewer than one unit expected: none
                         break
-                    survival[i] = level
+                    survival[i] = max(level, survival[i])
     return np.maximum(survival[:-1] - survival[1:], 0.0)
 
 
