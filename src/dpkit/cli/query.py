@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -400,6 +400,8 @@ class _Options:
     """The contribution bounds taken from the --metadata file (no flag gave them)."""
     tune: float | None = None
     """--tune SHARE: the share of ε spent choosing the per-person bounds privately."""
+    tuned: frozenset[str] = frozenset()
+    """The contribution bounds --tune chose (for the answer's note)."""
 
     def registered_keys(self, group_by: tuple[str, ...]) -> dict[str, list[Any]] | None:
         """The registered key sets of every GROUP BY column, when there is no --keys."""
@@ -611,6 +613,8 @@ def _footnotes(
 
     def source(flag: str) -> str:
         key = flag.removeprefix("--").replace("-", "_")
+        if key in options.tuned:
+            return "chosen privately by --tune"
         return f"{key} in --metadata" if key in options.from_metadata else flag
 
     if max_rows is not None:
@@ -964,7 +968,13 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
                 else:
                     final = built.agg(*parsed.aggregations)
                 if o.tune is not None:
-                    final, query_loss = _tune(session, final, query_loss, o)
+                    final, query_loss, report = _tune(session, final, query_loss, o)
+                    o = replace(
+                        o,
+                        max_rows=report.max_rows,
+                        max_groups=report.max_groups,
+                        tuned=frozenset(report.chosen),
+                    )
                     if o.explain:
                         out_console().print(session.explain(final, loss=query_loss), markup=False)
                         return
@@ -1003,7 +1013,7 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
     )
 
 
-def _tune(session: Any, final: Any, query_loss: PrivacyLoss, o: _Options) -> tuple[Any, Any]:
+def _tune(session: Any, final: Any, query_loss: PrivacyLoss, o: _Options) -> tuple[Any, Any, Any]:
     """--tune SHARE: spend SHARE·ε choosing the per-person bounds (one release, charged now),
     print the report, and return the tuned query with the loss left for the answer,
     (1 − SHARE)·ε (and the whole δ)."""
@@ -1026,7 +1036,7 @@ def _tune(session: Any, final: Any, query_loss: PrivacyLoss, o: _Options) -> tup
         console.print(
             f"--explain: only the tuning share ({report.loss}) was spent; nothing was answered.",
         )
-    return tuned, left
+    return tuned, left, report
 
 
 def _query_server(

@@ -262,3 +262,60 @@ def test_count_edges_grid() -> None:
     assert edges[-1] >= 2**10
     counts = tuning._bins(np.array([1, 1, 8, 9, 10**6]), edges)
     assert counts.sum() == 5 and counts[0] == 2 and counts[-1] == 1
+
+
+# ------------------------------------------------------------------ the histogram's estimate
+
+
+def _survival(hist: np.ndarray) -> np.ndarray:
+    return np.cumsum(hist[::-1])[::-1]
+
+
+def test_denoise_reads_the_first_significant_run_only() -> None:
+    """A noisy count far in an empty tail that alone passes 3 sd, after edges that do not,
+    is noise: it once made the tuning choose max_rows = 2^25 on TPC-H."""
+    exact = tuning._bins(np.repeat([1, 2, 5, 20], [500, 300, 200, 100]), tuning.COUNT_EDGES)
+    noisy = exact.astype(np.float64)
+    bins = len(noisy)
+    noisy[15:25] = -1.0
+    noisy[25] = 20.0  # S̃_25 = 20 > 3 sd there; S̃_15 = 10 > 0 but below 3 sd
+    assert 3 * np.sqrt(2 * (bins - 25)) < 20 and 3 * np.sqrt(2 * (bins - 15)) > 10
+    estimate = tuning._denoise(noisy, Fraction(1), 1)
+    assert estimate[25] == 0 and estimate[15:].sum() == 0
+    assert tuning.dropped_rows(estimate, tuning.COUNT_EDGES, 2**10) == 0
+
+
+def test_denoise_keeps_the_first_hidden_edge_noisy_count() -> None:
+    exact = np.zeros(len(tuning.COUNT_EDGES))
+    exact[:8] = 1000.0
+    exact[8] = 40.0  # 40 units with 16..31 rows: below 3 sd at ε = 0.1
+    estimate = tuning._denoise(exact, Fraction(1, 10), 1)
+    assert estimate[8] == pytest.approx(40) and estimate[9:].sum() == 0
+    assert tuning.dropped_rows(estimate, tuning.COUNT_EDGES, 8) > 0
+
+
+def test_extrapolation_fills_a_power_law_tail_and_not_a_light_one() -> None:
+    rng = np.random.default_rng(3)
+    heavy = tuning._bins(rng.zipf(2.0, 20_000), tuning.COUNT_EDGES).astype(np.float64)
+    light = tuning._bins(rng.integers(1, 40, 20_000), tuning.COUNT_EDGES).astype(np.float64)
+    eps = Fraction(1, 10)
+    for exact in (heavy, light):
+        plain = tuning._denoise(exact, eps, 1)
+        filled = tuning._denoise(exact, eps, 1, extrapolate=True)
+        assert np.all(_survival(filled) >= _survival(plain) - 1e-9)
+    # the heavy tail's hidden units are filled in (beyond the run and its first hidden edge)
+    assert _survival(tuning._denoise(heavy, eps, 1, extrapolate=True))[14] >= 1
+    assert _survival(tuning._denoise(heavy, eps, 1))[14] == 0
+    # the light tail gets nothing: 1..39 rows, nobody at 64 or more
+    assert _survival(tuning._denoise(light, eps, 1, extrapolate=True))[10] == 0
+
+
+def test_count_forecast_is_the_calibrated_noise() -> None:
+    """The report's std for a count is the std of the noise the release adds: √2·E|Z| of the
+    geometric mechanism at the tuned cap (exact calibration, no data)."""
+    session = Session(zipf_frame(), privacy_unit="user", budget=dp.PureDP(10), max_rows=4)
+    query, report = session.tune(session.query().agg(count()), epsilon=1, spend=dp.PureDP(2))
+    released = session.evaluate(query, epsilon=2)
+    forecast = report.forecasts["count"]
+    assert forecast.std == pytest.approx(np.sqrt(2) * released.accuracy["count"].expected_abs)
+    assert forecast.halfwidth == released.accuracy["count"].halfwidth

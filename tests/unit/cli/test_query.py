@@ -313,6 +313,7 @@ def test_tune_spends_the_share_tuning_and_the_rest_answering(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     assert "tuning release charged ε=0.25" in result.output
     assert "expected error if released with ε=0.75" in result.output
+    assert "chosen privately by --tune" in result.output
     from dpkit.ledger import Ledger
 
     opened = Ledger.open(str(ledger))
