@@ -625,14 +625,14 @@ def _count_std(tuned: Query, name: str, calibrate: Any, alpha: float) -> float |
     half = _share(loss, 2)
     single = replace(tuned, plan=replace(node, aggregations=(count(),)))
     try:
-        helper = calibrate_with(calibrate, single, half)
+        helper = _calibrate_with(calibrate, single, half)
     except DPError:
         return None
     acc = helper
     return _std(acc.kind, acc.mechanism, acc.expected_abs, acc.halfwidth)
 
 
-def calibrate_with(calibrate: Any, q: Query, loss: PrivacyLoss) -> Any:
+def _calibrate_with(calibrate: Any, q: Query, loss: PrivacyLoss) -> Any:
     """The accuracy of the single aggregation of ``q`` compiled with ``loss``."""
     measurement = calibrate.with_loss(q, loss)
     compiled = measurement.compiled
