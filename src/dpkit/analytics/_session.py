@@ -687,6 +687,10 @@ class Session:
             bounds_help=self.bounds_help,
         )
 
+    _dry_run = staticmethod(dry_run)
+    _check_engine = staticmethod(check_engine)
+    """The public rehearsals of a release, for :mod:`dpkit.analytics._tuning`."""
+
     bounds_help = (
         "dpkit never reads them from the data: declare the clamping bounds in the query, or "
         "register them once with the session: "
@@ -901,6 +905,64 @@ class Session:
             measurement.split,
         )
 
+    def _bounds_plan(
+        self,
+        column: str,
+        checked: Any,
+        max_rows: int | None,
+        salt: int,
+        coverage: float = 0.95,
+    ) -> tuple[BoundedPlan, Any]:
+        """The bounds estimator of :meth:`estimate_bounds`, shared with tuning
+        (:mod:`dpkit.analytics._tuning`): the plan counting the rows of ``column`` per bin of
+        the public grid (after ``checked``'s steps, at most ``max_rows`` rows per unit), and
+        ``choose(counts, epsilon)``: the two exponential-mechanism quantiles (each ε/2, with
+        sensitivity the rows one unit keeps) that pick the bounds from those counts."""
+        bounding = self.defaults.merged(Bounding(max_rows=max_rows))
+        contrib = contribution(bounding, grouped=False)
+        edges = (
+            -float(np.finfo(np.float64).max),
+            *bounds_candidates(),
+            float(np.finfo(np.float64).max),
+        )
+        steps = rewrite(checked.steps, frozenset({self.privacy_unit, column}))
+        plan = BoundedPlan(
+            steps,
+            self.privacy_unit,
+            (),
+            None,
+            bounding.max_rows,
+            None,
+            bounding.max_rows_per_group,
+            salt,
+            (),
+            (Output("rows"),),
+            BinSpec("edges", column=column, edges=edges),
+        )
+        q_low = Fraction(1 - coverage).limit_denominator(10**6) / 2
+        prior = _magnitude_penalty(edges)
+        rows = contrib.rows_l1
+
+        def choose(counts: np.ndarray, epsilon: Fraction) -> tuple[float, float]:
+            # candidates are the bins [e_j, e_{j+1}): rows before each and up to its end (ties
+            # inside a bin count on either side); the lower bound is a bin's left edge, the
+            # upper bound its right edge, each with the magnitude penalty of that edge
+            half = epsilon / 2
+            upto = np.cumsum(counts).tolist()
+            below = [0, *upto[:-1]]
+            n = int(counts.sum())
+            j_low = em_quantile_index(below, upto, n, q_low, half, rows, prior[:-1])
+            j_high = em_quantile_index(below, upto, n, 1 - q_low, half, rows, prior[1:]) + 1
+            inner = edges[1:-1]
+            lower = edges[max(min(j_low, len(edges) - 2), 1)]
+            upper = edges[min(max(j_high, 1), len(edges) - 2)]
+            if upper <= lower:
+                position = inner.index(lower) if lower in inner else 0
+                upper = inner[min(position + 1, len(inner) - 1)]
+            return lower, upper
+
+        return plan, choose
+
     def estimate_bounds(
         self,
         column: str,
@@ -927,49 +989,17 @@ class Session:
         checked = validate(probe, self.schema, self.privacy_unit)
         if column not in checked.schema or checked.schema[column] != "numeric":
             raise InvalidParameterError("column", column, "a numeric column of the table")
-        bounding = self.defaults.merged(Bounding(max_rows=max_rows))
-        contrib = contribution(bounding, grouped=False)
-        edges = (
-            -float(np.finfo(np.float64).max),
-            *bounds_candidates(),
-            float(np.finfo(np.float64).max),
-        )
-        steps = rewrite(checked.steps, frozenset({self.privacy_unit, column}))
-        plan = BoundedPlan(
-            steps,
-            self.privacy_unit,
-            (),
-            None,
-            bounding.max_rows,
-            None,
-            bounding.max_rows_per_group,
-            int(random_words(1)[0] >> np.uint64(2)),
-            (),
-            (Output("rows"),),
-            BinSpec("edges", column=column, edges=edges),
-        )
         loss = PureDP(eps)
         half = eps / 2
-        q_low = Fraction(1 - coverage).limit_denominator(10**6) / 2
+        plan, choose_with = self._bounds_plan(
+            column, checked, max_rows, int(random_words(1)[0] >> np.uint64(2)), coverage
+        )
+        edges = plan.bins.edges if plan.bins is not None else ()
         prior = _magnitude_penalty(edges)
-        rows = contrib.rows_l1
+        rows = contribution(self.defaults.merged(Bounding(max_rows=max_rows)), False).rows_l1
 
         def choose(counts: np.ndarray) -> tuple[float, float]:
-            # candidates are the bins [e_j, e_{j+1}): rows before each and up to its end (ties
-            # inside a bin count on either side); the lower bound is a bin's left edge, the
-            # upper bound its right edge, each with the magnitude penalty of that edge
-            upto = np.cumsum(counts).tolist()
-            below = [0, *upto[:-1]]
-            n = int(counts.sum())
-            j_low = em_quantile_index(below, upto, n, q_low, half, rows, prior[:-1])
-            j_high = em_quantile_index(below, upto, n, 1 - q_low, half, rows, prior[1:]) + 1
-            inner = edges[1:-1]
-            lower = edges[max(min(j_low, len(edges) - 2), 1)]
-            upper = edges[min(max(j_high, 1), len(edges) - 2)]
-            if upper <= lower:
-                position = inner.index(lower) if lower in inner else 0
-                upper = inner[min(position + 1, len(inner) - 1)]
-            return lower, upper
+            return cast("tuple[float, float]", choose_with(counts, eps))
 
         # everything public runs before the reservation: the engine's SQL, the rank bounds, and
         # the selection on an empty table (a failure there is a refusal, never after the charge)
@@ -1002,6 +1032,53 @@ class Session:
         )
         error_at_zero, per_doubling = public[0]
         return BoundsEstimate(lower, upper, loss, error_at_zero, receipt, per_doubling)
+
+    def tune(
+        self,
+        query: Query,
+        *,
+        epsilon: Number,
+        spend: PrivacyLoss | None = None,
+        alpha: float = 0.05,
+        mechanism: Mechanism = "auto",
+    ) -> Any:
+        """Choose ``query``'s contribution and clamping bounds privately, spending ``epsilon``
+        (ε-DP, one release through the ledger), and forecast its error before its budget is
+        spent.
+
+        What is chosen (only what neither the query nor the session declares): ``max_rows``,
+        the cap that minimises the forecast error, from a noisy histogram of the rows each
+        privacy unit has after the query's filters (counted in the engine); ``max_groups``
+        (grouped queries), the noisy 95th percentile of groups per unit; the clamping bounds of
+        each aggregation written without bounds whose column has none registered (the
+        estimator of :meth:`estimate_bounds`). ``epsilon`` is split equally among these parts
+        (and, with private group keys, a histogram of units per group that forecasts the
+        groups partition selection suppresses); the charge is their composition.
+
+        Returns a :class:`~dpkit.analytics._tuning.Tuning`: ``.query`` (the tuned query, to
+        pass to :meth:`evaluate`, or not) and ``.report`` (expected std, half-width, bias and
+        RMSE of each aggregation if released with ``spend``, default the budget left after
+        tuning; the estimated share of rows dropped; the groups likely suppressed). The report
+        is post-processing of the tuning release: free. See docs/analytics.md, "Tuning".
+
+        Raises:
+            DPError: a bad parameter or query, or too little budget left: before anything is
+                reserved; nothing is charged.
+
+        Example:
+            >>> import numpy as np, pandas as pd, dpkit as dp
+            >>> from dpkit.analytics import Session, count
+            >>> df = pd.DataFrame({"user": np.repeat(np.arange(500), 3), "x": 1.0})
+            >>> session = Session(df, privacy_unit="user", budget=dp.PureDP(2))
+            >>> query, report = session.tune(session.query().agg(count()), epsilon=0.5)
+            >>> report.max_rows >= 1, session.remaining
+            (True, PureDP(epsilon=Fraction(3, 2)))
+        """
+        from dpkit.analytics._tuning import tune
+
+        self._check_open()
+        _check_floor("epsilon", check_epsilon(epsilon), epsilon)
+        return tune(self, query, epsilon=epsilon, spend=spend, alpha=alpha, mechanism=mechanism)
 
     def sample_and_aggregate(
         self,

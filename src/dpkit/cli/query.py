@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -398,6 +398,10 @@ class _Options:
     """The key sets registered in the --metadata file."""
     from_metadata: frozenset[str] = frozenset()
     """The contribution bounds taken from the --metadata file (no flag gave them)."""
+    tune: float | None = None
+    """--tune SHARE: the share of ε spent choosing the per-person bounds privately."""
+    tuned: frozenset[str] = frozenset()
+    """The contribution bounds --tune chose (for the answer's note)."""
 
     def registered_keys(self, group_by: tuple[str, ...]) -> dict[str, list[Any]] | None:
         """The registered key sets of every GROUP BY column, when there is no --keys."""
@@ -430,6 +434,16 @@ def _check_request(options: _Options, unit_form: str) -> tuple[str, PrivacyLoss]
             f"{unit_form}; `dpkit budget status` lists the datasets.",
         )
     query_loss = _query_loss(o.epsilon, o.delta, o.rho, o.allow_large_delta)
+    if o.tune is not None:
+        if not 0 < o.tune < 1:
+            raise CLIError(
+                f"--tune must be in (0, 1) (got {human_number(o.tune)})",
+                "It is the share of --epsilon spent tuning, e.g. --tune 0.2.",
+            )
+        if o.rho is not None:
+            raise CLIError("--tune needs --epsilon (tuning is ε-DP), not --rho")
+        _check_bounds(o.max_rows, o.max_groups or 1, o.max_rows_per_group)
+        return o.dataset, query_loss
     _check_bounds(o.max_rows, o.max_groups, o.max_rows_per_group)
     if not 0 < o.alpha < 1:
         raise CLIError(f"--alpha must be in (0, 1) (got {human_number(o.alpha)})")
@@ -452,7 +466,11 @@ def _check_file(file: Path, shown: str, prefix: str = "") -> None:
 def _check_grouping(parsed: ParsedQuery, options: _Options) -> None:
     """The bound and the group keys the parsed query needs, checked before the ledger."""
     o = options
-    if o.max_rows is None and (not parsed.group_by or o.max_rows_per_group is None):
+    if (
+        o.tune is None
+        and o.max_rows is None
+        and (not parsed.group_by or o.max_rows_per_group is None)
+    ):
         raise CLIError(
             "--max-groups alone does not bound a person's rows: add --max-rows K"
             + (" (or --max-rows-per-group R)" if parsed.group_by else ""),
@@ -595,6 +613,8 @@ def _footnotes(
 
     def source(flag: str) -> str:
         key = flag.removeprefix("--").replace("-", "_")
+        if key in options.tuned:
+            return "chosen privately by --tune"
         return f"{key} in --metadata" if key in options.from_metadata else flag
 
     if max_rows is not None:
@@ -735,7 +755,22 @@ def query_command(
     allow_large_delta: Annotated[
         bool, typer.Option("--allow-large-delta", help="Accept δ ≥ 0.1 (almost never right).")
     ] = False,
-    explain: Annotated[bool, typer.Option(help="Also print how the query is answered.")] = False,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            help="Also print how the query is answered. With --tune: print the tuning report "
+            "and the plan, and stop (only the tuning share is spent)."
+        ),
+    ] = False,
+    tune: Annotated[
+        float | None,
+        typer.Option(
+            "--tune",
+            help="Spend this share of --epsilon choosing the per-person bounds privately "
+            "(and print the expected error), the rest on the answer.",
+            show_default=False,
+        ),
+    ] = None,
     server: Annotated[
         str | None,
         typer.Option(
@@ -800,6 +835,7 @@ def query_command(
                 "--metadata": metadata,
                 "--ledger": ledger,
                 "--explain": explain or None,
+                "--tune": tune,
             },
         )
         return
@@ -832,11 +868,17 @@ def query_command(
             )
             if flag is None and getattr(meta, name) is not None
         ),
+        tune,
     )
     if max_per_key is not None and not several:
         raise CLIError(
             "--max-per-key is for joins over several tables (--table)",
             "A query over one file has no join to truncate.",
+        )
+    if several and tune is not None:
+        raise CLIError(
+            "--tune is for a query over one file",
+            "Over several tables, give --max-rows and --max-per-key.",
         )
     if several:
         _query_tables(query, table or [], public or [], link or [], options)
@@ -925,6 +967,17 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
                     final = built.group_by(*parsed.group_by, keys=key_set).agg(*parsed.aggregations)
                 else:
                     final = built.agg(*parsed.aggregations)
+                if o.tune is not None:
+                    final, query_loss, report = _tune(session, final, query_loss, o)
+                    o = replace(
+                        o,
+                        max_rows=report.max_rows,
+                        max_groups=report.max_groups,
+                        tuned=frozenset(report.chosen),
+                    )
+                    if o.explain:
+                        out_console().print(session.explain(final, loss=query_loss), markup=False)
+                        return
                 plan_text = session.explain(final, loss=query_loss) if o.explain else ""
                 release = _answer(
                     session,
@@ -958,6 +1011,32 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
         alerts,
         explained if o.explain else None,
     )
+
+
+def _tune(session: Any, final: Any, query_loss: PrivacyLoss, o: _Options) -> tuple[Any, Any, Any]:
+    """--tune SHARE: spend SHARE·ε choosing the per-person bounds (one release, charged now),
+    print the report, and return the tuned query with the loss left for the answer,
+    (1 − SHARE)·ε (and the whole δ)."""
+    from fractions import Fraction
+
+    from dpkit.core._losses import ApproxDP, PureDP
+
+    share = Fraction(o.tune).limit_denominator(10**6) if o.tune is not None else Fraction(0)
+    if not isinstance(query_loss, PureDP | ApproxDP):  # pragma: no cover - refused earlier
+        raise CLIError("--tune needs --epsilon (tuning is ε-DP), not --rho")
+    epsilon = query_loss.epsilon
+    rest = epsilon * (1 - share)
+    left: PrivacyLoss = (
+        ApproxDP(rest, query_loss.delta) if isinstance(query_loss, ApproxDP) else PureDP(rest)
+    )
+    tuned, report = session.tune(final, epsilon=epsilon * share, spend=left, alpha=o.alpha)
+    console = out_console()
+    console.print(report.text(), markup=False)
+    if o.explain:
+        console.print(
+            f"--explain: only the tuning share ({report.loss}) was spent; nothing was answered.",
+        )
+    return tuned, left, report
 
 
 def _query_server(

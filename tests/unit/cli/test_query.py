@@ -4,6 +4,7 @@ The real entry point is exercised in subprocesses by tests/unit/cli/test_main.py
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
+import dpkit as dp
 from dpkit.analytics import Session, count_distinct_units
 from dpkit.analytics._querytext import parse_query
 from dpkit.cli.query import query_command
@@ -19,6 +21,7 @@ from dpkit.demos.analytics import payroll_demo, payroll_table
 from dpkit.errors import UnsupportedQueryError
 
 app = typer.Typer()
+runner = CliRunner()
 app.command("query")(query_command)
 
 
@@ -267,3 +270,107 @@ def test_query_process_loads_only_what_a_query_uses(payroll_csv: Path, ledger: P
     assert done.returncode == 0, done.stderr
     assert "Engineering" in done.stdout
     assert done.stdout.splitlines()[-1] == "loaded: []"
+
+
+# ------------------------------------------------------------------ --tune (issue 25)
+
+
+def _tune_setup(tmp_path: Path) -> tuple[Path, Path]:
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    ids = np.repeat(np.arange(800), rng.integers(1, 4, 800))
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"user": ids, "x": rng.uniform(0, 100, ids.size)}).to_csv(data, index=False)
+    ledger = tmp_path / "l.db"
+    from dpkit.ledger import Ledger
+
+    Ledger.open(str(ledger)).create_budget("d", dp.PureDP(3), privacy_unit="user")
+    return data, ledger
+
+
+def test_tune_spends_the_share_tuning_and_the_rest_answering(tmp_path: Path) -> None:
+    data, ledger = _tune_setup(tmp_path)
+    result = runner.invoke(
+        app,
+        [
+            "query",
+            str(data),
+            "SELECT COUNT(*), AVG(x, 0, 100)",
+            "--dataset",
+            "d",
+            "--epsilon",
+            "1",
+            "--tune",
+            "0.25",
+            "--schema",
+            "x=float",
+            "--ledger",
+            str(ledger),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "tuning release charged ε=0.25" in result.output
+    assert "expected error if released with ε=0.75" in result.output
+    assert "chosen privately by --tune" in result.output
+    from dpkit.ledger import Ledger
+
+    opened = Ledger.open(str(ledger))
+    charged = [e.loss for e in opened.history("d") if e.kind == "reserve"]
+    assert charged == [dp.PureDP(Fraction(1, 4)), dp.PureDP(Fraction(3, 4))]
+
+
+def test_tune_with_explain_spends_only_the_tuning_share(tmp_path: Path) -> None:
+    data, ledger = _tune_setup(tmp_path)
+    result = runner.invoke(
+        app,
+        [
+            "query",
+            str(data),
+            "SELECT COUNT(*)",
+            "--dataset",
+            "d",
+            "--epsilon",
+            "1",
+            "--tune",
+            "0.2",
+            "--explain",
+            "--ledger",
+            str(ledger),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "nothing was answered" in result.output and "plan:" in result.output
+    from dpkit.ledger import Ledger
+
+    opened = Ledger.open(str(ledger))
+    assert opened.remaining("d") == dp.PureDP(Fraction(14, 5))
+
+
+@pytest.mark.parametrize(("share", "extra"), [("0", []), ("1.5", []), ("0.2", ["--rho", "1"])])
+def test_bad_tune_refused_before_anything_is_charged(
+    tmp_path: Path, share: str, extra: list[str]
+) -> None:
+    data, ledger = _tune_setup(tmp_path)
+    budget = extra or ["--epsilon", "1"]
+    result = runner.invoke(
+        app,
+        [
+            "query",
+            str(data),
+            "SELECT COUNT(*)",
+            "--dataset",
+            "d",
+            *budget,
+            "--tune",
+            share,
+            "--ledger",
+            str(ledger),
+        ],
+    )
+    assert result.exit_code != 0
+    assert "--tune" in result.output
+    from dpkit.ledger import Ledger
+
+    assert Ledger.open(str(ledger)).remaining("d") == dp.PureDP(3)

@@ -1,0 +1,756 @@
+"""Private tuning of a query's contribution bounds and clamping bounds, with a pre-spend report.
+
+:meth:`dpkit.analytics.Session.tune` spends a declared share ε of the budget, as **one release**
+through the one door (:func:`dpkit._door.release`), to choose what an analyst would otherwise
+guess, and forecasts the error of the tuned query before its budget is spent.
+
+**What the tuning release measures** (each part an existing mechanism; the charge is their
+sequential composition, :func:`dpkit.core.compose` of the parts' own losses):
+
+1. ``rows``: the engine counts each privacy unit's rows after the query's filters (one bounded
+   plan grouped by the unit, and by the query's group keys when it has some: no Python loop over
+   rows). Each unit falls in exactly one bin of a public geometric grid of counts
+   (:data:`COUNT_EDGES`: 1..8, then ×2^(1/4) per bin), so adding or removing one unit moves one
+   bin by one: the L1 sensitivity of the histogram is 1 and the geometric mechanism
+   (:func:`dpkit.make_geometric`, ``sensitivity=1``) makes it ε_rows-DP. Quantiles, the rows a
+   cap would drop and the error-optimal cap are read off this one noisy histogram
+   (post-processing, free).
+2. ``groups`` (grouped queries whose ``max_groups`` is not declared): the same histogram of each
+   unit's number of groups (one unit, one bin: sensitivity 1).
+3. ``bounds of C`` (each aggregation written without bounds, whose column has no registered
+   bounds): the existing estimator of :meth:`Session.estimate_bounds` (two exponential-mechanism
+   quantiles over the public grid ``0, ±2^i``), run with the max_rows chosen in 1 as its
+   sensitivity (adaptive sequential composition: the cap is a post-processing of part 1).
+4. ``selection`` (private group keys): a histogram of the groups by their number of distinct
+   units, after each unit keeps at most ``max_groups`` of its groups (the first in an order that
+   depends only on the unit's own rows, a fresh secret salt): one unit moves at most
+   ``max_groups`` groups by one bin each way, L1 sensitivity ``2·max_groups``; the geometric
+   mechanism at that sensitivity. It forecasts the groups partition selection will suppress.
+
+The split of ε among the parts is public: equal shares. The parts' losses are composed
+(pure ε add up), and that composed loss is what the ledger is charged: the test suite
+recomputes it from the mechanisms the release actually ran.
+
+**The choice of max_rows** (when neither the query nor the session declares it): among the grid
+edges, the cap k that minimises the forecast error of the query's aggregations released with the
+budget the analyst means to spend (``spend=``, default the budget left after tuning):
+``Σ_a (err_a(k) / scale_a)²`` with ``err_a² = bias_a(k)² + σ_a(k)²``, σ from the planner's own
+calibration of the tuned query (public), the bias from the noisy histogram (the rows a cap k
+drops, times the bounds' typical magnitude for sums; means are taken as unbiased by dropping
+rows). ``max_groups``: the smallest grid edge at or above the noisy 95th percentile of groups
+per unit (capped at max_rows).
+
+**The report** (:class:`TuningReport`) is computed from the noisy histograms, the chosen
+parameters and public calibration only: post-processing, free. It gives, per aggregation, the
+noise's standard deviation and (1-α) half-width under ``spend``, the estimated bias from dropped
+rows and the resulting RMSE; the estimated share of rows the chosen max_rows drops; and, with
+private group keys, the estimated number of groups partition selection will suppress.
+
+Limits (documented in docs/analytics.md, "Tuning"): one-table sessions only; the per-unit counts
+are taken after the query's filters but before its public key set (rows outside the declared
+keys are counted); quantile and other order-statistic aggregations are reported with their rank
+accuracy only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
+
+from dpkit._door import Stage, release
+from dpkit._exact import Number, check_epsilon
+from dpkit.analytics._engines._base import BoundedPlan, Output
+from dpkit.analytics._planner import Mechanism
+from dpkit.analytics._query import (
+    Aggregate,
+    Bounding,
+    Query,
+    Unbounded,
+    count,
+    written_aggregations,
+)
+from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, compose
+from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
+from dpkit.noise import random_words
+
+if TYPE_CHECKING:
+    from dpkit.analytics._session import Session
+
+__all__ = ["COUNT_EDGES", "Forecast", "Tuning", "TuningReport", "count_edges", "tune"]
+
+
+def count_edges(top: int = 2**30) -> tuple[int, ...]:
+    """The public grid of per-unit counts: 1..8, then the powers of two up to ``top``. Bin i
+    holds the counts in ``[edges[i], edges[i+1])``; the last bin is open. Few bins keep the
+    noise of the counts summed from the top small (the tail estimate reads those sums)."""
+    edges = list(range(1, 9))
+    while edges[-1] < top:
+        edges.append(edges[-1] * 2)
+    return tuple(edges)
+
+
+COUNT_EDGES = count_edges()
+"""The bins of per-unit row and group counts (public)."""
+
+_GROUPS_QUANTILE = 0.95
+"""max_groups is the smallest grid edge at or above this noisy quantile of groups per unit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """The forecast error of one aggregation of the tuned query, released with ``spend``.
+
+    ``std``: the noise's standard deviation (None when the noise gives none, e.g. quantiles);
+    ``halfwidth``: the (1-α) half-width of the release's interval (rows, for a quantile's rank);
+    ``bias``: the estimated bias from rows dropped by max_rows (0 when not estimated; for a
+    mean, the typical distance of the kept rows' mean from all rows' mean);
+    ``rmse``: ``sqrt(std² + bias²)`` (None without a std)."""
+
+    name: str
+    kind: str
+    std: float | None
+    halfwidth: float
+    bias: float
+    mechanism: str
+
+    @property
+    def rmse(self) -> float | None:
+        return None if self.std is None else math.hypot(self.std, self.bias)
+
+
+@dataclass(frozen=True, slots=True)
+class TuningReport:
+    """What the tuning release found and what the tuned query's release would cost in error.
+
+    Every number is a post-processing of the tuning release (noisy histograms and private
+    estimates) and of public calibration: reading it is free.
+
+    Attributes:
+        max_rows, max_groups: the tuned query's contribution bounds (chosen or declared).
+        chosen: which of them (and which columns' bounds) the tuning chose.
+        bounds: clamping bounds chosen privately, by column.
+        forecasts: per aggregation name, its :class:`Forecast` under ``spend``.
+        units: the estimated number of privacy units (after the query's filters).
+        rows: the estimated number of rows.
+        dropped_rows_share: the estimated share of rows the tuned max_rows drops.
+        groups: with private group keys, the estimated number of groups with a unit.
+        suppressed_groups: with private group keys, the estimated number of those groups
+            partition selection would suppress (None otherwise).
+        spend: the budget the forecasts assume for the main release.
+        loss: what the tuning release was charged; ``parts``: its parts' losses.
+        receipt: the ledger's receipt of the tuning release.
+    """
+
+    max_rows: int | None
+    max_groups: int | None
+    chosen: tuple[str, ...]
+    bounds: Mapping[str, tuple[float, float]]
+    forecasts: Mapping[str, Forecast]
+    units: float
+    rows: float
+    dropped_rows_share: float
+    groups: float | None
+    suppressed_groups: float | None
+    spend: PrivacyLoss
+    loss: PrivacyLoss
+    parts: Mapping[str, PrivacyLoss]
+    alpha: float
+    receipt: Any = None
+
+    def text(self) -> str:
+        """The report as people read it (the command line prints this)."""
+        lines = [f"tuning release charged {self.loss} ({', '.join(self.parts)})"]
+        chose = ", ".join(self.chosen) or "nothing (all declared)"
+        lines.append(f"chosen privately: {chose}")
+        bounding = f"max_rows={self.max_rows}"
+        if self.max_groups is not None:
+            bounding += f", max_groups={self.max_groups}"
+        lines.append(f"contribution bounds: {bounding}")
+        for column, (lo, hi) in self.bounds.items():
+            lines.append(f"clamping bounds of {column}: [{lo:g}, {hi:g}]")
+        lines.append(
+            f"estimated: {self.units:,.0f} units, {self.rows:,.0f} rows; rows dropped by "
+            f"max_rows: {100 * self.dropped_rows_share:.1f}%"
+        )
+        if self.groups == 0:
+            lines.append("groups: too few to estimate privately at this tuning share")
+        elif self.suppressed_groups is not None and self.groups is not None:
+            lines.append(
+                f"estimated groups: {self.groups:,.0f}, of which partition selection would "
+                f"suppress about {self.suppressed_groups:,.0f}"
+            )
+        level = round(100 * (1 - self.alpha))
+        lines.append(f"expected error if released with {self.spend}:")
+        for f in self.forecasts.values():
+            if f.std is None:
+                lines.append(f"  {f.name}: {level}% bound ±{f.halfwidth:.3g} ({f.kind})")
+                continue
+            bias = f", bias from dropped rows ≈ {f.bias:.3g}" if f.bias else ""
+            lines.append(
+                f"  {f.name}: std {f.std:.3g}, {level}% half-width {f.halfwidth:.3g}{bias}"
+                f" (RMSE ≈ {f.rmse:.3g})"
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """What :meth:`Session.tune` returns: the tuned ``query`` and its ``report``; unpacks as
+    ``query, report = session.tune(...)``."""
+
+    query: Query
+    report: TuningReport
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.query, self.report))
+
+
+@dataclass
+class _Found:
+    """What the release body found (all noisy or chosen from noisy values)."""
+
+    rows_hist: np.ndarray | None = None
+    groups_hist: np.ndarray | None = None
+    units_hist: np.ndarray | None = None
+    max_rows: int | None = None
+    max_groups: int | None = None
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    used: list[tuple[str, PrivacyLoss]] = field(default_factory=list)
+    """(part, loss of the mechanism actually run): what the privacy tests recompose."""
+
+
+def _bins(values: np.ndarray, edges: tuple[int, ...]) -> np.ndarray:
+    """How many of ``values`` (>= 1) fall in each bin of ``edges`` (vectorised)."""
+    index = np.searchsorted(np.asarray(edges, dtype=np.int64), values, side="right") - 1
+    return np.bincount(np.clip(index, 0, len(edges) - 1), minlength=len(edges)).astype(np.int64)
+
+
+def _denoise(
+    noisy: np.ndarray, epsilon: Fraction, sensitivity: int, extrapolate: bool = False
+) -> np.ndarray:
+    """A histogram estimated from noisy bin counts (post-processing, free), through the
+    survival counts ``S_i = Σ_{j>=i} count_j`` (units with at least ``edges[i]``).
+
+    The noisy ``S̃_i`` are unbiased with noise sd ``sd_i = √(2·(bins − i))·Δ/ε``. Over the
+    first run of edges where ``S̃_i > 3·sd_i`` they are used as they are (made non-increasing;
+    the true counts never increase, so a "significant" edge after a gap is noise); beyond it
+    the first edge keeps its noisy count (clipped into [0, S_top]), the others are set to 0, or,
+    with ``extrapolate``, filled in by a power law
+    ``S(e) ∝ e^−α`` fitted (least squares in logs) to the significant edges above the median:
+    on heavy-tailed data (rows per person following a power law) the few heaviest units,
+    invisible in the noise, drop most of the rows a cap drops. A light tail fits a steep α
+    (>= 4) and gets nothing added; the law (α at least 1) is extended while at least one unit
+    is expected beyond an edge. The estimate then gives each bin ``S_i − S_{i+1}``."""
+    counts = np.asarray(noisy, dtype=np.float64)
+    bins = len(counts)
+    raw = np.cumsum(counts[::-1])[::-1]
+    sd = np.sqrt(2.0 * np.arange(bins, 0, -1)) * sensitivity / float(epsilon)
+    above = raw > 3 * sd
+    if not above[0]:
+        return np.zeros(bins)
+    # the true survival counts never increase: only the first run of significant edges is
+    # read (an isolated "significant" edge far in an empty tail is noise)
+    top = int(np.argmin(above)) - 1 if not above.all() else bins - 1
+    significant = np.arange(top + 1)
+    survival = np.zeros(bins + 1)
+    survival[: top + 1] = np.minimum.accumulate(np.maximum(raw[: top + 1], 0.0))
+    if top + 1 < bins:
+        # the first edge past the run keeps its noisy count (unbiased, clipped into [0, S_top]):
+        # up to 3 sd of units may hide there, and treating them as none undercounts what a
+        # cap at that edge drops (TPC-H: 50 customers beyond 128 line items)
+        survival[top + 1] = min(max(float(raw[top + 1]), 0.0), survival[top])
+    if extrapolate:
+        lo = np.asarray(COUNT_EDGES[:bins], dtype=np.float64)
+        median = int(np.searchsorted(-survival[: top + 1], -survival[0] / 2))
+        points = [i for i in significant if max(median, 1) <= i <= top and survival[i] > 0]
+        if len(points) >= 3:
+            slope = float(np.polyfit(np.log(lo[points]), np.log(survival[points]), 1)[0])
+            # α <= 1 would put unboundedly many rows in the tail; at 1 (Zipf's law for rows per
+            # person, P(n >= x) ~ 1/x) the law stops where fewer than one unit is expected
+            alpha = max(-slope, 1.0)
+            if alpha < 4:
+                for i in range(top + 1, bins):
+                    level = survival[top] * (lo[i] / lo[top]) ** (-alpha)
+                    if level < 1:  # fewer than one unit expected: none
+                        break
+                    survival[i] = max(level, survival[i])
+    return np.maximum(survival[:-1] - survival[1:], 0.0)
+
+
+def _representatives(edges: tuple[int, ...]) -> np.ndarray:
+    """A bin's typical count: the geometric mean of its ends (the last, open bin: its edge ×2)."""
+    lo = np.asarray(edges, dtype=np.float64)
+    hi = np.append(lo[1:] - 1, lo[-1] * 2)
+    return np.sqrt(lo * np.maximum(hi, lo))
+
+
+def _quantile_edge(hist: np.ndarray, edges: tuple[int, ...], q: float) -> int:
+    """The upper end of the bin holding the noisy q-quantile (at least 1)."""
+    total = float(hist.sum())
+    if total <= 0:
+        return 1
+    index = int(np.searchsorted(np.cumsum(hist), q * total, side="left"))
+    index = min(index, len(edges) - 1)
+    return edges[index + 1] - 1 if index + 1 < len(edges) else edges[index]
+
+
+def dropped_rows(hist: np.ndarray, edges: tuple[int, ...], cap: int) -> float:
+    """Rows a cap drops, from a (denoised) histogram of per-unit counts."""
+    reps = _representatives(edges)
+    return float(np.sum(hist * np.maximum(reps - cap, 0.0)))
+
+
+def _share(loss: PrivacyLoss, parts: int) -> PrivacyLoss:
+    if isinstance(loss, PureDP):
+        return PureDP(loss.epsilon / parts)
+    if isinstance(loss, ApproxDP):
+        return ApproxDP(loss.epsilon / parts, loss.delta / parts)
+    if isinstance(loss, ZCDP):
+        return ZCDP(loss.rho / parts)
+    raise InvalidParameterError("spend", loss, "a PureDP, ApproxDP or ZCDP loss")
+
+
+def _std(kind: str, mechanism: str, expected_abs: float | None, halfwidth: float) -> float | None:
+    """A noise's standard deviation from what its accuracy says: Laplace-like noise has
+    std = √2·E|Z|, Gaussian noise std = √(π/2)·E|Z|."""
+    if kind != "exact" or expected_abs is None:
+        return None
+    if "gauss" in mechanism:
+        return expected_abs * math.sqrt(math.pi / 2)
+    return expected_abs * math.sqrt(2)
+
+
+def tune(
+    session: Session,
+    query: Query,
+    *,
+    epsilon: Number,
+    spend: PrivacyLoss | None = None,
+    alpha: float = 0.05,
+    mechanism: Mechanism = "auto",
+    parts_of: Any = None,
+) -> Tuning:
+    """See :meth:`dpkit.analytics.Session.tune` (which checks ``epsilon`` against the query
+    floor and ceiling first). ``parts_of``: tests only (a hook that may
+    change the list of parts the charge is composed from, to show the test catches it)."""
+    from dpkit.analytics._planner import validate
+    from dpkit.analytics._planner._rewrite import rewrite
+
+    session._check_open()
+    eps = check_epsilon(epsilon)
+    dry_run, check_engine = session._dry_run, session._check_engine
+    if not 0 < alpha < 1:
+        raise InvalidParameterError("alpha", alpha, "in (0, 1), e.g. 0.05")
+    if session.catalog is not None:
+        raise UnsupportedQueryError(
+            "tuning works on a session over one table; declare max_rows, max_per_key and "
+            "bounds for a query over several tables"
+        )
+    node = query.plan if isinstance(query, Query) else None
+    if not isinstance(node, Aggregate):
+        raise UnsupportedQueryError(
+            "only aggregated queries can be tuned: finish the query with .agg(count(), ...)"
+        )
+    unit = session.privacy_unit
+    declared = session.defaults.merged(node.bounding)
+    grouped = bool(node.keys)
+    private_keys = grouped and node.key_set is None
+    # aggregations without bounds whose column has none registered: bounds to estimate
+    written = written_aggregations(node.aggregations)
+    to_bound = tuple(
+        dict.fromkeys(
+            a.column for a in written if isinstance(a, Unbounded) and a.column not in session.bounds
+        )
+    )
+    # public checks before anything is reserved: the filters and columns, the bounded columns
+    probe = replace(node, aggregations=(count(),), bounding=Bounding(max_rows=1))
+    checked = validate(Query(probe), session.schema, unit)
+    for column in to_bound:
+        if checked.schema.get(column) != "numeric":
+            raise InvalidParameterError("column", column, "a numeric column of the table")
+
+    names = ["rows"]
+    if grouped and declared.max_groups is None:
+        names.append("groups")
+    names += [f"bounds of {c}" for c in to_bound]
+    if private_keys:
+        names.append("selection")
+    share = eps / len(names)
+    parts: dict[str, PrivacyLoss] = {name: PureDP(share) for name in names}
+    charged_parts = dict(parts) if parts_of is None else dict(parts_of(dict(parts)))
+    charge = compose(*charged_parts.values())
+
+    # the budget the forecasts assume: given, or what is left after tuning
+    if spend is None:
+        left = session.remaining
+        if isinstance(left, PureDP | ApproxDP) and left.epsilon < eps:
+            spend = left  # the ledger refuses the tuning itself (over budget), nothing charged
+        elif isinstance(left, PureDP) and left.epsilon > eps:
+            spend = PureDP(left.epsilon - eps)
+        elif isinstance(left, ApproxDP) and left.epsilon > eps:
+            spend = ApproxDP(left.epsilon - eps, left.delta)
+        if spend is None:
+            raise InvalidParameterError(
+                "spend",
+                None,
+                "the budget of the release to forecast (e.g. spend=dp.PureDP(1))",
+                "The budget left after tuning cannot be used as the default here.",
+            )
+    budget = _as_budget(spend)
+
+    counts_steps = rewrite(checked.steps, frozenset({unit, *node.keys}))
+    salt = int(random_words(1)[0] >> np.uint64(2))
+    counts_plan = BoundedPlan(
+        counts_steps,
+        unit,
+        (unit, *node.keys),
+        None,
+        None,
+        None,
+        None,
+        salt,
+        (),
+        (Output("rows"),),
+    )
+
+    def tuned_query(found: _Found, cap: int | None = None) -> Query:
+        rows = cap if cap is not None else found.max_rows
+        bounding = Bounding(
+            rows, found.max_groups if grouped else None, declared.max_rows_per_group
+        )
+        aggs = tuple(
+            a.bounded(found.bounds[a.column])
+            if isinstance(a, Unbounded) and a.column in found.bounds
+            else a
+            for a in written
+        )
+        return replace(query, plan=replace(node, aggregations=cast(Any, aggs), bounding=bounding))
+
+    calibrate = _Calibrate(session, budget, mechanism, alpha)
+
+    def bounds_plan(column: str, cap: int) -> Any:
+        return session._bounds_plan(column, checked, cap, salt)
+
+    def rehearse() -> None:
+        check_engine(session.engine, counts_plan)
+        guess = _Found(max_rows=declared.max_rows or 1, max_groups=declared.max_groups or 1)
+        guess.bounds = {c: (0.0, 1.0) for c in to_bound}
+        dry_run(calibrate(tuned_query(guess)), alpha)
+        for column in to_bound:
+            plan, choose = bounds_plan(column, guess.max_rows or 1)
+            check_engine(session.engine, plan)
+            choose(np.zeros(len(plan.bins.edges) - 1, dtype=np.int64), Fraction(share))
+
+    def body(stage: Stage) -> _Found:
+        found = _Found()
+        stage(reading=True, doing="counting each unit's rows")
+        table = session.engine.run(counts_plan)
+        stage(reading=False)
+        unit_ids = table.column(counts_plan.group_columns[0])
+        rows = np.asarray(table.column(counts_plan.output_columns[0]).to_numpy(), np.int64)
+        per_unit = pa.table({"u": unit_ids, "r": pa.array(rows)}).group_by("u")
+        totals = per_unit.aggregate([("r", "sum"), ("r", "count")])
+        unit_rows = np.asarray(totals.column("r_sum").to_numpy(), dtype=np.int64)
+        unit_groups = np.asarray(totals.column("r_count").to_numpy(), dtype=np.int64)
+        from dpkit.mechanisms import make_geometric
+
+        hist_mechanism = make_geometric(sensitivity=1, epsilon=share)
+        found.rows_hist = np.asarray(hist_mechanism(_bins(unit_rows, COUNT_EDGES)))
+        found.used.append(("rows", hist_mechanism.loss))
+        rows_hist = _denoise(found.rows_hist, share, 1, extrapolate=True)
+        if "groups" in parts:
+            found.groups_hist = np.asarray(hist_mechanism(_bins(unit_groups, COUNT_EDGES)))
+            found.used.append(("groups", hist_mechanism.loss))
+            groups_hist = _denoise(found.groups_hist, share, 1)
+            found.max_groups = _quantile_edge(groups_hist, COUNT_EDGES, _GROUPS_QUANTILE)
+        else:
+            found.max_groups = declared.max_groups
+        # bounds first, with a provisional cap (the noisy 90th percentile of rows per unit)
+        provisional = declared.max_rows or _quantile_edge(rows_hist, COUNT_EDGES, 0.9)
+        for column in to_bound:
+            plan, choose = bounds_plan(column, provisional)
+            stage(reading=True, doing=f"binning {column}")
+            binned = session.engine.run(plan).to_pydict()
+            stage(reading=False)
+            counts = np.zeros(len(plan.bins.edges) - 1, dtype=np.int64)
+            bins, values = binned[plan.group_columns[0]], binned[plan.output_columns[0]]
+            counts[np.asarray(bins, dtype=np.int64)] = np.asarray(values, dtype=np.int64)
+            found.bounds[column] = choose(counts, Fraction(share))
+            found.used.append((f"bounds of {column}", PureDP(share)))
+        if declared.max_rows is not None:
+            found.max_rows = declared.max_rows
+        else:
+            found.max_rows = _best_cap(rows_hist, found, tuned_query, calibrate, alpha)
+        if grouped and found.max_groups is not None:
+            found.max_groups = min(found.max_groups, found.max_rows)
+        if private_keys:
+            m = found.max_groups or found.max_rows
+            keep = _first_groups(unit_ids, m)
+            group_keys = table.select(list(counts_plan.group_columns[1:])).filter(keep)
+            per_group = (
+                group_keys.append_column("one", pa.array(np.ones(group_keys.num_rows, np.int64)))
+                .group_by(list(group_keys.column_names))
+                .aggregate([("one", "sum")])
+            )
+            units = np.asarray(per_group.column("one_sum").to_numpy(), dtype=np.int64)
+            sel_mechanism = make_geometric(sensitivity=2 * m, epsilon=share)
+            found.units_hist = np.asarray(sel_mechanism(_bins(units, COUNT_EDGES)))
+            found.used.append(("selection", sel_mechanism.loss))
+        return found
+
+    found, receipt = release(
+        session._books,
+        charge,
+        body,
+        query=f"tune({node.render()[:400]})",
+        mechanism="geometric" + (", exponential" if to_bound else ""),
+        rehearse=rehearse,
+        rehearsing="checking the tuning on public inputs",
+    )
+    tuned = tuned_query(found)
+    report = _report(found, tuned, calibrate, spend, charge, parts, alpha, receipt, declared)
+    return Tuning(tuned, report)
+
+
+def _as_budget(spend: PrivacyLoss) -> dict[str, Any]:
+    if isinstance(spend, ApproxDP):
+        return {"epsilon": spend.epsilon, "delta": spend.delta}
+    if isinstance(spend, PureDP):
+        return {"epsilon": spend.epsilon}
+    if isinstance(spend, ZCDP):
+        return {"rho": spend.rho}
+    raise InvalidParameterError("spend", spend, "a PureDP, ApproxDP or ZCDP loss")
+
+
+def _first_groups(unit_ids: Any, m: int) -> Any:
+    """A mask keeping, for each unit, at most ``m`` of its (unit, group) rows: the first in a
+    random order drawn afresh (it depends on nothing but the unit's own rows)."""
+    n = len(unit_ids)
+    order_key = random_words(n) if n else np.zeros(0, dtype=np.uint64)
+    codes = np.asarray(pa.compute.dictionary_encode(unit_ids).combine_chunks().indices)
+    order = np.lexsort((order_key, codes))
+    sorted_codes = codes[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_codes)) + 1] if n else np.zeros(0, np.int64)
+    rank = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n])) if n else np.zeros(0)
+    keep = np.zeros(n, dtype=bool)
+    keep[order] = rank < m
+    return pa.array(keep)
+
+
+def _magnitudes(q: Query) -> dict[str, tuple[str, float, float]]:
+    """Per aggregation name: (function, typical magnitude |x|, half-width of its bounds)."""
+    out: dict[str, tuple[str, float, float]] = {}
+    node = cast("Aggregate", q.plan)  # built by tune from an Aggregate
+    for a in written_aggregations(node.aggregations):
+        bounds = getattr(a, "bounds", None)
+        kind = type(a).__name__.lower()
+        if bounds is None:
+            out[a.name] = (kind, 1.0, 0.5)
+            continue
+        lo, hi = float(bounds[0]), float(bounds[1])
+        out[a.name] = (kind, max((abs(lo) + abs(hi)) / 2, 1e-300), (hi - lo) / 2)
+    return out
+
+
+def _forecasts(
+    tuned: Query,
+    calibrate: Any,
+    alpha: float,
+    rows_hist: np.ndarray,
+    cap: int,
+) -> tuple[dict[str, Forecast], float, float]:
+    """(forecasts, kept rows, dropped rows) of ``tuned`` (public calibration + noisy
+    histogram only)."""
+    measurement = calibrate(tuned)
+    dry_run = calibrate.session._dry_run
+    compiled = measurement.compiled
+    empty = [
+        pa.table({name: pa.array([], type=pa.int64()) for name in plan.result_columns})
+        for plan in compiled.plans
+    ]
+    dry_run(measurement, alpha)
+    _, accuracy = compiled.release(empty, alpha)
+    reps = _representatives(COUNT_EDGES)
+    total = float(np.sum(rows_hist * reps))
+    dropped = dropped_rows(rows_hist, COUNT_EDGES, cap)
+    kept = max(total - dropped, 1.0)
+    magnitudes = _magnitudes(tuned)
+    out: dict[str, Forecast] = {}
+    for name, acc in accuracy.items():
+        function, magnitude, half = magnitudes.get(name, ("", 1.0, 0.5))
+        std = _std(acc.kind, acc.mechanism, acc.expected_abs, acc.halfwidth)
+        bias = 0.0
+        halfwidth = acc.halfwidth
+        if function == "count" or name.startswith("count"):
+            bias = -dropped
+        elif function == "sum":
+            bias = -dropped * magnitude
+        elif function == "mean":
+            # the mean's two noisy sums (values centred on the bounds, and rows) each spend half
+            # of its loss: its error is about σ(centred sum) / rows, σ(centred sum) = σ1·half
+            unit_std = _count_std(tuned, name, calibrate, alpha)
+            std = None if unit_std is None else unit_std * half / kept
+            if std is not None:
+                halfwidth = std * _z(alpha)
+            # dropping rows leaves a subsample: its mean differs from all rows' by about
+            # sd(x)·√(1/kept − 1/rows), sd(x) taken as a uniform's over the bounds (half/√3)
+            total = kept + dropped
+            bias = half / math.sqrt(3) * math.sqrt(max(1 / kept - 1 / total, 0.0))
+        out[name] = Forecast(name, acc.kind, std, halfwidth, bias, acc.mechanism)
+    return out, kept, dropped
+
+
+def _z(alpha: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(1 - alpha / 2)
+
+
+def _count_std(tuned: Query, name: str, calibrate: Any, alpha: float) -> float | None:
+    """σ of a count with half a mean's loss, under the tuned bounding (public calibration)."""
+    node = cast("Aggregate", tuned.plan)
+    measurement = calibrate(tuned)
+    loss = measurement.split.get(name)
+    if loss is None:
+        return None
+    half = _share(loss, 2)
+    single = replace(tuned, plan=replace(node, aggregations=(count(),)))
+    try:
+        helper = _calibrate_with(calibrate, single, half)
+    except DPError:
+        return None
+    acc = helper
+    return _std(acc.kind, acc.mechanism, acc.expected_abs, acc.halfwidth)
+
+
+def _calibrate_with(calibrate: Any, q: Query, loss: PrivacyLoss) -> Any:
+    """The accuracy of the single aggregation of ``q`` compiled with ``loss``."""
+    measurement = calibrate.with_loss(q, loss)
+    compiled = measurement.compiled
+    empty = [
+        pa.table({name: pa.array([], type=pa.int64()) for name in plan.result_columns})
+        for plan in compiled.plans
+    ]
+    _, accuracy = compiled.release(empty, 0.05)
+    return next(iter(accuracy.values()))
+
+
+class _Calibrate:
+    """Compiles a query with the forecast budget (public: no data read)."""
+
+    def __init__(
+        self, session: Session, budget: dict[str, Any], mechanism: Mechanism, alpha: float
+    ) -> None:
+        self.session, self.budget, self.mechanism, self.alpha = session, budget, mechanism, alpha
+
+    def __call__(self, q: Query) -> Any:
+        return self.session.compile(
+            q,
+            mechanism=self.mechanism,
+            alpha=self.alpha,
+            **self.budget,
+        )
+
+    def with_loss(self, q: Query, loss: PrivacyLoss) -> Any:
+        return self.session.compile(q, loss=loss, mechanism=self.mechanism, alpha=self.alpha)
+
+
+def _best_cap(
+    rows_hist: np.ndarray, found: _Found, tuned_query: Any, calibrate: Any, alpha: float
+) -> int:
+    """The grid edge minimising Σ_a (err_a/scale_a)² (see the module docstring)."""
+    reps = _representatives(COUNT_EDGES)
+    nonzero = np.flatnonzero(rows_hist > 0)
+    top = int(nonzero[-1]) + 1 if nonzero.size else 1
+    total = max(float(np.sum(rows_hist * reps)), 1.0)
+    best, best_score = 1, math.inf
+    for cap in COUNT_EDGES[: top + 1]:
+        try:
+            forecasts, _, _ = _forecasts(tuned_query(found, cap), calibrate, alpha, rows_hist, cap)
+        except DPError:
+            continue
+        magnitudes = _magnitudes(tuned_query(found, cap))
+        score = 0.0
+        for name, f in forecasts.items():
+            if f.rmse is None:
+                continue
+            function, magnitude, half = magnitudes.get(name, ("", 1.0, 0.5))
+            scale = total * magnitude if function in ("sum",) else total
+            if function == "mean":
+                scale = max(half, 1e-300)
+            score += (f.rmse / scale) ** 2
+        if score < best_score:
+            best, best_score = cap, score
+    return best
+
+
+def _report(
+    found: _Found,
+    tuned: Query,
+    calibrate: Any,
+    spend: PrivacyLoss,
+    charge: PrivacyLoss,
+    parts: Mapping[str, PrivacyLoss],
+    alpha: float,
+    receipt: Any,
+    declared: Bounding,
+) -> TuningReport:
+    if found.rows_hist is None or found.max_rows is None:  # pragma: no cover - body sets them
+        raise UnsupportedQueryError("internal: the tuning release found no histogram")
+    share = next(iter(parts.values()))
+    epsilon = share.epsilon if isinstance(share, PureDP) else Fraction(1)
+    rows_hist = _denoise(found.rows_hist, epsilon, 1, extrapolate=True)
+    forecasts, kept, dropped = _forecasts(tuned, calibrate, alpha, rows_hist, found.max_rows)
+    total = kept + dropped
+    units = float(rows_hist.sum())
+    groups = suppressed = None
+    if found.units_hist is not None:
+        m = found.max_groups or found.max_rows
+        units_hist = _denoise(found.units_hist, epsilon, 2 * m)
+        groups, suppressed = _suppressed(units_hist, calibrate(tuned))
+    chosen = tuple(
+        [*(["max_rows"] if declared.max_rows is None else [])]
+        + (["max_groups"] if "groups" in parts else [])
+        + [f"bounds of {c}" for c in found.bounds]
+    )
+    return TuningReport(
+        max_rows=found.max_rows,
+        max_groups=found.max_groups,
+        chosen=chosen,
+        bounds=dict(found.bounds),
+        forecasts=forecasts,
+        units=units,
+        rows=total,
+        dropped_rows_share=dropped / total if total > 0 else 0.0,
+        groups=groups,
+        suppressed_groups=suppressed,
+        spend=spend,
+        loss=charge,
+        parts=dict(parts),
+        alpha=alpha,
+        receipt=receipt,
+    )
+
+
+def _suppressed(units_hist: np.ndarray, measurement: Any) -> tuple[float, float]:
+    """(groups, groups suppressed) estimated from the noisy histogram of units per group and
+    the selection's public noise and threshold (its noise sampled: post-processing)."""
+    compiled = measurement.compiled
+    selection = compiled.selection
+    groups = float(units_hist.sum())
+    if selection is None:
+        return groups, 0.0
+    lattice = selection.measurement.noise.lattice
+    draws = np.asarray(lattice.sample(4000), dtype=np.float64)
+    reps = _representatives(COUNT_EDGES)
+    kept = (reps[:, None] + draws[None, :] >= compiled.selection_threshold).mean(axis=1)
+    return groups, float(np.sum(units_hist * (1 - kept)))

@@ -1,0 +1,321 @@
+"""Session.tune: private tuning as one ledger release, its privacy checked, and its report."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpkit as dp
+from dpkit.analytics import Session, count, mean
+from dpkit.analytics import _tuning as tuning
+from dpkit.analytics import sum as dp_sum
+from dpkit.core._losses import compose
+from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError, UnsupportedQueryError
+
+
+def zipf_frame(units: int = 600, seed: int = 0, heavy: int = 0) -> pd.DataFrame:
+    """1..3 rows per unit (and one extra unit with ``heavy`` rows when given)."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(1, 4, size=units)
+    ids = np.repeat(np.arange(units), rows)
+    if heavy:
+        ids = np.concatenate([ids, np.full(heavy, units)])
+    return pd.DataFrame(
+        {
+            "user": ids,
+            "x": rng.uniform(0, 50, ids.size),
+            "g": rng.choice(["a", "b", "c"], ids.size),
+        }
+    )
+
+
+def charges(session: Session) -> list[Any]:
+    return [e.loss for e in session.ledger.history(session.dataset) if e.kind == "reserve"]
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "pandas"])
+def test_tune_is_one_release_charged_its_share(engine: str) -> None:
+    session = Session(zipf_frame(), privacy_unit="user", budget=dp.PureDP(3), engine=engine)
+    before = len(charges(session))
+    query, report = session.tune(
+        session.query().agg(count(), dp_sum("x"), mean("x")), epsilon=Fraction(1, 2)
+    )
+    assert charges(session)[before:] == [dp.PureDP(Fraction(1, 2))]
+    assert session.remaining == dp.PureDP(Fraction(5, 2))
+    assert report.loss == dp.PureDP(Fraction(1, 2))
+    assert report.receipt is not None
+    assert report.chosen == ("max_rows", "bounds of x")
+    lo, hi = report.bounds["x"]
+    assert lo <= 0 < 32 <= hi <= 128
+    assert 1 <= report.max_rows <= 8
+    assert set(report.forecasts) == {"count", "sum_x", "mean_x"}
+    assert all(f.std is not None and f.std > 0 for f in report.forecasts.values())
+    assert report.spend == dp.PureDP(Fraction(5, 2))  # the budget left after tuning
+    assert "expected error if released with" in report.text()
+    # the tuned query is an ordinary query: released (or not) through evaluate
+    released = session.evaluate(query, epsilon=1)
+    assert set(released.table.columns) >= {"count", "sum_x", "mean_x"}
+
+
+def test_declared_bounds_are_kept_and_registered_bounds_used() -> None:
+    session = Session(
+        zipf_frame(),
+        privacy_unit="user",
+        budget=dp.PureDP(3),
+        max_rows=2,
+        bounds={"x": (0, 50)},
+    )
+    query, report = session.tune(session.query().agg(count(), mean("x")), epsilon=0.5)
+    assert report.max_rows == 2 and report.chosen == () and report.bounds == {}
+    assert report.parts == {"rows": dp.PureDP(Fraction(1, 2))}
+    assert query.plan.bounding.max_rows == 2
+
+
+def test_grouped_private_keys_chooses_max_groups_and_forecasts_suppression() -> None:
+    session = Session(zipf_frame(2000), privacy_unit="user", budget=dp.ApproxDP(3, 1e-6))
+    query, report = session.tune(
+        session.query().group_by("g").agg(count()),
+        epsilon=1,
+        spend=dp.ApproxDP(1, 1e-6),
+    )
+    assert set(report.parts) == {"rows", "groups", "selection"}
+    assert report.max_groups is not None and 1 <= report.max_groups <= report.max_rows
+    assert report.suppressed_groups is not None and report.groups is not None
+    assert report.suppressed_groups <= report.groups + 1e-9
+    assert "partition selection would suppress" in report.text() or report.groups == 0
+    released = session.evaluate(query, epsilon=1, delta=1e-6)
+    assert set(released.table["g"]) <= {"a", "b", "c"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"epsilon": 0}, InvalidParameterError),
+        ({"epsilon": -1}, InvalidParameterError),
+        ({"epsilon": 1e-9}, InvalidParameterError),
+        ({"epsilon": 0.5, "alpha": 2}, InvalidParameterError),
+        ({"epsilon": 5}, BudgetExceededError),
+    ],
+)
+def test_bad_input_refused_before_reservation(kwargs: dict[str, Any], error: type) -> None:
+    session = Session(zipf_frame(), privacy_unit="user", budget=dp.PureDP(3))
+    with pytest.raises(error):
+        session.tune(session.query().agg(count()), **kwargs)
+    assert session.ledger.history(session.dataset, kinds=["reserve"]) == []
+    assert session.remaining == dp.PureDP(3)
+
+
+def test_bad_queries_refused_before_reservation() -> None:
+    session = Session(zipf_frame(), privacy_unit="user", budget=dp.PureDP(3))
+    for query in (session.query(), session.query().agg(mean("nope"))):
+        with pytest.raises(DPError):
+            session.tune(query, epsilon=0.5)
+    with pytest.raises(InvalidParameterError, match="numeric"):
+        session.tune(session.query().agg(mean("g")), epsilon=0.5)
+    assert session.ledger.history(session.dataset, kinds=["reserve"]) == []
+
+
+def test_several_tables_refused() -> None:
+    frame = zipf_frame()
+    session = Session(
+        {"t": frame},
+        privacy_unit="t.user",
+        budget=dp.PureDP(1),
+        public={"p": pd.DataFrame({"g": ["a"]})},
+    )
+    with pytest.raises(UnsupportedQueryError, match="one table"):
+        session.tune(session.query("t").agg(count()), epsilon=0.5)
+
+
+# ------------------------------------------------------------------ privacy, checked
+
+
+def _run_recording(
+    monkeypatch: pytest.MonkeyPatch, session: Session, query: Any, **kwargs: Any
+) -> tuple[Any, list[Any], list[np.ndarray]]:
+    """Tune, recording the loss of every mechanism the release ran and the exact histograms
+    it noised: (what the ledger charged, the losses run, the exact histograms)."""
+    import dpkit.mechanisms as mechanisms
+
+    ran: list[Any] = []
+    exact: list[np.ndarray] = []
+    make = mechanisms.make_geometric
+
+    def recording_geometric(*args: Any, **kw: Any) -> Any:
+        measurement = make(*args, **kw)
+
+        class Recorded:
+            loss = measurement.loss
+
+            def __call__(self, data: Any) -> Any:
+                ran.append(measurement.loss)
+                exact.append(np.asarray(data).copy())
+                return measurement(data)
+
+        return Recorded()
+
+    plan = Session._bounds_plan
+
+    def recording_plan(self: Session, *args: Any, **kw: Any) -> Any:
+        bins, choose = plan(self, *args, **kw)
+
+        def recorded(counts: np.ndarray, epsilon: Fraction) -> Any:
+            if counts.any():  # not the rehearsal on an empty table (public, before the charge)
+                ran.append(dp.PureDP(epsilon))  # two exponential mechanisms, ε/2 each
+            return choose(counts, epsilon)
+
+        return bins, recorded
+
+    monkeypatch.setattr(mechanisms, "make_geometric", recording_geometric)
+    monkeypatch.setattr(Session, "_bounds_plan", recording_plan)
+    before = len(charges(session))
+    if "parts_of" in kwargs:
+        tuning.tune(session, query, **kwargs)
+    else:
+        session.tune(query, **kwargs)
+    (charged,) = charges(session)[before:]
+    return charged, ran, exact
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_charge_is_the_composition_of_the_mechanisms_run(
+    monkeypatch: pytest.MonkeyPatch, grouped: bool
+) -> None:
+    session = Session(zipf_frame(), privacy_unit="user", budget=dp.ApproxDP(10, 1e-6))
+    base = session.query().group_by("g") if grouped else session.query()
+    query = base.agg(count(), mean("x"))
+    charged, ran, _ = _run_recording(
+        monkeypatch, session, query, epsilon=Fraction(3, 4), spend=dp.ApproxDP(1, 1e-6)
+    )
+    assert len(ran) == (4 if grouped else 2)
+    assert charged == compose(*ran) == dp.PureDP(Fraction(3, 4))
+
+
+def test_a_mutant_that_forgets_a_part_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    session = Session(zipf_frame(), privacy_unit="user", budget=dp.PureDP(10))
+    query = session.query().agg(count(), mean("x"))
+
+    def forget_bounds(parts: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in parts.items() if not k.startswith("bounds")}
+
+    charged, ran, _ = _run_recording(
+        monkeypatch, session, query, epsilon=Fraction(1), parts_of=forget_bounds
+    )
+    assert charged != compose(*ran)  # the check above would fail on this mutant
+    assert charged == dp.PureDP(Fraction(1, 2)) and compose(*ran) == dp.PureDP(1)
+
+
+def test_neighbour_with_many_rows_changes_max_rows_not_the_charge(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Adding one person with 3000 rows changes the chosen max_rows (at a large tuning ε, the
+    histogram shows that person), while the charge is the same declared share; the exact
+    histograms the mechanism noised differ by exactly one unit in one bin (L1 distance 1, the
+    sensitivity the geometric mechanism is calibrated for), so the output distributions are
+    within e^ε of each other: exact, not sampled."""
+    chosen, charged, exact = [], [], []
+    for heavy in (0, 3000):
+        session = Session(zipf_frame(heavy=heavy), privacy_unit="user", budget=dp.PureDP(10**5))
+        c, ran, hist = _run_recording(
+            monkeypatch,
+            session,
+            session.query().agg(count()),
+            epsilon=10**4,
+            spend=dp.PureDP(100),
+        )
+        charged.append(c)
+        exact.append(hist[0])
+        chosen.append(_last_max_rows)
+        assert ran == [dp.PureDP(10**4)]
+    assert charged[0] == charged[1] == dp.PureDP(10**4)  # identical and bounded by the share
+    assert int(np.abs(exact[0] - exact[1]).sum()) == 1
+    assert chosen[0] <= 3 < 2000 <= chosen[1]
+    measurement = _MAKE_GEOMETRIC(sensitivity=1, epsilon=10**4)
+    assert measurement.map(1) == dp.PureDP(10**4)
+
+
+_last_max_rows = 0
+_MAKE_GEOMETRIC = dp.make_geometric
+
+
+@pytest.fixture(autouse=True)
+def _record_max_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tuning._report
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        global _last_max_rows
+        report = real(*args, **kwargs)
+        _last_max_rows = report.max_rows
+        return report
+
+    monkeypatch.setattr(tuning, "_report", recording)
+
+
+def test_count_edges_grid() -> None:
+    edges = tuning.count_edges(2**10)
+    assert edges[:8] == (1, 2, 3, 4, 5, 6, 7, 8)
+    assert np.all(np.diff(edges) > 0)
+    assert edges[-1] >= 2**10
+    counts = tuning._bins(np.array([1, 1, 8, 9, 10**6]), edges)
+    assert counts.sum() == 5 and counts[0] == 2 and counts[-1] == 1
+
+
+# ------------------------------------------------------------------ the histogram's estimate
+
+
+def _survival(hist: np.ndarray) -> np.ndarray:
+    return np.cumsum(hist[::-1])[::-1]
+
+
+def test_denoise_reads_the_first_significant_run_only() -> None:
+    """A noisy count far in an empty tail that alone passes 3 sd, after edges that do not,
+    is noise: it once made the tuning choose max_rows = 2^25 on TPC-H."""
+    exact = tuning._bins(np.repeat([1, 2, 5, 20], [500, 300, 200, 100]), tuning.COUNT_EDGES)
+    noisy = exact.astype(np.float64)
+    bins = len(noisy)
+    noisy[15:25] = -1.0
+    noisy[25] = 20.0  # S̃_25 = 20 > 3 sd there; S̃_15 = 10 > 0 but below 3 sd
+    assert 3 * np.sqrt(2 * (bins - 25)) < 20 and 3 * np.sqrt(2 * (bins - 15)) > 10
+    estimate = tuning._denoise(noisy, Fraction(1), 1)
+    assert estimate[25] == 0 and estimate[15:].sum() == 0
+    assert tuning.dropped_rows(estimate, tuning.COUNT_EDGES, 2**10) == 0
+
+
+def test_denoise_keeps_the_first_hidden_edge_noisy_count() -> None:
+    exact = np.zeros(len(tuning.COUNT_EDGES))
+    exact[:8] = 1000.0
+    exact[8] = 40.0  # 40 units with 16..31 rows: below 3 sd at ε = 0.1
+    estimate = tuning._denoise(exact, Fraction(1, 10), 1)
+    assert estimate[8] == pytest.approx(40) and estimate[9:].sum() == 0
+    assert tuning.dropped_rows(estimate, tuning.COUNT_EDGES, 8) > 0
+
+
+def test_extrapolation_fills_a_power_law_tail_and_not_a_light_one() -> None:
+    rng = np.random.default_rng(3)
+    heavy = tuning._bins(rng.zipf(2.0, 20_000), tuning.COUNT_EDGES).astype(np.float64)
+    light = tuning._bins(rng.integers(1, 40, 20_000), tuning.COUNT_EDGES).astype(np.float64)
+    eps = Fraction(1, 10)
+    for exact in (heavy, light):
+        plain = tuning._denoise(exact, eps, 1)
+        filled = tuning._denoise(exact, eps, 1, extrapolate=True)
+        assert np.all(_survival(filled) >= _survival(plain) - 1e-9)
+    # the heavy tail's hidden units are filled in (beyond the run and its first hidden edge)
+    assert _survival(tuning._denoise(heavy, eps, 1, extrapolate=True))[14] >= 1
+    assert _survival(tuning._denoise(heavy, eps, 1))[14] == 0
+    # the light tail gets nothing: 1..39 rows, nobody at 64 or more
+    assert _survival(tuning._denoise(light, eps, 1, extrapolate=True))[10] == 0
+
+
+def test_count_forecast_is_the_calibrated_noise() -> None:
+    """The report's std for a count is the std of the noise the release adds: √2·E|Z| of the
+    geometric mechanism at the tuned cap (exact calibration, no data)."""
+    session = Session(zipf_frame(), privacy_unit="user", budget=dp.PureDP(10), max_rows=4)
+    query, report = session.tune(session.query().agg(count()), epsilon=1, spend=dp.PureDP(2))
+    released = session.evaluate(query, epsilon=2)
+    forecast = report.forecasts["count"]
+    assert forecast.std == pytest.approx(np.sqrt(2) * released.accuracy["count"].expected_abs)
+    assert forecast.halfwidth == released.accuracy["count"].halfwidth
