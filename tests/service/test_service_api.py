@@ -277,6 +277,21 @@ def test_audit_log_is_append_only_in_postgres(postgres_url: str, data_root: Path
         assert row == (1,)
 
 
+@pytest.mark.parametrize("url", ["mysql://user:secret@host/db", "sqlite://rel.db", "x://y"])
+def test_a_database_url_of_another_scheme_is_refused_not_made_a_file(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mysql://...`` used to become a SQLite file of that name: a ledger nobody meant."""
+    from dpkit.errors import InvalidParameterError
+    from dpkit.service import Service, ServiceConfig
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidParameterError, match="sqlite:///PATH") as raised:
+        Service(ServiceConfig(database=url, data_root=tmp_path))
+    assert "secret" not in str(raised.value)
+    assert list(tmp_path.rglob("*")) == []  # no file was created
+
+
 def test_sql_expressions_and_having_order_by_limit_through_the_service(api: Api) -> None:
     """Issue 23: CASE / LIKE / arithmetic in an aggregate, and HAVING / ORDER BY / LIMIT on the
     released table (post-processing: the charge is the query's ε)."""

@@ -292,7 +292,15 @@ class Service:
         database = config.database
         sqlite_path: str | None = None
         if not database.startswith(("postgresql://", "postgres://")):
-            sqlite_path = database.removeprefix("sqlite:///") if "://" in database else database
+            if "://" in database and not database.startswith("sqlite:///"):
+                # another scheme (mysql://, sqlite:// with two slashes) is no SQLite file name
+                raise InvalidParameterError(
+                    "database",
+                    database.split("://")[0] + "://...",  # (a URL may hold a password)
+                    "sqlite:///PATH, postgresql://... or a file path",
+                    hint="the service keeps its ledger in SQLite or PostgreSQL",
+                )
+            sqlite_path = database.removeprefix("sqlite:///")
             database = f"sqlite:///{sqlite_path}"
         self.ledger = Ledger.open(database, monitor=self.monitor)
         self.registry = Registry(database, sqlite_path=sqlite_path)
