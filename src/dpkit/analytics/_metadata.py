@@ -43,7 +43,8 @@ __all__ = [
     "registered_keys",
 ]
 
-_KINDS = {
+KIND_NAMES = {
+    # the kind names people write (a metadata file, `dpkit query --schema`) and what each is
     "int": "numeric",
     "integer": "numeric",
     "float": "numeric",
@@ -223,11 +224,11 @@ def metadata_from(content: Mapping[str, Any], source: str = "metadata") -> Table
             raise InvalidParameterError(where, extra[0], "one of kind, bounds, keys")
         if "kind" in spec:
             kind = spec["kind"]
-            if not isinstance(kind, str) or kind.lower() not in _KINDS:
+            if not isinstance(kind, str) or kind.lower() not in KIND_NAMES:
                 raise InvalidParameterError(
                     f"{where}.kind", kind, "int, float, numeric, text, bool, date or timestamp"
                 )
-            schema[column] = _KINDS[kind.lower()]
+            schema[column] = KIND_NAMES[kind.lower()]
             if kind.lower() in ("int", "integer"):
                 integers.add(column)
         if "bounds" in spec:

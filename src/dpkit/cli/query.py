@@ -93,27 +93,10 @@ Examples:
       --server http://dp.internal:8000 --token "$DPKIT_TOKEN"
 """
 
-_KIND_ALIASES = {
-    "int": "numeric",
-    "integer": "numeric",
-    "float": "numeric",
-    "double": "numeric",
-    "decimal": "numeric",
-    "number": "numeric",
-    "numeric": "numeric",
-    "bool": "bool",
-    "boolean": "bool",
-    "text": "text",
-    "str": "text",
-    "string": "text",
-    "date": "temporal",
-    "datetime": "temporal",
-    "timestamp": "temporal",
-    "temporal": "temporal",
-}
-
 
 def _declared_schema(specs: list[str]) -> dict[str, str]:
+    from dpkit.analytics._metadata import KIND_NAMES
+
     declared: dict[str, str] = {}
     for spec in specs:
         for item in spec.split(","):
@@ -121,12 +104,12 @@ def _declared_schema(specs: list[str]) -> dict[str, str]:
                 continue
             column, sep, kind = item.partition("=")
             kind = kind.strip().lower()
-            if not sep or kind not in _KIND_ALIASES:
+            if not sep or kind not in KIND_NAMES:
                 raise CLIError(
                     f"--schema {item.strip()!r}: expected column=kind",
                     "Kinds: int, float, bool, text, date, timestamp; e.g. --schema amount=float.",
                 )
-            declared[column.strip()] = _KIND_ALIASES[kind]
+            declared[column.strip()] = KIND_NAMES[kind]
     return declared
 
 
@@ -1119,6 +1102,8 @@ def _table_files(specs: list[str], flag: str, seen: dict[str, str]) -> dict[str,
 
 def _table_schemas(specs: list[str], tables: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """``--schema TABLE.COLUMN=KIND,...`` as {table: {column: kind}}."""
+    from dpkit.analytics._metadata import KIND_NAMES
+
     declared: dict[str, dict[str, str]] = {}
     for spec in specs:
         for item in spec.split(","):
@@ -1126,7 +1111,7 @@ def _table_schemas(specs: list[str], tables: Mapping[str, str]) -> dict[str, dic
                 continue
             target, sep, kind = item.partition("=")
             kind = kind.strip().lower()
-            if not sep or kind not in _KIND_ALIASES or "." not in target:
+            if not sep or kind not in KIND_NAMES or "." not in target:
                 raise CLIError(
                     f"--schema {item.strip()!r}: expected TABLE.COLUMN=kind over several tables",
                     "Kinds: int, float, bool, text, date, timestamp; e.g. --schema "
@@ -1138,7 +1123,7 @@ def _table_schemas(specs: list[str], tables: Mapping[str, str]) -> dict[str, dic
                     f"--schema {item.strip()!r}: no table {name!r}",
                     f"The tables are: {', '.join(tables)}.",
                 )
-            declared.setdefault(name, {})[column.strip()] = _KIND_ALIASES[kind]
+            declared.setdefault(name, {})[column.strip()] = KIND_NAMES[kind]
     return declared
 
 
