@@ -1,10 +1,10 @@
 """The Spark engine: the same compiled plan, rendered as Spark SQL, for tables at scale.
 
-Sources: a Spark DataFrame (classic or Spark Connect), a CSV or Parquet path (read by Spark), or a pandas / Polars
-DataFrame, an Arrow table or a DuckDB relation (turned into a Spark DataFrame). The source is
-registered as a temporary view under a generated name and dropped by :meth:`SparkEngine.close`.
-Sums are computed as ``DECIMAL(38, 0)`` so they are exact (Spark's ``SUM(BIGINT)`` would overflow
-or fail).
+Sources: a Spark DataFrame (classic or Spark Connect), a CSV or Parquet path (read by Spark),
+or a pandas / Polars DataFrame, an Arrow table or a DuckDB relation (turned into a Spark
+DataFrame). The source is registered as a temporary view under a generated name and dropped
+by :meth:`SparkEngine.close`. Sums are computed as ``DECIMAL(38, 0)`` so they are exact (Spark's
+``SUM(BIGINT)`` would overflow or fail).
 
 Integer, string and boolean keys and units hash to the same text as on DuckDB, so both engines
 keep the same rows; Spark prints some doubles and timestamps differently (``1.0E20``), so with
