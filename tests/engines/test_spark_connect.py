@@ -187,3 +187,27 @@ def test_another_session_than_the_frames_own_is_refused(spark: Any, spark_connec
         SparkEngine(spark.createDataFrame(payslips()), spark=spark_connect)
     with pytest.raises(InvalidParameterError, match="spark="):
         Session(remote, "person", dp.PureDP(10), engine="spark", spark=spark)
+
+
+def test_sample_and_aggregate_on_connect_equals_classic_spark(
+    spark: Any, spark_connect: Any
+) -> None:
+    """applyInPandas over Connect: the same blocks (xxhash64 on both) and, with the same draws,
+    the same release as on classic Spark."""
+    df = pd.DataFrame({"user": np.repeat(np.arange(30), 2), "x": np.arange(60.0)})
+
+    def mean_x(rows: pd.DataFrame) -> float:
+        return float(rows["x"].mean()) if len(rows) else 0.0
+
+    tables = []
+    for session_of in (spark, spark_connect):
+        session = Session(session_of.createDataFrame(df), "user", dp.PureDP(100), engine="spark")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InsecureRandomnessWarning)
+            with insecure_deterministic_seed(3):
+                release = session.sample_and_aggregate(
+                    mean_x, columns=["x"], output_range=(0, 60), n_range=(30, 30), m=3, epsilon=10
+                )
+        tables.append(release.table)
+        session.close()
+    pd.testing.assert_frame_equal(tables[1], tables[0])
