@@ -52,9 +52,10 @@ __all__ = [
 
 T = TypeVar("T")
 
-_READING_MODULES = ("duckdb", "pyarrow", "pandas", "pyspark", "py4j", "polars")
+_READING_MODULES = ("duckdb", "pyarrow", "pandas", "pyspark", "py4j", "grpc", "polars")
 """Errors raised by these libraries while a plan runs are errors reading the data (a file that
-does not parse, a type the engine cannot read); other errors are dpkit's own bugs."""
+does not parse, a type the engine cannot read, a Spark Connect server that went away); other
+errors are dpkit's own bugs."""
 
 
 @dataclass(frozen=True, slots=True)

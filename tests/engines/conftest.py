@@ -1,8 +1,11 @@
-"""Engine test fixtures: one shared local SparkSession for the whole test session."""
+"""Engine test fixtures: one shared local SparkSession for the whole test session, and a Spark
+Connect session served by that same JVM."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -41,6 +44,35 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(spark: Any) -> Iterator[Any]:
+    """A Spark Connect session (``pyspark.sql.connect``) on a real local Connect server: the
+    gRPC service started inside the classic fixture's JVM, on a free loopback port, so no second
+    JVM boots (about a second on top of the classic session). Skips, saying why, only when
+    PySpark's Connect client libraries (``pyspark[connect]``, in the test extra) are missing."""
+    for module in ("grpc", "grpc_status", "google.rpc", "zstandard"):
+        pytest.importorskip(module, reason="the Spark Connect client: pip install -e '.[test]'")
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = spark._jsc.sc()
+    context.conf().set("spark.connect.grpc.binding.address", "127.0.0.1")
+    context.conf().set("spark.connect.grpc.binding.port", str(port))
+    service = getattr(spark._jvm.org.apache.spark.sql.connect.service, "SparkConnectService$")
+    service = getattr(service, "MODULE$")
+    service.start(context)
+    # the Connect client's own builder (pyspark.sql.SparkSession.builder.remote would switch
+    # the whole process to Connect mode, and the classic fixture with it)
+    session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+    yield session
+    session.stop()
+    with contextlib.suppress(Exception):  # the JVM stops it at exit otherwise
+        none = spark._jvm.scala.Option.empty()
+        service.stop(none, none)
 
 
 @pytest.fixture(params=ENGINES)

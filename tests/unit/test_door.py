@@ -78,11 +78,16 @@ def test_over_budget_is_refused_before_the_body_runs() -> None:
     assert read == [] and _kinds(books) == []
 
 
+_GRPC_ERROR = type("_InactiveRpcError", (Exception,), {"__module__": "grpc._channel"})
+
+
 @pytest.mark.parametrize(
     ("reading", "error", "expected"),
     [
         (True, OSError("row 7 = 3.25"), UnreadableDataError),
         (True, KeyError("secret 3.25"), InternalError),
+        # a Spark Connect server gone away mid-read: gRPC's error, not a dpkit bug
+        (True, _GRPC_ERROR("row 7 = 3.25"), UnreadableDataError),
         (False, OSError("row 7 = 3.25"), InternalError),
         (None, ValueError("secret 3.25"), InternalError),
     ],

@@ -43,7 +43,19 @@ def __getattr__(name: str) -> Any:
 
 
 def _is_spark_frame(source: Any) -> bool:
+    """A classic or Spark Connect DataFrame (both live under ``pyspark.``; pyspark itself is
+    not imported to tell)."""
     return type(source).__module__.startswith("pyspark.")
+
+
+def _spark_to_arrow(frame: Any) -> Any:
+    """A Spark DataFrame (classic or Connect) collected as an Arrow table (through pandas on
+    PySpark versions without ``toArrow``)."""
+    if hasattr(frame, "toArrow"):
+        return frame.toArrow()
+    import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
+
+    return pa.Table.from_pandas(frame.toPandas(), preserve_index=False)  # pragma: no cover
 
 
 def make_engine(
@@ -64,11 +76,11 @@ def make_engine(
         raise InvalidParameterError("engine", engine, "'duckdb', 'pandas', 'spark' or an Engine")
     if engine == "duckdb":
         if _is_spark_frame(source):
-            source = source.toArrow()
+            source = _spark_to_arrow(source)
         return DuckDBEngine(source, schema=schema)
     if engine == "pandas":
         if _is_spark_frame(source):
-            source = source.toArrow() if hasattr(source, "toArrow") else source.toPandas()
+            source = _spark_to_arrow(source)
         elif hasattr(source, "to_arrow_table") and hasattr(source, "fetchall"):
             source = source.to_arrow_table()  # a DuckDB relation
         elif hasattr(source, "to_arrow") and not hasattr(source, "iloc"):
@@ -158,7 +170,7 @@ def make_tables(
         engines: dict[str, Engine] = {}
         for name, source in sources.items():
             if _is_spark_frame(source):
-                source = source.toArrow()
+                source = _spark_to_arrow(source)
             engines[name] = DuckDBEngine(source, connection=connection, schema=schemas.get(name))
         return Tables("duckdb", engines, connection)
     if engine == "pandas":
@@ -166,9 +178,12 @@ def make_tables(
             "pandas",
             {n: make_engine("pandas", s, schema=schemas.get(n)) for n, s in sources.items()},
         )
-    from dpkit.analytics._engines._spark import SparkEngine, default_spark_session
+    from dpkit.analytics._engines._spark import SparkEngine, default_spark_session, frame_session
 
-    session = spark if spark is not None else default_spark_session()
+    # the tables' own session when one is a Spark DataFrame (a Spark Connect frame's views and
+    # queries live on its server session), else the active one
+    frames = [frame_session(s) for s in sources.values() if _is_spark_frame(s)]
+    session = spark if spark is not None else frames[0] if frames else default_spark_session()
     return Tables(
         "spark",
         {n: SparkEngine(s, spark=session, schema=schemas.get(n)) for n, s in sources.items()},

@@ -1,14 +1,21 @@
 """The Spark engine: the same compiled plan, rendered as Spark SQL, for tables at scale.
 
-Sources: a Spark DataFrame, a CSV or Parquet path (read by Spark), or a pandas / Polars
-DataFrame, an Arrow table or a DuckDB relation (turned into a Spark DataFrame). The source is
-registered as a temporary view under a generated name and dropped by :meth:`SparkEngine.close`.
-Sums are computed as ``DECIMAL(38, 0)`` so they are exact (Spark's ``SUM(BIGINT)`` would overflow
-or fail).
+Sources: a Spark DataFrame (classic or Spark Connect), a CSV or Parquet path (read by Spark),
+or a pandas / Polars DataFrame, an Arrow table or a DuckDB relation (turned into a Spark
+DataFrame). The source is registered as a temporary view under a generated name and dropped
+by :meth:`SparkEngine.close`. Sums are computed as ``DECIMAL(38, 0)`` so they are exact (Spark's
+``SUM(BIGINT)`` would overflow or fail).
 
 Integer, string and boolean keys and units hash to the same text as on DuckDB, so both engines
 keep the same rows; Spark prints some doubles and timestamps differently (``1.0E20``), so with
 such keys or units Spark may keep different, equally valid, rows of heavy units.
+
+Spark Connect: a Connect DataFrame (``pyspark.sql.connect``, what Databricks and
+``SparkSession.builder.remote(...)`` give) is read on its own server session: the engine
+registers its view and runs every query there (``spark=`` defaults to that session; another
+session is refused). The engine only sends SQL text, temporary views, pandas / Arrow data and
+``applyInPandas`` (sample-and-aggregate), which Connect supports; it uses no RDD,
+``sparkContext`` or JVM handle.
 """
 
 from __future__ import annotations
@@ -50,11 +57,18 @@ from dpkit.analytics._engines._heavy import (
 from dpkit.analytics._engines._relation import Relation, sql_relation, sql_steps
 from dpkit.analytics._engines._sql import build_query, ident, source_select, sql_text
 from dpkit.analytics._expr import Col, ColumnKind, Expr, children
-from dpkit.errors import InvalidDataError
+from dpkit.errors import InvalidDataError, InvalidParameterError
 
 require("spark", by="dpkit.analytics._engines._spark")
 
-__all__ = ["SparkEngine", "default_spark_session", "inlined_size", "relation_engine"]
+__all__ = [
+    "SparkEngine",
+    "default_spark_session",
+    "frame_session",
+    "inlined_size",
+    "is_connect",
+    "relation_engine",
+]
 
 _IN_LIST = 256
 """Up to this many candidate units are written into the SQL as an IN list; more are a temporary
@@ -112,6 +126,40 @@ def default_spark_session() -> Any:
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .getOrCreate()
     )
+
+
+def is_connect(obj: Any) -> bool:
+    """Whether ``obj`` (a DataFrame or SparkSession) is Spark Connect's, not classic Spark's."""
+    return type(obj).__module__.startswith("pyspark.sql.connect.")
+
+
+def _is_dataframe(source: Any) -> bool:
+    """A classic or Spark Connect DataFrame. PySpark 3.5's Connect DataFrame is no subclass of
+    ``pyspark.sql.DataFrame`` (4.x's is); its module is loaded whenever such a frame exists."""
+    from pyspark.sql import DataFrame
+
+    if isinstance(source, DataFrame):
+        return True
+    connect = sys.modules.get("pyspark.sql.connect.dataframe")
+    return connect is not None and isinstance(source, connect.DataFrame)
+
+
+def frame_session(frame: Any) -> Any:
+    """The SparkSession a DataFrame belongs to (its temporary views and queries live there)."""
+    return frame.sparkSession
+
+
+def _same_session(spark: Any, own: Any) -> bool:
+    """Whether ``spark`` can see the temporary views of a frame of session ``own``: never
+    across classic and Connect; two Connect sessions only with the same server session id
+    (classic sessions are not compared: that was never checked and the JVM resolves it)."""
+    if is_connect(spark) != is_connect(own):
+        return False
+    if is_connect(own):
+        return spark is own or getattr(spark, "session_id", None) == getattr(
+            own, "session_id", object()
+        )
+    return True
 
 
 def inlined_size(plan: BoundedPlan) -> int:
@@ -194,12 +242,20 @@ class SparkEngine:
     def __init__(
         self, source: Any, *, spark: Any = None, schema: Mapping[str, str] | None = None
     ) -> None:
-        try:
-            from pyspark.sql import DataFrame
-        except ImportError:  # pragma: no cover - depends on the installation
-            raise InvalidDataError(
-                "engine", "pyspark is not installed", "pip install 'dpkit[spark]'"
-            ) from None
+        frame = _is_dataframe(source)
+        if frame:
+            own = frame_session(source)
+            if spark is None:
+                spark = own  # a Connect frame's views and queries live on its server session
+            elif not _same_session(spark, own):
+                kind = "Spark Connect" if is_connect(own) else "classic Spark"
+                raise InvalidParameterError(
+                    "spark",
+                    f"a {'Spark Connect' if is_connect(spark) else 'classic'} "
+                    f"{type(spark).__name__}",
+                    f"the {kind} SparkSession the source DataFrame belongs to, or None",
+                    "leave spark= out to use the DataFrame's own session",
+                )
         self._spark = spark if spark is not None else default_spark_session()
         declared = check_declared_schema(schema)
         self._view = f"dpkit_src_{secrets.token_hex(8)}"
@@ -231,7 +287,7 @@ class SparkEngine:
                     multiLine=True,
                     mode="FAILFAST",
                 )
-        elif isinstance(source, DataFrame):
+        elif frame:
             self._frame = source
         else:
             if hasattr(source, "to_arrow_table") and hasattr(source, "fetchall"):
