@@ -10,7 +10,7 @@ sequential composition, :func:`dpkit.core.compose` of the parts' own losses):
 1. ``rows``: the engine counts each privacy unit's rows after the query's filters (one bounded
    plan grouped by the unit, and by the query's group keys when it has some: no Python loop over
    rows). Each unit falls in exactly one bin of a public geometric grid of counts
-   (:data:`COUNT_EDGES`: 1..8, then ×2^(1/4) per bin), so adding or removing one unit moves one
+   (:data:`COUNT_EDGES`: 1..8, then powers of two), so adding or removing one unit moves one
    bin by one: the L1 sensitivity of the histogram is 1 and the geometric mechanism
    (:func:`dpkit.make_geometric`, ``sensitivity=1``) makes it ε_rows-DP. Quantiles, the rows a
    cap would drop and the error-optimal cap are read off this one noisy histogram
@@ -37,7 +37,7 @@ budget the analyst means to spend (``spend=``, default the budget left after tun
 ``Σ_a (err_a(k) / scale_a)²`` with ``err_a² = bias_a(k)² + σ_a(k)²``, σ from the planner's own
 calibration of the tuned query (public), the bias from the noisy histogram (the rows a cap k
 drops, times the bounds' typical magnitude for sums; means are taken as unbiased by dropping
-rows). ``max_groups``: the smallest grid edge at or above the noisy 95th percentile of groups
+rows). ``max_groups``: the upper end of the grid bin that holds the noisy 95th percentile of groups
 per unit (capped at max_rows).
 
 **The report** (:class:`TuningReport`) is computed from the noisy histograms, the chosen
@@ -76,7 +76,12 @@ from dpkit.analytics._query import (
     written_aggregations,
 )
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP, compose
-from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
+from dpkit.errors import (
+    BudgetExceededError,
+    DPError,
+    InvalidParameterError,
+    UnsupportedQueryError,
+)
 from dpkit.noise import random_words
 
 if TYPE_CHECKING:
@@ -99,7 +104,7 @@ COUNT_EDGES = count_edges()
 """The bins of per-unit row and group counts (public)."""
 
 _GROUPS_QUANTILE = 0.95
-"""max_groups is the smallest grid edge at or above this noisy quantile of groups per unit."""
+"""max_groups is the upper end of the grid bin holding this noisy quantile of groups per unit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +395,19 @@ def tune(
     charge = compose(*charged_parts.values())
 
     # the budget the forecasts assume: given, or what is left after tuning
-    if spend is None:
+    if spend is not None:
+        # tuning for a release the budget cannot pay for would spend the share for nothing:
+        # both together must fit now (checked again by the ledger when each is charged)
+        both = compose(charge, spend)
+        if not session.ledger.can_afford(session.dataset, both, session.analyst):
+            raise BudgetExceededError(
+                both,
+                session.remaining,
+                scope=f"dataset {session.dataset!r}",
+                hint="Tuning and the release it prepares together exceed the budget; nothing "
+                "was charged. Ask for less, or have an officer raise the budget.",
+            )
+    else:
         left = session.remaining
         if isinstance(left, PureDP | ApproxDP) and left.epsilon < eps:
             spend = left  # the ledger refuses the tuning itself (over budget), nothing charged

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dpkit._format import human_number
+from dpkit._format import format_loss, human_number
 from dpkit.cli._common import (
     DELTA_REFUSE,
     DELTA_WARN,
@@ -385,6 +385,8 @@ class _Options:
     """--tune SHARE: the share of ε spent choosing the per-person bounds privately."""
     tuned: frozenset[str] = frozenset()
     """The contribution bounds --tune chose (for the answer's note)."""
+    tuning_loss: str | None = None
+    """What the --tune release charged, as printed (the answer's note adds it to the total)."""
 
     def registered_keys(self, group_by: tuple[str, ...]) -> dict[str, list[Any]] | None:
         """The registered key sets of every GROUP BY column, when there is no --keys."""
@@ -630,6 +632,11 @@ def _footnotes(
         notes.append(
             "groups were found privately: groups with few people are suppressed, so a group "
             "missing here may exist."
+        )
+    if options.tuning_loss is not None:
+        notes.append(
+            f"--tune spent {options.tuning_loss} before this answer, in a ledger entry of its "
+            "own; the privacy loss below is the answer's, and this command spent both."
         )
     return notes
 
@@ -957,6 +964,7 @@ def _query_file(data_path: Path, query: str, options: _Options) -> None:
                         max_rows=report.max_rows,
                         max_groups=report.max_groups,
                         tuned=frozenset(report.chosen),
+                        tuning_loss=format_loss(report.loss),
                     )
                     if o.explain:
                         out_console().print(session.explain(final, loss=query_loss), markup=False)

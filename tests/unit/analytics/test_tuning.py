@@ -99,6 +99,8 @@ def test_grouped_private_keys_chooses_max_groups_and_forecasts_suppression() -> 
         ({"epsilon": 1e-9}, InvalidParameterError),
         ({"epsilon": 0.5, "alpha": 2}, InvalidParameterError),
         ({"epsilon": 5}, BudgetExceededError),
+        # the share fits, but not with the release it is for: nothing is spent on tuning
+        ({"epsilon": 0.5, "spend": dp.PureDP(2.6)}, BudgetExceededError),
     ],
 )
 def test_bad_input_refused_before_reservation(kwargs: dict[str, Any], error: type) -> None:

@@ -314,6 +314,7 @@ def test_tune_spends_the_share_tuning_and_the_rest_answering(tmp_path: Path) -> 
     assert "tuning release charged ε=0.25" in result.output
     assert "expected error if released with ε=0.75" in result.output
     assert "chosen privately by --tune" in result.output
+    assert "--tune spent ε=0.25 before this answer" in " ".join(result.output.split())
     from dpkit.ledger import Ledger
 
     opened = Ledger.open(str(ledger))
@@ -371,6 +372,34 @@ def test_bad_tune_refused_before_anything_is_charged(
     )
     assert result.exit_code != 0
     assert "--tune" in result.output
+    from dpkit.ledger import Ledger
+
+    assert Ledger.open(str(ledger)).remaining("d") == dp.PureDP(3)
+
+
+def test_tune_over_budget_is_refused_before_the_tuning_is_charged(tmp_path: Path) -> None:
+    """--epsilon 4 on a budget of 3: the tuning share (1) fits, the answer (3) then would not.
+    Both are checked before anything is charged (the tuning used to be charged, then the
+    answer refused)."""
+    data, ledger = _tune_setup(tmp_path)
+    result = runner.invoke(
+        app,
+        [
+            "query",
+            str(data),
+            "SELECT COUNT(*)",
+            "--dataset",
+            "d",
+            "--epsilon",
+            "4",
+            "--tune",
+            "0.25",
+            "--ledger",
+            str(ledger),
+        ],
+    )
+    assert result.exit_code != 0
+    assert "nothing was charged" in result.output
     from dpkit.ledger import Ledger
 
     assert Ledger.open(str(ledger)).remaining("d") == dp.PureDP(3)
