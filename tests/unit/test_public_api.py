@@ -148,6 +148,8 @@ PINNED: dict[str, list[str]] = {
         "Query",
         "Session",
         "TableRelease",
+        "Tuning",
+        "TuningReport",
         "check_csv",
         "col",
         "count",

@@ -44,6 +44,7 @@ from dpkit.analytics._query import (
 )
 from dpkit.analytics._results import Accuracy, TableRelease
 from dpkit.analytics._session import BoundsEstimate, Session
+from dpkit.analytics._tuning import Tuning, TuningReport
 
 __all__ = [
     "Accuracy",
@@ -58,6 +59,8 @@ __all__ = [
     "Query",
     "Session",
     "TableRelease",
+    "Tuning",
+    "TuningReport",
     "check_csv",
     "col",
     "count",
