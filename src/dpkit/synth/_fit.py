@@ -22,7 +22,7 @@ from dpkit._door import Books, Stage, release
 from dpkit._exact import check_delta, check_epsilon, check_rho
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss
 from dpkit.errors import InternalError, InvalidParameterError, PrivacyCheckError
-from dpkit.synth._aim import DEFAULT_MAX_MODEL_MB, AIMPlan, AIMRun, run_aim
+from dpkit.synth._aim import DEFAULT_MAX_MODEL_MB, ROUND_ITERATIONS, AIMPlan, AIMRun, run_aim
 from dpkit.synth._domain import DEFAULT_MAX_CELLS, Domain
 from dpkit.synth._model import GraphicalModel
 from dpkit.synth._mst import MSTPlan, MSTRun, run_mst
@@ -362,7 +362,6 @@ def _fit_relation(
                 counts,
                 iterations=2 if rehearsal else iterations,
                 round_iterations=1 if rehearsal else aim["round_iterations"],
-                sample_rows=100 if rehearsal else aim["sample_rows"],
                 max_rounds=2 if rehearsal else None,
             )
         return run_mst(plan, counts, iterations=2 if rehearsal else iterations)
@@ -459,7 +458,7 @@ def fit(
     workload: Any = None,
     rounds: int | None = None,
     max_model_mb: float = DEFAULT_MAX_MODEL_MB,
-    round_iterations: int = 50,
+    round_iterations: int = ROUND_ITERATIONS,
 ) -> Synthesizer:
     """Fit a synthetic-data model on ``data`` over the public ``domain``, as one release.
 
@@ -484,7 +483,9 @@ def fit(
         max_model_mb: AIM's limit on the junction tree's size in MB (default 80, as the
             reference): a candidate that would grow the model past the limit (scaled by the
             budget spent so far) is not selected.
-        round_iterations: AIM: warm-started estimation steps after each round.
+        round_iterations: AIM: at most this many warm-started estimation steps after each
+            round (default 300; the refit stops earlier once the model's marginal on the
+            chosen candidate has settled, so that AIM's annealing test sees a converged fit).
 
     Values outside the declared domain (and NULLs) are dropped inside the engine: a row with
     any such value is left out of every marginal (decided by the public domain alone).
@@ -526,7 +527,6 @@ def fit(
             "rounds": rounds,
             "max_model_mb": float(max_model_mb),
             "round_iterations": round_iterations,
-            "sample_rows": 50_000,
         }
     else:
         if workload is not None or rounds is not None:
