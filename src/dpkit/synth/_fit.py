@@ -144,6 +144,43 @@ class Synthesizer:
             ]
         )
 
+    def _plot_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(noisy measured count, the model's count) of every cell of every measured marginal:
+        released values and their post-processing."""
+        measured = [np.asarray(m.values, dtype=np.float64).reshape(-1) for m in self.measurements]
+        modelled = [self.model.marginal(m.clique).reshape(-1) for m in self.measurements]
+        return np.concatenate(measured), np.concatenate(modelled)
+
+    def plot(self, path: str | Path) -> Path:
+        """Write a PNG of measured vs synthetic marginals: one point per cell of every measured
+        marginal, its noisy measured count against the count the model gives it (the expected
+        count in a synthetic table of the model's size), on symmetric-log axes with the
+        diagonal. Post-processing of released values: free. Needs matplotlib (the ``cli``
+        extra). Returns the path."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        out = Path(path)
+        measured, modelled = self._plot_points()
+        figure = Figure(figsize=(6, 6), dpi=100)
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot(1, 1, 1)
+        axes.scatter(measured, modelled, s=4, alpha=0.4, linewidths=0)
+        top = max(1.0, float(np.max(np.abs(measured))), float(np.max(np.abs(modelled))))
+        axes.plot([-top, top], [-top, top], color="grey", linewidth=0.8, linestyle="--")
+        axes.set_xscale("symlog", linthresh=10)
+        axes.set_yscale("symlog", linthresh=10)
+        axes.set_xlabel("measured count (with noise)")
+        axes.set_ylabel("synthetic count (the model's)")
+        axes.set_title(
+            f"{self.method.upper()}: {len(self.measurements)} measured marginals, "
+            f"{measured.size:,} cells"
+        )
+        figure.tight_layout()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(str(out), format="png")
+        return out
+
     def __repr__(self) -> str:
         return (
             f"Synthesizer(method={self.method!r}, columns={len(self.domain)}, "
