@@ -249,17 +249,20 @@ class GraphicalModel:
         letter = {
             a: chr(ord("a") + k) if k < 26 else chr(ord("A") + k - 26) for k, a in enumerate(attrs)
         }
+        # the subtree's root and, for every other node, p(node | separator) = p(node)/p(sep)
+        # (0 where the separator has no mass): every factor is in [0, 1], so no product of
+        # them overflows as 1/p(separator) factors could (p ~ 1e-310 gives an infinite inverse)
         operands: list[Any] = []
+        parent_of = {child: parent for parent, child in self.tree.edges}
         for i in sorted(keep):
-            operands += [self.probabilities(i), [attrs.index(a) for a in nodes[i]]]
-        for parent, child in self.tree.edges:
-            if parent in keep and child in keep:
-                sep = tuple(a for a in nodes[child] if a in nodes[parent])
-                if not sep:
-                    continue
-                p = _reduce(self.probabilities(child), nodes[child], sep, log=False)
-                inv = np.divide(1.0, p, out=np.zeros_like(p), where=p > 0)
-                operands += [inv, [attrs.index(a) for a in sep]]
+            probs = self.probabilities(i)
+            parent = parent_of.get(i)
+            if parent is not None and parent in keep:
+                sep_axes = tuple(k for k, a in enumerate(nodes[i]) if a not in nodes[parent])
+                if len(sep_axes) < len(nodes[i]):
+                    sep = probs.sum(axis=sep_axes, keepdims=True)
+                    probs = np.divide(probs, sep, out=np.zeros_like(probs), where=sep > 0)
+            operands += [probs, [attrs.index(a) for a in nodes[i]]]
         spec = ",".join(
             "".join(letter[attrs[k]] for k in operands[j + 1]) for j in range(0, len(operands), 2)
         )

@@ -155,3 +155,19 @@ def test_a_marginal_outside_every_clique_is_exact(
         assert not any(set(c) <= set(n) for n in model.tree.cliques)
         axes = tuple(a for a in range(6) if a not in c)
         np.testing.assert_allclose(model.marginal(c), joint.sum(axis=axes), rtol=1e-10)
+
+
+def test_a_marginal_outside_every_clique_survives_a_separator_with_almost_no_mass() -> None:
+    """A separator cell of probability ~1e-310 (subnormal): dividing by it overflows, and the
+    product with a zero cell gave NaN (seen in an AIM run on adult); conditionals do not."""
+    shape = (2, 3, 2, 2)
+    model = GraphicalModel(shape, [(0, 1), (1, 2), (2, 3)], total=100.0)
+    model.theta[(0, 1)] = np.array([[-713.0, 0.0, 0.0], [-713.0, 0.0, 1.0]])
+    model.theta[(1, 2)] = np.array([[0.0, -745.0], [0.0, 0.0], [2.0, 0.0]])
+    model.calibrate()
+    joint = _brute(model)
+    for c in [(0, 2), (0, 3), (0, 2, 3), (1, 3)]:
+        got = model.marginal(c)
+        assert np.isfinite(got).all()
+        axes = tuple(a for a in range(4) if a not in c)
+        np.testing.assert_allclose(got, joint.sum(axis=axes), rtol=1e-9, atol=1e-12)
