@@ -256,9 +256,9 @@ class GraphicalModel:
         parent_of = {child: parent for parent, child in self.tree.edges}
         for i in sorted(keep):
             probs = self.probabilities(i)
-            parent = parent_of.get(i)
-            if parent is not None and parent in keep:
-                sep_axes = tuple(k for k, a in enumerate(nodes[i]) if a not in nodes[parent])
+            up = parent_of.get(i)
+            if up is not None and up in keep:
+                sep_axes = tuple(k for k, a in enumerate(nodes[i]) if a not in nodes[up])
                 if len(sep_axes) < len(nodes[i]):
                     sep = probs.sum(axis=sep_axes, keepdims=True)
                     probs = np.divide(probs, sep, out=np.zeros_like(probs), where=sep > 0)
