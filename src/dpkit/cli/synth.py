@@ -80,6 +80,12 @@ def synth_command(
             "50,000,000 for AIM)."
         ),
     ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write a PNG of measured vs synthetic marginals (post-processing, free)."
+        ),
+    ] = None,
     ledger: Annotated[str | None, typer.Option("--ledger", "-l", help=LEDGER_HELP)] = None,
 ) -> None:
     """Fit a synthetic-data model (MST or AIM) on DATA and write a synthetic table to --out."""
@@ -103,6 +109,8 @@ def synth_command(
         raise CLIError(f"--out {str(out)!r} must end in .parquet or .csv")
     if not data.is_file():
         raise CLIError(f"no data file at {str(data)!r}")
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise CLIError(f"--plot {str(plot)!r} must end in .png")
     if rows is not None and rows < 1:
         raise CLIError(f"--rows must be at least 1 (got {rows})")
 
@@ -166,4 +174,7 @@ def synth_command(
     if model.tree:
         pairs = ", ".join(f"{a}–{b}" for a, b in model.tree)
         console.print(f"2-way marginals measured: {pairs}")
+    if plot is not None:
+        model.plot(plot)
+        console.print(f"wrote the measured-vs-synthetic plot to {plot}")
     console.print(f"remaining budget: {format_loss(opened.remaining(dataset))}")

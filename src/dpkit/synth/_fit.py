@@ -22,7 +22,7 @@ from dpkit._door import Books, Stage, release
 from dpkit._exact import check_delta, check_epsilon, check_rho
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss
 from dpkit.errors import InternalError, InvalidParameterError, PrivacyCheckError
-from dpkit.synth._aim import DEFAULT_MAX_MODEL_MB, AIMPlan, AIMRun, run_aim
+from dpkit.synth._aim import DEFAULT_MAX_MODEL_MB, ROUND_ITERATIONS, AIMPlan, AIMRun, run_aim
 from dpkit.synth._domain import DEFAULT_MAX_CELLS, Domain
 from dpkit.synth._model import GraphicalModel
 from dpkit.synth._mst import MSTPlan, MSTRun, run_mst
@@ -143,6 +143,43 @@ class Synthesizer:
                 for r, c, e, lo, hi in rows
             ]
         )
+
+    def _plot_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(noisy measured count, the model's count) of every cell of every measured marginal:
+        released values and their post-processing."""
+        measured = [np.asarray(m.values, dtype=np.float64).reshape(-1) for m in self.measurements]
+        modelled = [self.model.marginal(m.clique).reshape(-1) for m in self.measurements]
+        return np.concatenate(measured), np.concatenate(modelled)
+
+    def plot(self, path: str | Path) -> Path:
+        """Write a PNG of measured vs synthetic marginals: one point per cell of every measured
+        marginal, its noisy measured count against the count the model gives it (the expected
+        count in a synthetic table of the model's size), on symmetric-log axes with the
+        diagonal. Post-processing of released values: free. Needs matplotlib (the ``cli``
+        extra). Returns the path."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        out = Path(path)
+        measured, modelled = self._plot_points()
+        figure = Figure(figsize=(6, 6), dpi=100)
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot(1, 1, 1)
+        axes.scatter(measured, modelled, s=4, alpha=0.4, linewidths=0)
+        top = max(1.0, float(np.max(np.abs(measured))), float(np.max(np.abs(modelled))))
+        axes.plot([-top, top], [-top, top], color="grey", linewidth=0.8, linestyle="--")
+        axes.set_xscale("symlog", linthresh=10)
+        axes.set_yscale("symlog", linthresh=10)
+        axes.set_xlabel("measured count (with noise)")
+        axes.set_ylabel("synthetic count (the model's)")
+        axes.set_title(
+            f"{self.method.upper()}: {len(self.measurements)} measured marginals, "
+            f"{measured.size:,} cells"
+        )
+        figure.tight_layout()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(str(out), format="png")
+        return out
 
     def __repr__(self) -> str:
         return (
@@ -362,7 +399,6 @@ def _fit_relation(
                 counts,
                 iterations=2 if rehearsal else iterations,
                 round_iterations=1 if rehearsal else aim["round_iterations"],
-                sample_rows=100 if rehearsal else aim["sample_rows"],
                 max_rounds=2 if rehearsal else None,
             )
         return run_mst(plan, counts, iterations=2 if rehearsal else iterations)
@@ -459,7 +495,7 @@ def fit(
     workload: Any = None,
     rounds: int | None = None,
     max_model_mb: float = DEFAULT_MAX_MODEL_MB,
-    round_iterations: int = 50,
+    round_iterations: int = ROUND_ITERATIONS,
 ) -> Synthesizer:
     """Fit a synthetic-data model on ``data`` over the public ``domain``, as one release.
 
@@ -484,7 +520,9 @@ def fit(
         max_model_mb: AIM's limit on the junction tree's size in MB (default 80, as the
             reference): a candidate that would grow the model past the limit (scaled by the
             budget spent so far) is not selected.
-        round_iterations: AIM: warm-started estimation steps after each round.
+        round_iterations: AIM: at most this many warm-started estimation steps after each
+            round (default 300; the refit stops earlier once the model's marginal on the
+            chosen candidate has settled, so that AIM's annealing test sees a converged fit).
 
     Values outside the declared domain (and NULLs) are dropped inside the engine: a row with
     any such value is left out of every marginal (decided by the public domain alone).
@@ -526,7 +564,6 @@ def fit(
             "rounds": rounds,
             "max_model_mb": float(max_model_mb),
             "round_iterations": round_iterations,
-            "sample_rows": 50_000,
         }
     else:
         if workload is not None or rounds is not None:

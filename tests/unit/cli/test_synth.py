@@ -105,10 +105,25 @@ def test_synth_with_aim_and_a_workload(files: tuple[Path, Path, Path]) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "AIM measured" in result.output
+    assert "measured-vs-synthetic plot" not in result.output
     table = pd.read_csv(out)
     assert list(table.columns) == ["a", "b", "c"]
     spent = Ledger.open(str(ledger)).spent("t")
     assert isinstance(spent, dp.ApproxDP) and 0.999 < spent.epsilon <= 1
+
+
+def test_synth_writes_the_measured_vs_synthetic_plot(files: tuple[Path, Path, Path]) -> None:
+    data, domain, ledger = files
+    plot = data.parent / "plot.png"
+    args = ["synth", str(data), "-d", "t", "--epsilon", "1", "--delta", "1e-9", "--domain"]
+    args += [str(domain)]
+    args += ["--out", str(data.parent / "o.csv"), "--ledger", str(ledger), "--method", "aim"]
+    result = CliRunner().invoke(app, [*args, "--plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    assert "measured-vs-synthetic plot" in result.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    refused = CliRunner().invoke(app, [*args, "--plot", str(data.parent / "p.pdf")])
+    assert refused.exit_code != 0 and "must end in .png" in refused.output
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,18 @@ def test_the_rounds_compose_to_at_most_the_charge_and_spend_it(
     # annealing: each measurement's ρ stays or grows 4x, until the last round's remainder
     rhos = [Fraction(args[1]) for kind, args, _ in calls if kind == "gaussian"]
     assert all(b in (a, 4 * a) for a, b in itertools.pairwise(rhos[len(shape) : -1]))
+    assert rhos[: len(shape)] == [plan.one_way_rho] * len(shape)
+
+
+def test_the_one_way_round_gets_a_boosted_budget_capped_at_half_of_rho() -> None:
+    """The initial 1-way measurements get ONE_WAY_BOOST times a round's ρ (they are not
+    measured again unless selected), but never more than ρ/(2d) together with few rounds."""
+    workload = tuple(itertools.combinations(range(4), 3))
+    plan = _aim.AIMPlan((3, 4, 2, 3), Fraction(1), workload)
+    assert _aim.ONE_WAY_BOOST > 1
+    assert plan.one_way_rho == _aim.ONE_WAY_BOOST * plan.initial[0]
+    few = _aim.AIMPlan((3, 4, 2, 3), Fraction(1), workload, rounds=5)
+    assert few.one_way_rho == Fraction(1, 8) < _aim.ONE_WAY_BOOST * few.initial[0]
 
 
 def test_a_run_that_forgets_a_selection_cost_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,7 +147,7 @@ def test_one_selection_is_eps_squared_over_8_zcdp_exactly() -> None:
     one_way = [Measurement((a,), np.array([3.0, 3.0 + a]), np.asarray(1.0)) for a in range(3)]
     model = estimate(shape, one_way, iterations=50)
     order = list(weights)
-    estimates = _aim._estimates(model, shape, order, 100)
+    estimates = _aim._estimates(model, order)
     base = np.array([[0, 0, 0], [0, 1, 1], [1, 1, 0], [1, 0, 1], [1, 1, 1], [0, 0, 1]])
 
     def pmf(rows: tuple[tuple[int, ...], ...]) -> np.ndarray:

@@ -274,3 +274,23 @@ def test_neighbours_on_adult_fail_or_release_alike(
     assert result.passed, result
     assert result.released_pairs == len(pairs)
     assert len(charges) == 1
+
+
+@pytest.mark.parametrize("method", ["mst", "aim"])
+def test_the_measured_vs_synthetic_plot_is_free_and_shows_every_measured_cell(
+    tmp_path: Path, method: str
+) -> None:
+    ledger = _ledger(ZCDP(1))
+    model = fit(_frame(), DOMAIN, rho=1, ledger=ledger, dataset="t", method=method)
+    spent = ledger.spent("t")
+    measured, modelled = model._plot_points()
+    cells = sum(m.values.size for m in model.measurements)
+    assert measured.size == modelled.size == cells
+    first = model.measurements[0]
+    np.testing.assert_array_equal(measured[: first.values.size], first.values.reshape(-1))
+    np.testing.assert_allclose(
+        modelled[: first.values.size], model.model.marginal(first.clique).reshape(-1)
+    )
+    out = model.plot(tmp_path / "sub" / "plot.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert ledger.spent("t") == spent  # post-processing: nothing charged
