@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 _SKIP = re.compile(r"importorskip\(\s*[\"']([A-Za-z0-9_.]+)[\"']")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+")
-_SELF = re.compile(r"^dpkit\[([a-z,\s]+)\]$")
+_SELF = re.compile(r"^dpkit\[([a-z,\s-]+)\]$")
 
 
 def _test_extra() -> set[str]:
