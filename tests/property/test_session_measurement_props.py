@@ -88,7 +88,14 @@ def test_the_property_sees_releases() -> None:
     """The generator releases often enough for the property to mean something."""
     outcomes: list[str] = []
 
-    @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+    # derandomized: the same 20 examples every run (a random draw of them released only twice
+    # in one CI run, a failure of this check of the generator, not of the property)
+    @settings(
+        max_examples=20,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+    )
     @given(data=st.data())
     def run(data: Any) -> None:
         outcomes.append(_check(data, "duckdb"))
