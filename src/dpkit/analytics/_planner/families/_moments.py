@@ -14,7 +14,9 @@ from dpkit.analytics._engines._base import ValueSpec
 from dpkit.analytics._planner._compiled import Context, Noisy, OutputRegistry
 from dpkit.analytics._planner._noise import (
     Share,
+    SumGrid,
     ceil_log2,
+    fine_exponent,
     grid_range,
     integer_noise,
     value_exponent_for_sum,
@@ -45,12 +47,17 @@ def _compile_moments(
     half = (high - low) / 2
     if isinstance(agg, Mean):
         exponent = value_exponent_for_sum(part, contrib, magnitude, half)
+        # Rows on the fine grid of a sum with this noise grid (SumGrid): a SUM and an AVG of
+        # the same column and bounds then read one clamped value (TPC-H Q1 has two such pairs).
+        fine = fine_exponent(magnitude, exponent)
     else:
         exponent = max(ceil_log2(half) - 15, ceil_log2(magnitude) - 31)
-    low_f, high_f, lo, hi = grid_range(agg.bounds, exponent)
-    center = (lo + hi) // 2
-    per_row = max(hi - center, center - lo, 1)
-    value = main.value(ValueSpec(agg.column, low_f, high_f, exponent))
+        fine = exponent
+    low_f, high_f, lo, hi = grid_range(agg.bounds, fine)
+    center = (lo + hi) // 2  # fine units
+    grid = SumGrid(fine, exponent, max(hi - center, center - lo))
+    per_row = max(grid.per_row, 1)
+    value = main.value(ValueSpec(agg.column, low_f, high_f, fine))
     count = Noisy(main.output("nonnull", value), integer_noise(part, l1, l2sq))
     total = Noisy(main.output("sum", value), integer_noise(part, l1 * per_row, l2sq * per_row**2))
     squares = None
@@ -65,15 +72,17 @@ def _compile_moments(
     def finish(ctx: Context) -> None:
         n_exact = np.array(ctx.main[count.output], dtype=object)
         s_exact = np.array(ctx.main[total.output], dtype=object)
-        centered = [int(s) - center * int(n) for s, n in zip(s_exact, n_exact, strict=True)]
+        centered = [
+            grid.to_coarse(int(s) - center * int(n)) for s, n in zip(s_exact, n_exact, strict=True)
+        ]
         n_noisy = count.apply(n_exact).astype(np.float64)
         s_noisy = total.apply(centered).astype(np.float64)
         n_safe = np.maximum(n_noisy, 1.0)
         z = float(_NORMAL.inv_cdf(1 - ctx.alpha / 2))
         var_n, var_s = count.variance(), total.variance()
-        mean_c = s_noisy / n_safe  # centered mean, grid units
+        mean_c = s_noisy / n_safe  # centered mean, noise-grid units
         if squares is None:
-            values = np.clip((center + mean_c) * g, low_f, high_f)
+            values = np.clip(math.ldexp(center, fine) + mean_c * g, low_f, high_f)
             sd = np.sqrt(var_s / n_safe**2 + mean_c**2 * var_n / n_safe**2) * g
             ctx.columns[agg.name] = values
             ctx.columns[f"{agg.name}_low"] = np.clip(values - z * sd, low_f, high_f)
@@ -133,7 +142,9 @@ def _compile_moments(
         finish,
         uses,
         (
-            f"{kind} from {parts} noisy sums on grid 2^{exponent} centred at {center * g:g}; "
+            f"{kind} from {parts} noisy sums on grid 2^{exponent}"
+            + (f" (rows on grid 2^{fine}, exact)" if fine != exponent else "")
+            + f" centred at {math.ldexp(center, fine):g}; "
             f"{count.measurement.name} noise, {parts} equal parts"
         ),
     )
