@@ -75,6 +75,26 @@ def _num(value: float | str | Decimal | None) -> str | None:
     return str(value)
 
 
+def _query_body(
+    dataset: str,
+    sql: str | None,
+    model: dict[str, Any] | None,
+    keys: dict[str, list[Any]] | None,
+    epsilon: Any,
+    delta: Any,
+    rho: Any,
+    alpha: float,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"dataset": dataset, "loss": _loss(epsilon, delta, rho), "alpha": alpha}
+    if sql is not None:
+        body["sql"] = sql
+    if model is not None:
+        body["query"] = model
+    if keys is not None:
+        body["keys"] = keys
+    return body
+
+
 def _loss(epsilon: Any, delta: Any, rho: Any) -> dict[str, str]:
     out = {"epsilon": _num(epsilon), "delta": _num(delta), "rho": _num(rho)}
     return {k: v for k, v in out.items() if v is not None}
@@ -173,17 +193,7 @@ class Client:
         alpha: float = 0.05,
     ) -> Answer:
         """Run a query (SQL text, or ``model=`` the JSON query model) spending the given loss."""
-        body: dict[str, Any] = {
-            "dataset": dataset,
-            "loss": _loss(epsilon, delta, rho),
-            "alpha": alpha,
-        }
-        if sql is not None:
-            body["sql"] = sql
-        if model is not None:
-            body["query"] = model
-        if keys is not None:
-            body["keys"] = keys
+        body = _query_body(dataset, sql, model, keys, epsilon, delta, rho, alpha)
         result = self._call("POST", "/query", json=body)
         return Answer(
             result["tables"],
@@ -193,6 +203,24 @@ class Client:
             result["remaining"],
             result.get("columns") or {},
         )
+
+    def preview(
+        self,
+        dataset: str,
+        sql: str | None = None,
+        *,
+        model: dict[str, Any] | None = None,
+        keys: dict[str, list[Any]] | None = None,
+        epsilon: float | str | Decimal | None = None,
+        delta: float | str | Decimal | None = None,
+        rho: float | str | Decimal | None = None,
+    ) -> dict[str, Any]:
+        """How :meth:`query` would answer, free: ``plan`` (its text), ``loss`` (the charge),
+        ``remaining`` (the allowance now) and ``fits``. Nothing is read, reserved or charged;
+        what :meth:`query` would refuse is refused the same way (:class:`ServiceError`)."""
+        body = _query_body(dataset, sql, model, keys, epsilon, delta, rho, 0.05)
+        result: dict[str, Any] = self._call("POST", "/preview", json=body)
+        return result
 
     # -- officers --
 

@@ -192,8 +192,19 @@ def test_workbench_officer_sets_bounds_and_allowance_analyst_queries(
                 "SELECT dept, COUNT(*), AVG(age) FROM people GROUP BY dept"
             )
             query.locator("input[name=epsilon]").fill("0.5")
+            # first the free preview: the plan and the cost, nothing spent
             with page.expect_navigation():
-                query.locator("button").click()
+                query.locator("button[value=preview]").click()
+            preview = page.inner_text("#preview")
+            assert "Running it would cost ε=0.5" in preview, preview
+            assert "fits in your allowance" in preview and "[0, 100]" in preview, preview
+            assert page.locator("#answer").count() == 0
+            assert page.locator("#receipts tr").count() <= 1  # no receipt yet
+            page.screenshot(path=str(shots / "workbench-preview.png"), full_page=True)
+            query = page.locator("#query")  # the form keeps the query and its spend
+            assert "GROUP BY dept" in page.input_value("#query textarea[name=sql]")
+            with page.expect_navigation():
+                query.locator("button[value=run]").click()
             answer = page.locator("#answer")
             assert answer.count() == 1, page.inner_text("body")[:2000]
             rows = page.locator("#result-main tr")
@@ -213,7 +224,7 @@ def test_workbench_officer_sets_bounds_and_allowance_analyst_queries(
             query = page.locator("#query")
             query.locator("textarea[name=sql]").fill("SELECT AVG(person) FROM people")
             with page.expect_navigation():
-                query.locator("button").click()
+                query.locator("button[value=run]").click()
             refused = page.inner_text(".msg")
             assert "Refused (nothing spent)" in refused and "person" in refused, refused
             assert page.locator("#answer").count() == 0
@@ -222,5 +233,5 @@ def test_workbench_officer_sets_bounds_and_allowance_analyst_queries(
             page.screenshot(path=str(shots / "workbench-refused.png"), full_page=True)
         finally:
             browser.close()
-    for name in ("workbench-officer.png", "workbench-analyst.png"):
+    for name in ("workbench-officer.png", "workbench-preview.png", "workbench-analyst.png"):
         assert (shots / name).stat().st_size > 10_000

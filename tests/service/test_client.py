@@ -21,6 +21,9 @@ def test_client_workflow(api: Api) -> None:
     issued = officer.add_analyst("ana")
     officer.set_allowance("people", "ana", epsilon="0.3")
     ana = Client("http://testserver", issued["token"], http=api.client)
+    preview = ana.preview("people", "SELECT COUNT(*), AVG(age)", epsilon="0.1")
+    assert preview["fits"] and "mean(age, [0, 100])" in preview["plan"]
+    assert preview["remaining"]["epsilon"] == pytest.approx(0.3)  # nothing spent
     answer = ana.query("people", "SELECT COUNT(*), AVG(age, 0, 100)", epsilon="0.1")
     assert {"count", "count_low", "count_high"} <= set(answer.table[0])
     assert answer.remaining["epsilon"] == pytest.approx(0.2)

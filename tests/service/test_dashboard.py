@@ -105,6 +105,31 @@ def test_analyst_asks_sql_and_reads_intervals_cost_and_receipt(api: Api) -> None
     assert "GROUP BY dept</textarea>" in r.text and 'value="0.5"' in r.text
 
 
+def test_preview_shows_the_plan_and_cost_and_spends_nothing(api: Api) -> None:
+    _register(api)
+    token = api.analyst("ana", "people", "1")
+    _as(api, token)
+    asked = {
+        "dataset": "people",
+        "sql": "SELECT dept, COUNT(*), AVG(age) FROM people GROUP BY dept",
+        "epsilon": "0.5",
+        "action": "preview",
+    }
+    r = api.client.post("/dashboard/query", data=asked)
+    assert r.status_code == 200
+    assert 'id="preview"' in r.text and 'id="answer"' not in r.text, r.text[:3000]
+    # the registered bounds and keys, the mechanisms and the cost, before anything is spent
+    assert "[0, 100]" in r.text and "public 2 keys" in r.text
+    assert re.search(r"would cost <b>ε=0.5</b>, which fits in your allowance", r.text)
+    assert "GROUP BY dept</textarea>" in r.text  # the form keeps the query
+    assert api.get("/api/v1/receipts", token).json() == []
+    r = api.client.post("/dashboard/query", data={**asked, "epsilon": "5"})
+    assert "does <b>not</b> fit" in r.text and 'id="answer"' not in r.text
+    r = api.client.post("/dashboard/query", data={**asked, "sql": "SELECT AVG(person) FROM people"})
+    assert "Refused (nothing spent)" in r.text and "person" in r.text
+    assert api.get("/api/v1/receipts", token).json() == []
+
+
 def test_refused_queries_cost_nothing(api: Api) -> None:
     _register(api)
     token = api.analyst("ana", "people", "1")

@@ -324,3 +324,39 @@ def test_sql_expressions_and_having_order_by_limit_through_the_service(api: Api)
         refused = api.post("/api/v1/query", ana, json=body)
         assert 400 <= refused.status_code < 500, (bad, refused.text)
     assert _spent(api, "ana") == pytest.approx(0.5)
+
+
+def test_preview_shows_plan_and_cost_and_charges_nothing(api: Api) -> None:
+    """POST /preview: the plan and the charge, free; what /query refuses before its
+    reservation is refused the same way, and a charge beyond the allowance says so."""
+    api.register()
+    ana = api.analyst("ana")
+    body = {
+        "dataset": "people",
+        "sql": "SELECT dept, COUNT(*), AVG(age, 0, 100) FROM people GROUP BY dept",
+        "keys": {"dept": ["a", "b"]},
+        "loss": {"epsilon": "0.5"},
+    }
+    for _ in range(2):  # twice: the second plan comes from the session's caches
+        r = api.post("/api/v1/preview", ana, json=body)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert "mean from 2 noisy sums" in out["plan"] and "count" in out["plan"]
+        assert out["loss"]["epsilon"] == pytest.approx(0.5) and out["fits"] is True
+        assert out["remaining"]["epsilon"] == pytest.approx(1)
+    assert _spent(api, "ana") == 0
+    assert api.get("/api/v1/receipts", ana).json() == []
+    r = api.post("/api/v1/preview", ana, json={**body, "loss": {"epsilon": "5"}})
+    assert r.status_code == 200 and r.json()["fits"] is False
+    for bad in (
+        {**body, "sql": "SELECT SUM(salary, 0, 1) FROM people"},
+        {**body, "loss": {"epsilon": "-1"}},
+        {**body, "dataset": "nope"},
+    ):
+        r = api.post("/api/v1/preview", ana, json=bad)
+        assert 400 <= r.status_code < 500, (bad, r.text)
+    assert api.post("/api/v1/preview", OFFICER, json=body).status_code == 403
+    # the same request, run: charged what the preview said
+    r = api.post("/api/v1/query", ana, json=body)
+    assert r.status_code == 200 and r.json()["loss"]["epsilon"] == pytest.approx(0.5)
+    assert _spent(api, "ana") == pytest.approx(0.5)

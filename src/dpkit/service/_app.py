@@ -421,6 +421,32 @@ async def run_query(
     return Response(payload, media_type="application/json")
 
 
+@router.post("/preview", response_model=w.PreviewOut, tags=["analyst"])
+async def preview_query(
+    body: w.QueryIn, principal: Analyst, service: ServiceDep, request: Request
+) -> w.PreviewOut:
+    """How a query would be answered and what it would cost, free: the same checks as
+    ``POST /query`` makes before its reservation (a request it would refuse is refused with the
+    same error), then the plan (bounds, sensitivities, mechanisms, the loss split), the loss
+    the ledger would be charged, the allowance left and whether the charge fits. Nothing is
+    read from the data, reserved or charged."""
+    executor: ThreadPoolExecutor | None = request.app.state.executor
+    loss = loss_from_parts(body.loss.epsilon, body.loss.delta, body.loss.rho, "loss")
+
+    def work() -> Any:
+        return service.preview(
+            principal, body.dataset, loss, sql=body.sql, model=body.query, keys=body.keys
+        )
+
+    found = await asyncio.get_running_loop().run_in_executor(executor, work)
+    return w.PreviewOut(
+        plan=found.plan,
+        loss=loss_json(found.charge),
+        remaining=loss_json(found.remaining),
+        fits=found.fits,
+    )
+
+
 def _answer(service: Service, principal: Principal, body: w.QueryIn) -> bytes:
     """The answer's JSON, or the refusal (nothing charged) or the failure after the
     reservation (charged: :class:`FailedAfterReservationError`) as an exception. The audit

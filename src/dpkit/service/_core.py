@@ -59,6 +59,7 @@ __all__ = [
     "FailedAfterReservationError",
     "NotFoundError",
     "PermissionDeniedError",
+    "Preview",
     "Service",
     "ServiceConfig",
     "check_name",
@@ -203,6 +204,17 @@ def loss_json(loss: PrivacyLoss | None) -> dict[str, Any]:
     out["exact"] = {k: str(v) for k, v in parts.items()}
     out["text"] = str(loss)
     return out
+
+
+@dataclass(frozen=True)
+class Preview:
+    """:meth:`Service.preview`: the plan's text (``explain()``), the loss the ledger would be
+    charged, the analyst's allowance left, and whether the charge fits in it now."""
+
+    plan: str
+    charge: PrivacyLoss
+    remaining: PrivacyLoss | None
+    fits: bool
 
 
 class _ServiceSession(Session):
@@ -962,6 +974,64 @@ class Service:
             FailedAfterReservationError: the query failed after its loss was reserved (the
                 charge stays). Any other error is a refusal: nothing was reserved.
         """
+        session, lock, built, parsed = self._prepared(
+            analyst, dataset, loss, sql, model, keys, plan=False
+        )
+        with watching() as watch:
+            try:
+                if isinstance(session.engine, WarmDuckDBEngine):  # thread-safe: no lock
+                    release = session.evaluate(built, loss=loss, alpha=alpha)
+                else:
+                    with lock:
+                        release = session.evaluate(built, loss=loss, alpha=alpha)
+            except Exception as exc:
+                reservation = watch.reservation
+                if reservation is not None:
+                    raise FailedAfterReservationError(
+                        reservation.id, reservation.loss, exc
+                    ) from None
+                raise
+        # HAVING, ORDER BY and LIMIT: post-processing of the released table (no data, no charge)
+        release = post_process(release, parsed)
+        return release, release.remaining
+
+    def preview(
+        self,
+        analyst: Principal,
+        dataset: str,
+        loss: PrivacyLoss,
+        *,
+        sql: str | None = None,
+        model: Mapping[str, Any] | None = None,
+        keys: Mapping[str, Sequence[Any]] | None = None,
+    ) -> Preview:
+        """How :meth:`query` would answer this request, and what it would charge, decided as
+        it decides before its reservation (the parse, the plans and their engine SQL, from the
+        request and the dataset's registered metadata). Nothing is read from the data,
+        reserved or charged, so it is free; a request :meth:`query` would refuse before its
+        reservation is refused here with the same error (a budget too small is reported as
+        ``fits=False``, not refused)."""
+        session, _, built, _ = self._prepared(analyst, dataset, loss, sql, model, keys, plan=True)
+        compiled = session.compile(built, loss=loss)  # planned above: its SQL is cached
+        charge = compiled.map(1)
+        fits = session.ledger.can_afford(session.dataset, charge, session.analyst)
+        return Preview(compiled.explain(), charge, session.remaining, fits)
+
+    def _prepared(
+        self,
+        analyst: Principal,
+        dataset: str,
+        loss: PrivacyLoss,
+        sql: str | None,
+        model: Mapping[str, Any] | None,
+        keys: Mapping[str, Sequence[Any]] | None,
+        *,
+        plan: bool,
+    ) -> tuple[Session, Any, Any, ParsedQuery]:
+        """Everything :meth:`query` and :meth:`preview` decide before a reservation: the
+        request's checks, the analyst's session, the built query and its parse (HAVING and
+        ORDER BY checked against the released columns). ``plan``: compile it here too (a
+        large request always is)."""
         self.require(analyst, "analyst")
         check_request_texts("sql", sql)
         check_request_texts("query", model)
@@ -982,25 +1052,9 @@ class Service:
                 built, parsed = self._build(record, sql, model, keys)
                 schema = session.schema
             check_released(parsed, schema)  # HAVING / ORDER BY read released columns
-            if heavy:  # plan it here (its SQL is cached by shape); evaluate() finds it ready
+            if heavy or plan:  # its SQL is cached by shape; evaluate() finds it ready
                 session.compile(built, loss=loss)
-        with watching() as watch:
-            try:
-                if isinstance(session.engine, WarmDuckDBEngine):  # thread-safe: no lock
-                    release = session.evaluate(built, loss=loss, alpha=alpha)
-                else:
-                    with lock:
-                        release = session.evaluate(built, loss=loss, alpha=alpha)
-            except Exception as exc:
-                reservation = watch.reservation
-                if reservation is not None:
-                    raise FailedAfterReservationError(
-                        reservation.id, reservation.loss, exc
-                    ) from None
-                raise
-        # HAVING, ORDER BY and LIMIT: post-processing of the released table (no data, no charge)
-        release = post_process(release, parsed)
-        return release, release.remaining
+        return session, lock, built, parsed
 
     # -- reading the books --
 

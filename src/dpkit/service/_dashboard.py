@@ -28,9 +28,11 @@ from dpkit.service._core import (
     FailedAfterReservationError,
     NotFoundError,
     PermissionDeniedError,
+    Preview,
     Service,
     dataset_columns,
     loss_from_parts,
+    loss_json,
     shown_number,
 )
 from dpkit.service._registry import Principal
@@ -58,6 +60,8 @@ form.card .wide{display:block}
 code,.mono{font-family:ui-monospace,monospace}
 td.interval{color:#444;white-space:nowrap}
 .cost{padding:.5rem;background:#eef5ff;border:1px solid #9bbbe0}
+pre.plan{white-space:pre-wrap;background:#f6f6f6;border:1px solid #ddd;padding:.5rem}
+button.secondary{margin-left:.5rem}
 """
 
 
@@ -459,7 +463,25 @@ def _query_form(service: Service, who: Principal, asked: Mapping[str, str]) -> s
         "column's registered bounds; a GROUP BY on columns with registered keys uses them. "
         "Refused queries cost nothing.</p><span>Spend:</span> "
         + _loss_inputs(asked.get("epsilon", "0.1"), asked.get("delta", ""), asked.get("rho", ""))
-        + '<button type="submit">Run</button></form>'
+        + '<button type="submit" name="action" value="run">Run</button> '
+        '<button type="submit" name="action" value="preview" class="secondary">'
+        "Preview the plan and cost (free)</button></form>"
+    )
+
+
+def _preview_section(preview: Preview) -> str:
+    """A query's plan and cost before anything is spent (``Service.preview``)."""
+    fits = (
+        "fits in your allowance"
+        if preview.fits
+        else "does <b>not</b> fit in your allowance: running it would be refused"
+    )
+    return (
+        '<section id="preview"><h2>Preview (nothing spent)</h2>'
+        f'<pre class="plan">{_e(preview.plan)}</pre>'
+        f'<p class="cost">Running it would cost <b>{_e(loss_json(preview.charge)["text"])}</b>, '
+        f"which {fits} (left: <b>{_e(loss_json(preview.remaining).get('text', '—'))}</b>).</p>"
+        "</section>"
     )
 
 
@@ -469,12 +491,14 @@ def _analyst_page(
     message: str,
     asked: Mapping[str, str] | None = None,
     answer: Mapping[str, Any] | None = None,
+    preview: Preview | None = None,
 ) -> HTMLResponse:
     body = (
         (f'<p class="msg">{_e(message)}</p>' if message else "")
         + "<h2>Your datasets</h2>"
         + _dataset_sections(service, who)
         + _query_form(service, who, asked or {})
+        + (_preview_section(preview) if preview is not None else "")
         + (_answer_section(answer) if answer is not None else "")
         + "<h2>Your allowances</h2>"
         + _budget_rows(service, who)
@@ -674,9 +698,11 @@ def query_form(
     epsilon: Annotated[str, Form(max_length=32)] = "",
     delta: Annotated[str, Form(max_length=32)] = "",
     rho: Annotated[str, Form(max_length=32)] = "",
+    action: Annotated[str, Form(max_length=16)] = "run",
 ) -> Response:
     """Answer SQL text as the API's ``POST /api/v1/query`` does (same checks, ledger and
-    audit record), and show the answer with its intervals, cost and receipt."""
+    audit record), and show the answer with its intervals, cost and receipt; or, with
+    ``action=preview``, show its plan and cost as ``POST /api/v1/preview`` does (free)."""
     from pydantic import ValidationError
 
     from dpkit.service import _schemas as w
@@ -700,6 +726,12 @@ def query_form(
                 rho=rho.strip() or None,
             ),
         )
+        if action == "preview":
+            loss = loss_from_parts(
+                epsilon.strip() or None, delta.strip() or None, rho.strip() or None, "loss"
+            )
+            found = service.preview(who, dataset, loss, sql=sql)
+            return _analyst_page(service, who, "", asked, preview=found)
         answer = json.loads(answer_query(service, who, body))
     except FailedAfterReservationError as exc:
         message = (

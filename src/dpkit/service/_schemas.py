@@ -202,6 +202,13 @@ class ReceiptOut(BaseModel):
     timestamp: float
 
 
+class PreviewOut(BaseModel):
+    plan: str
+    loss: dict[str, Any]
+    remaining: dict[str, Any]
+    fits: bool
+
+
 class QueryOut(BaseModel):
     tables: dict[str, list[dict[str, Any]]]
     columns: dict[str, list[str]] = {}
