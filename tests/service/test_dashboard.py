@@ -152,3 +152,17 @@ def test_officers_do_not_query_through_the_form(api: Api) -> None:
         data={"dataset": "people", "sql": "SELECT COUNT(*) FROM people", "epsilon": "0.5"},
     )
     assert "analysts" in r.text and 'id="answer"' not in r.text
+
+
+def test_an_unknown_action_is_refused_not_run(api: Api) -> None:
+    """Only ``action=run`` spends: a misspelt preview (``Preview``, ``preview ``) is refused
+    with nothing charged, never answered as a run."""
+    _register(api)
+    token = api.analyst("ana", "people", "1")
+    _as(api, token)
+    asked = {"dataset": "people", "sql": "SELECT COUNT(*) FROM people", "epsilon": "0.5"}
+    for action in ("Preview", "preview ", "x"):
+        r = api.client.post("/dashboard/query", data={**asked, "action": action})
+        assert r.status_code == 200 and 'id="answer"' not in r.text, (action, r.text[:2000])
+        assert "Refused (nothing spent)" in r.text and "action" in r.text
+    assert api.get("/api/v1/receipts", token).json() == []

@@ -360,3 +360,32 @@ def test_preview_shows_plan_and_cost_and_charges_nothing(api: Api) -> None:
     r = api.post("/api/v1/query", ana, json=body)
     assert r.status_code == 200 and r.json()["loss"]["epsilon"] == pytest.approx(0.5)
     assert _spent(api, "ana") == pytest.approx(0.5)
+
+
+def test_preview_refuses_what_query_refuses_before_its_reservation(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /preview makes /query's checks before the reservation, not only the plan's: the
+    rehearsal on an empty table (dry_run) and the ledger's refusal of a loss of another kind
+    than the budget's (zCDP against pure ε). Neither is a budget too small (``fits=False``)."""
+    from dpkit.analytics import _session
+    from dpkit.errors import UnsupportedQueryError
+
+    api.register()
+    ana = api.analyst("ana")
+    body = {"dataset": "people", "sql": "SELECT COUNT(*) FROM people", "loss": {"rho": "0.01"}}
+    q = api.post("/api/v1/query", ana, json=body)
+    p = api.post("/api/v1/preview", ana, json=body)
+    assert q.status_code == 400, q.text
+    assert (p.status_code, p.json().get("error")) == (400, q.json()["error"]), p.text
+
+    def refuse(compiled: object, alpha: float) -> None:
+        raise UnsupportedQueryError("refused by the rehearsal on an empty table")
+
+    monkeypatch.setattr(_session, "dry_run", refuse)
+    body = {**body, "loss": {"epsilon": "0.1"}}
+    q = api.post("/api/v1/query", ana, json=body)
+    p = api.post("/api/v1/preview", ana, json=body)
+    assert q.status_code == 400 and "rehearsal" in q.text, q.text
+    assert p.status_code == 400 and "rehearsal" in p.text, p.text
+    assert _spent(api, "ana") == 0

@@ -435,7 +435,13 @@ async def preview_query(
 
     def work() -> Any:
         return service.preview(
-            principal, body.dataset, loss, sql=body.sql, model=body.query, keys=body.keys
+            principal,
+            body.dataset,
+            loss,
+            sql=body.sql,
+            model=body.query,
+            keys=body.keys,
+            alpha=body.alpha,
         )
 
     found = await asyncio.get_running_loop().run_in_executor(executor, work)

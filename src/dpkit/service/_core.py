@@ -25,6 +25,7 @@ from typing import Any
 
 from dpkit._door import watching
 from dpkit._exact import fraction_of
+from dpkit.analytics import _session as session_module
 from dpkit.analytics._expr import Expr
 from dpkit.analytics._families import Form, family_of, forms
 from dpkit.analytics._metadata import check_column_keys, registered_bounds, registered_keys
@@ -42,7 +43,7 @@ from dpkit.analytics._querytext import (
 from dpkit.analytics._results import TableRelease
 from dpkit.analytics._session import Session
 from dpkit.core._losses import ZCDP, ApproxDP, PrivacyLoss, PureDP
-from dpkit.errors import DPError, InvalidParameterError, UnsupportedQueryError
+from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError, UnsupportedQueryError
 from dpkit.ledger import (
     AlertEvent,
     BudgetMonitor,
@@ -50,6 +51,7 @@ from dpkit.ledger import (
     Ledger,
     LedgerEntry,
 )
+from dpkit.ledger._ledger import _charged_rows
 from dpkit.service._engine import SqlBuilder, WarmDuckDBEngine, source_stamp
 from dpkit.service._registry import DatasetRecord, Principal, Registry
 from dpkit.service._webhooks import WebhookSender
@@ -1004,6 +1006,7 @@ class Service:
         sql: str | None = None,
         model: Mapping[str, Any] | None = None,
         keys: Mapping[str, Sequence[Any]] | None = None,
+        alpha: float = 0.05,
     ) -> Preview:
         """How :meth:`query` would answer this request, and what it would charge, decided as
         it decides before its reservation (the parse, the plans and their engine SQL, from the
@@ -1012,9 +1015,22 @@ class Service:
         reservation is refused here with the same error (a budget too small is reported as
         ``fits=False``, not refused)."""
         session, _, built, _ = self._prepared(analyst, dataset, loss, sql, model, keys, plan=True)
-        compiled = session.compile(built, loss=loss)  # planned above: its SQL is cached
+        compiled = session.compile(built, loss=loss, alpha=alpha)  # planned above: SQL cached
+        # the rest of what evaluate() decides before its reservation: the rehearsal on an empty
+        # table, then the ledger's own checks (a loss of another kind than the budget's is
+        # refused as /query refuses it); only a budget too small is fits=False
+        session_module.dry_run(compiled, alpha)
         charge = compiled.map(1)
-        fits = session.ledger.can_afford(session.dataset, charge, session.analyst)
+        books = session._books
+        try:
+            session.ledger.store.read(
+                lambda txn: _charged_rows(
+                    txn, books.dataset, books.analyst, charge, books.privacy_unit
+                )
+            )
+            fits = True
+        except BudgetExceededError:
+            fits = False
         return Preview(compiled.explain(), charge, session.remaining, fits)
 
     def _prepared(

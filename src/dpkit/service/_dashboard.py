@@ -717,6 +717,8 @@ def query_form(
     if who.role != "analyst":
         return _done("Queries are asked by analysts; an officer's token cannot spend.")
     try:
+        if action not in ("run", "preview"):  # only an explicit run spends
+            raise InvalidParameterError("action", action, "'run' or 'preview'")
         body = w.QueryIn(
             dataset=dataset,
             sql=sql,

@@ -81,3 +81,37 @@ def test_one_unit_moves_every_noisy_input_within_its_sensitivity(
                 # and the bound is tight: the far end moves the sums by most of it
                 if value == (lo if abs(lo - (lo + hi) / 2) >= abs(hi - (lo + hi) / 2) else hi):
                     assert observed > 0
+
+
+@pytest.mark.parametrize("family", ["pure", "zcdp"])
+@pytest.mark.parametrize(
+    "bounds",
+    [(-(2.0**62), 2.0**62), (1e270, 2.0**899), (1.5 * 2**-62, 1.0), (-1.0, -0.3)],
+    ids=["2^62", "2^899", "tie-on-fine-grid", "negative"],
+)
+def test_mean_extreme_bounds_engines_agree_and_stay_within_sensitivity(
+    monkeypatch: pytest.MonkeyPatch, family: str, bounds: Any
+) -> None:
+    """Bounds at the magnitude limits, a bound on a half step of the fine grid and negative
+    bounds: pandas and DuckDB give the same exact integers, and a unit of 3 rows beyond either
+    bound (clamped), in one group or two, moves them within the calibrated sensitivity."""
+    lo, hi = bounds
+    values = [lo, hi, lo / 2 + hi / 2, np.nextafter(lo, hi), np.nextafter(hi, lo), -1e308]
+    base = pd.DataFrame({"u": np.arange(30) // 3, "g": ["a", "b"] * 15, "v": (values * 5)[:30]})
+
+    def query(q: Any) -> Any:
+        return q.group_by("g", keys=["a", "b"]).agg(mean("v", bounds))
+
+    before = {e: _captured(monkeypatch, base, query, e, family) for e in ("pandas", "duckdb")}
+    assert {o: v[1] for o, v in before["pandas"].items()} == {
+        o: v[1] for o, v in before["duckdb"].items()
+    }
+    for value in (-1e308, 1e308):
+        for groups in (["a", "a", "a"], ["a", "b", "b"]):
+            extra = pd.DataFrame({"u": [10_000] * 3, "g": groups, "v": [value] * 3})
+            after = _captured(monkeypatch, pd.concat([base, extra]), query, "pandas", family)
+            for output, (measurement, ints) in after.items():
+                moved = [a - b for a, b in zip(ints, before["pandas"][output][1], strict=True)]
+                l1, l2sq = sum(abs(d) for d in moved), sum(d * d for d in moved)
+                observed = l1 if family == "pure" else l2sq**0.5
+                assert measurement.map(observed) <= measurement.loss, (value, groups, observed)
