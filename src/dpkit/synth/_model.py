@@ -161,9 +161,7 @@ class GraphicalModel:
                 into = min(larger, key=lambda o: (math.prod(self.shape[a] for a in o), o))
                 self._placed.append((c, into, tuple(self.shape[a] if a in c else 1 for a in into)))
             else:
-                self._placed.append(
-                    (c, i, tuple(self.shape[a] if a in c else 1 for a in nodes[i]))
-                )
+                self._placed.append((c, i, tuple(self.shape[a] if a in c else 1 for a in nodes[i])))
         # per edge: the child's axes summed out, and the separator's shape in the parent's and
         # the child's axes (both sorted, so a keepdims reduction reshapes into the other)
         self._edges = []
