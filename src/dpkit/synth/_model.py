@@ -146,22 +146,10 @@ class GraphicalModel:
         self._probs: dict[int, np.ndarray] = {}
         nodes = self.tree.cliques
         self._node_shape = [tuple(self.shape[a] for a in n) for n in nodes]
-        # each clique's potential is added into the smallest larger clique of the same
-        # junction-tree clique (small arrays), and only the largest ones are broadcast into the
-        # junction-tree clique: one pass over a large table per maximal clique, not per clique
-        self._placed: list[tuple[Clique, int | Clique, tuple[int, ...]]] = []
-        for c in sorted(self.cliques, key=lambda c: (len(c), c)):
-            i = self.tree.home[c]
-            larger = [
-                o
-                for o in self.cliques
-                if self.tree.home[o] == i and len(o) > len(c) and set(c) <= set(o)
-            ]
-            if larger:
-                into = min(larger, key=lambda o: (math.prod(self.shape[a] for a in o), o))
-                self._placed.append((c, into, tuple(self.shape[a] if a in c else 1 for a in into)))
-            else:
-                self._placed.append((c, i, tuple(self.shape[a] if a in c else 1 for a in nodes[i])))
+        # the cliques each junction-tree clique holds (their potentials are summed into it)
+        self._held: list[list[Clique]] = [[] for _ in nodes]
+        for c in self.cliques:
+            self._held[self.tree.home[c]].append(c)
         # per edge: the child's axes summed out, and the separator's shape in the parent's and
         # the child's axes (both sorted, so a keepdims reduction reshapes into the other)
         self._edges = []
@@ -200,13 +188,10 @@ class GraphicalModel:
         five passes (max, subtract, exp, sum, log) of log-space messages: 3x faster on adult's
         large AIM models. Where a scaled table underflows to all zeros (potentials spanning
         more than ~700 in log space), the log-space pass runs instead."""
-        logs: list[np.ndarray] = [np.zeros(s) for s in self._node_shape]
-        acc = dict(self.theta)
-        for c, into, placed in self._placed:
-            if isinstance(into, int):
-                logs[into] = logs[into] + acc[c].reshape(placed)
-            else:
-                acc[into] = acc[into] + acc[c].reshape(placed)
+        logs = [
+            _sum_into(self.tree.cliques[i], self.shape, [(c, self.theta[c]) for c in held])
+            for i, held in enumerate(self._held)
+        ]
         with np.errstate(under="ignore"):
             tables = [np.exp(b - np.max(b)) for b in logs]
             up: dict[int, np.ndarray] = {}
@@ -269,16 +254,22 @@ class GraphicalModel:
         return self.total * _reduce(self.probabilities(i), self.tree.cliques[i], c, log=False)
 
     def marginals(self, cliques: Sequence[Clique]) -> dict[Clique, np.ndarray]:
-        """:meth:`marginal` of each clique; a clique inside another of the list is summed out
-        of that one's (smaller) table rather than out of its junction-tree clique."""
+        """:meth:`marginal` of each clique. The cliques a junction-tree clique holds are summed
+        out of its table together (:func:`_sum_out`: one pass per attribute summed out, shared
+        by every clique that lacks it), not one pass over the large table each."""
         out: dict[Clique, np.ndarray] = {}
-        for c in sorted(dict.fromkeys(tuple(sorted(c)) for c in cliques), key=len, reverse=True):
-            done = [o for o in out if len(o) > len(c) and set(c) <= set(o)]
-            if done:
-                o = min(done, key=lambda o: out[o].size)
-                out[c] = _reduce(out[o], o, c, log=False)
-            else:
+        by_node: dict[int, list[Clique]] = {}
+        for c in dict.fromkeys(tuple(sorted(c)) for c in cliques):
+            i = self.tree.home.get(c)
+            if i is None:
+                i = next((j for j, n in enumerate(self.tree.cliques) if set(c) <= set(n)), None)
+            if i is None:
                 out[c] = self.marginal(c)
+            else:
+                by_node.setdefault(i, []).append(c)
+        for i, held in by_node.items():
+            table = self.probabilities(i) * self.total
+            _sum_out(table, self.tree.cliques[i], held, out)
         return out
 
     def _eliminate(self, c: Clique) -> np.ndarray:
@@ -362,6 +353,52 @@ class GraphicalModel:
                 out[:, a] = round_sample(table, groups, others)
                 drawn.append(a)
         return out
+
+
+def _sum_out(
+    table: np.ndarray, attrs: Clique, targets: Sequence[Clique], out: dict[Clique, np.ndarray]
+) -> None:
+    """``out[t]`` = ``table`` (over ``attrs``) summed to each target t ⊆ attrs: the attribute
+    most targets lack is summed out once for all of them (recursively), so k targets cost a few
+    passes over the table, not k."""
+    rest = []
+    for t in targets:
+        if t == attrs:
+            out[t] = table
+        else:
+            rest.append(t)
+    while rest:
+        counts = {a: sum(a not in t for t in rest) for a in attrs}
+        x = max(attrs, key=lambda a: (counts[a], table.shape[attrs.index(a)], -a))
+        lacking = [t for t in rest if x not in t]
+        k = attrs.index(x)
+        _sum_out(table.sum(axis=k), attrs[:k] + attrs[k + 1 :], lacking, out)
+        rest = [t for t in rest if x in t]
+
+
+def _sum_into(
+    attrs: Clique, shape: Sequence[int], items: Sequence[tuple[Clique, np.ndarray]]
+) -> np.ndarray:
+    """Σ of the ``items`` (tables over subsets of ``attrs``) broadcast to ``attrs``: the
+    tables lacking the attribute most of them lack are summed over the smaller domain first
+    (recursively), then broadcast once, so k tables cost a few passes over the large one."""
+    dims = tuple(shape[a] for a in attrs)
+    total = np.zeros(dims)
+    rest = []
+    for c, t in items:
+        if c == attrs:
+            total = total + t
+        else:
+            rest.append((c, t))
+    while rest:
+        counts = {a: sum(a not in c for c, _ in rest) for a in attrs}
+        x = max(attrs, key=lambda a: (counts[a], shape[a], -a))
+        k = attrs.index(x)
+        lacking = [(c, t) for c, t in rest if x not in c]
+        sub = _sum_into(attrs[:k] + attrs[k + 1 :], shape, lacking)
+        total = total + np.expand_dims(sub, k)
+        rest = [(c, t) for c, t in rest if x in c]
+    return total
 
 
 def round_sample(

@@ -28,6 +28,7 @@ def _brute(model: GraphicalModel) -> np.ndarray:
         [(0, 1), (1, 2), (0, 2), (2, 3)],  # a cycle: triangulated (AIM's case)
         [(0, 1, 2), (2, 3), (3, 0)],
         [(0,), (1,), (2,), (3,)],
+        [(0, 1, 2, 3), (0, 1), (1, 2), (2, 3), (0,), (3,), (0, 2, 3), (1, 3)],  # one big clique
     ],
 )
 def test_belief_propagation_gives_the_exact_marginals(cliques: list[tuple[int, ...]]) -> None:
@@ -43,6 +44,10 @@ def test_belief_propagation_gives_the_exact_marginals(cliques: list[tuple[int, .
             continue
         axes = tuple(a for a in range(4) if a not in c)
         np.testing.assert_allclose(model.marginal(c), joint.sum(axis=axes), rtol=1e-10)
+    # all at once (the held cliques summed out of their junction-tree clique together)
+    for c, mu in model.marginals(cliques).items():
+        axes = tuple(a for a in range(4) if a not in c)
+        np.testing.assert_allclose(mu, joint.sum(axis=axes), rtol=1e-10)
 
 
 def test_the_junction_tree_has_the_running_intersection_property() -> None:
