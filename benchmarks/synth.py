@@ -236,7 +236,8 @@ def main() -> None:
             c = statistics.mean(v[4] for v in values)
             print(
                 f"{label:<28}{eps:>6g}{e3:>9.3f}{e2:>9.3f}{r3:>11.3f}{r2:>11.3f}{t:>9.1f}{c:>9.1f}"
-                f"{mem:>9.0f}  (3-way per seed: {', '.join(f'{v[0]:.3f}' for v in values)}; "
+                f"{mem:>9.0f}  (3-way/2-way per seed: "
+                f"{', '.join(f'{v[0]:.3f}/{v[1]:.3f}' for v in values)}; "
                 f"load {os.getloadavg()[0]:.1f})",
                 flush=True,
             )
