@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import resource
 import statistics
 import time
@@ -134,6 +135,10 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0, 10.0])
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--scale", action="store_true", help="the 10^6 x 20 run instead")
+    parser.add_argument("--max-model-mb", type=float, default=None, help="AIM's model size limit")
+    parser.add_argument(
+        "--round-iterations", type=int, default=None, help="AIM's refit steps per round (cap)"
+    )
     parser.add_argument(
         "--methods", nargs="+", default=["mst", "aim"], help="dpkit mechanisms to run"
     )
@@ -155,7 +160,13 @@ def main() -> None:
     frame = pd.read_csv(base / "adult.csv")
     frame.insert(0, "person", np.arange(len(frame)))
     true = frame[names].to_numpy(dtype=np.int64)
+    aim: dict[str, object] = {}
+    if args.max_model_mb is not None:
+        aim["max_model_mb"] = args.max_model_mb
+    if args.round_iterations is not None:
+        aim["round_iterations"] = args.round_iterations
     print(f"adult: {len(frame):,} rows, {len(names)} attributes; δ = 1e-9; {args.seeds} seeds")
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}; AIM settings: {aim or 'defaults'}")
     header = (
         f"{'mechanism':<28}{'ε':>6}{'3-way':>9}{'2-way':>9}{'ref 3-way':>11}{'ref 2-way':>11}"
         f"{'time s':>9}{'cpu s':>9}{'peak MB':>9}"
@@ -181,6 +192,7 @@ def main() -> None:
                     ledger=_ledger(eps),
                     iterations=args.iterations,
                     method=method,
+                    **(aim if method == "aim" else {}),
                 )
                 synth = model.sample()[names].to_numpy(dtype=np.int64)
                 elapsed = time.perf_counter() - start
@@ -224,7 +236,9 @@ def main() -> None:
             c = statistics.mean(v[4] for v in values)
             print(
                 f"{label:<28}{eps:>6g}{e3:>9.3f}{e2:>9.3f}{r3:>11.3f}{r2:>11.3f}{t:>9.1f}{c:>9.1f}"
-                f"{mem:>9.0f}",
+                f"{mem:>9.0f}  (3-way/2-way per seed: "
+                f"{', '.join(f'{v[0]:.3f}/{v[1]:.3f}' for v in values)}; "
+                f"load {os.getloadavg()[0]:.1f})",
                 flush=True,
             )
 

@@ -189,7 +189,8 @@ def scores(
 def _estimates(model: GraphicalModel, cliques: Sequence[Clique]) -> dict[Clique, np.ndarray]:
     """The model's marginal of each clique, exact (inside a junction-tree clique or by variable
     elimination over the tree; post-processing)."""
-    return {r: model.marginal(r) for r in cliques}
+    out = model.marginals(cliques)
+    return {r: out[r] for r in cliques}
 
 
 def selection_loss(epsilon: Fraction) -> ZCDP:

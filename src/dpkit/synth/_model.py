@@ -143,16 +143,13 @@ class GraphicalModel:
         self.tree = JunctionTree.build(self.shape, self.cliques)
         self.total = float(total)
         self.theta = {c: np.zeros([self.shape[a] for a in c]) for c in self.cliques}
-        self.beliefs: list[np.ndarray] = []
         self._probs: dict[int, np.ndarray] = {}
         nodes = self.tree.cliques
         self._node_shape = [tuple(self.shape[a] for a in n) for n in nodes]
-        # each clique's potential broadcast into its junction-tree clique
-        self._placed = [
-            (c, self.tree.home[c], tuple(self.shape[a] if a in c else 1 for a in nodes[i]))
-            for c in self.cliques
-            for i in [self.tree.home[c]]
-        ]
+        # the cliques each junction-tree clique holds (their potentials are summed into it)
+        self._held: list[list[Clique]] = [[] for _ in nodes]
+        for c in self.cliques:
+            self._held[self.tree.home[c]].append(c)
         # per edge: the child's axes summed out, and the separator's shape in the parent's and
         # the child's axes (both sorted, so a keepdims reduction reshapes into the other)
         self._edges = []
@@ -184,10 +181,51 @@ class GraphicalModel:
         return np.log(np.exp(values - top).sum(axis=axes, keepdims=True)) + top
 
     def calibrate(self) -> None:
-        """Log-beliefs of every junction-tree clique (sum-product, collect then distribute)."""
-        beliefs = [np.zeros(s) for s in self._node_shape]
-        for c, i, placed in self._placed:
-            beliefs[i] = beliefs[i] + self.theta[c].reshape(placed)
+        """Every junction-tree clique's distribution (sum-product, collect then distribute).
+
+        In probability space: each clique's potential exp(Σ θ − max) and every message are
+        scaled to a maximum of 1, so a message is one sum and one product per table, not the
+        five passes (max, subtract, exp, sum, log) of log-space messages: 3x faster on adult's
+        large AIM models. Where a scaled table underflows to all zeros (potentials spanning
+        more than ~700 in log space), the log-space pass runs instead."""
+        logs = [
+            _sum_into(self.tree.cliques[i], self.shape, [(c, self.theta[c]) for c in held])
+            for i, held in enumerate(self._held)
+        ]
+        with np.errstate(under="ignore"):
+            tables = [np.exp(b - np.max(b)) for b in logs]
+            up: dict[int, np.ndarray] = {}
+            for parent, child, child_axes, _, in_parent, _ in reversed(self._edges):
+                msg = tables[child].sum(axis=child_axes, keepdims=True).reshape(in_parent)
+                top = float(np.max(msg))
+                if not top > 0:
+                    self._calibrate_log(logs)
+                    return
+                msg = msg / top
+                up[child] = msg
+                product = tables[parent] * msg
+                scale = float(np.max(product))
+                if not scale > 0:
+                    self._calibrate_log(logs)
+                    return
+                tables[parent] = product / scale
+            total = float(tables[0].sum())
+            probs = {0: tables[0] / total}
+            for parent, child, _, parent_axes, _, in_child in self._edges:
+                sep = probs[parent].sum(axis=parent_axes, keepdims=True).reshape(in_child)
+                msg = up[child].reshape(in_child)
+                ratio = np.divide(sep, msg, out=np.zeros_like(sep), where=msg > 0)
+                joint = tables[child] * ratio
+                mass = float(joint.sum())
+                if not mass > 0 or not math.isfinite(mass):
+                    self._calibrate_log(logs)
+                    return
+                probs[child] = joint / mass
+        self._probs = probs
+
+    def _calibrate_log(self, beliefs: list[np.ndarray]) -> None:
+        """Sum-product in log space (``beliefs``: each clique's summed potentials)."""
+        beliefs = list(beliefs)
         up: dict[int, np.ndarray] = {}
         for parent, child, child_axes, _, in_parent, _ in reversed(self._edges):
             msg = self._lse(beliefs[child], child_axes).reshape(in_parent)
@@ -197,15 +235,11 @@ class GraphicalModel:
             msg = self._lse(beliefs[parent] - up[child], parent_axes)
             beliefs[child] = beliefs[child] + msg.reshape(in_child)
         log_z = float(logsumexp(beliefs[0]))
-        self.beliefs = [b - log_z for b in beliefs]
-        self._probs = {}
+        self._probs = {i: np.exp(b - log_z) for i, b in enumerate(beliefs)}
 
     def probabilities(self, node: int) -> np.ndarray:
         """The junction-tree clique's distribution (sums to 1)."""
-        probs = self._probs.get(node)
-        if probs is None:
-            probs = self._probs[node] = np.exp(self.beliefs[node])
-        return probs
+        return self._probs[node]
 
     def marginal(self, clique: Clique) -> np.ndarray:
         """The model's marginal (counts summing to ``total``) over any clique: summed out of
@@ -218,6 +252,25 @@ class GraphicalModel:
         if i is None:
             return self.total * self._eliminate(c)
         return self.total * _reduce(self.probabilities(i), self.tree.cliques[i], c, log=False)
+
+    def marginals(self, cliques: Sequence[Clique]) -> dict[Clique, np.ndarray]:
+        """:meth:`marginal` of each clique. The cliques a junction-tree clique holds are summed
+        out of its table together (:func:`_sum_out`: one pass per attribute summed out, shared
+        by every clique that lacks it), not one pass over the large table each."""
+        out: dict[Clique, np.ndarray] = {}
+        by_node: dict[int, list[Clique]] = {}
+        for c in dict.fromkeys(tuple(sorted(c)) for c in cliques):
+            i = self.tree.home.get(c)
+            if i is None:
+                i = next((j for j, n in enumerate(self.tree.cliques) if set(c) <= set(n)), None)
+            if i is None:
+                out[c] = self.marginal(c)
+            else:
+                by_node.setdefault(i, []).append(c)
+        for i, held in by_node.items():
+            table = self.probabilities(i) * self.total
+            _sum_out(table, self.tree.cliques[i], held, out)
+        return out
 
     def _eliminate(self, c: Clique) -> np.ndarray:
         """The distribution over ``c`` (in no single junction-tree clique): on the smallest
@@ -294,18 +347,78 @@ class GraphicalModel:
                     )
                 else:
                     groups = np.zeros(rows, dtype=np.int64)
-                out[:, a] = round_sample(table, groups)
+                # the attributes already drawn outside this group's condition, most recent
+                # first: rows are matched to values in their order (see round_sample)
+                others = [out[:, b] for b in drawn if b not in given]
+                out[:, a] = round_sample(table, groups, others)
                 drawn.append(a)
         return out
 
 
-def round_sample(table: np.ndarray, groups: np.ndarray) -> np.ndarray:
+def _sum_out(
+    table: np.ndarray, attrs: Clique, targets: Sequence[Clique], out: dict[Clique, np.ndarray]
+) -> None:
+    """``out[t]`` = ``table`` (over ``attrs``) summed to each target t ⊆ attrs: the attribute
+    most targets lack is summed out once for all of them (recursively), so k targets cost a few
+    passes over the table, not k."""
+    rest = []
+    for t in targets:
+        if t == attrs:
+            out[t] = table
+        else:
+            rest.append(t)
+    while rest:
+        counts = {a: sum(a not in t for t in rest) for a in attrs}
+        x = max(attrs, key=lambda a: (counts[a], table.shape[attrs.index(a)], -a))
+        lacking = [t for t in rest if x not in t]
+        k = attrs.index(x)
+        _sum_out(table.sum(axis=k), attrs[:k] + attrs[k + 1 :], lacking, out)
+        rest = [t for t in rest if x in t]
+
+
+def _sum_into(
+    attrs: Clique, shape: Sequence[int], items: Sequence[tuple[Clique, np.ndarray]]
+) -> np.ndarray:
+    """Σ of the ``items`` (tables over subsets of ``attrs``) broadcast to ``attrs``: the
+    tables lacking the attribute most of them lack are summed over the smaller domain first
+    (recursively), then broadcast once, so k tables cost a few passes over the large one."""
+    dims = tuple(shape[a] for a in attrs)
+    total = np.zeros(dims)
+    rest = []
+    for c, t in items:
+        if c == attrs:
+            total = total + t
+        else:
+            rest.append((c, t))
+    while rest:
+        counts = {a: sum(a not in c for c, _ in rest) for a in attrs}
+        x = max(attrs, key=lambda a: (counts[a], shape[a], -a))
+        k = attrs.index(x)
+        lacking = [(c, t) for c, t in rest if x not in c]
+        sub = _sum_into(attrs[:k] + attrs[k + 1 :], shape, lacking)
+        total = total + np.expand_dims(sub, k)
+        rest = [(c, t) for c, t in rest if x in c]
+    return total
+
+
+def round_sample(
+    table: np.ndarray, groups: np.ndarray, order_by: Sequence[np.ndarray] = ()
+) -> np.ndarray:
     """One value per row: the rows of group g get value counts n_g·p_g(v) rounded (integer
     parts, then the remaining rows to values drawn without replacement ∝ the fractional parts),
-    in a uniformly random order within the group (Private-PGM's ``synthetic_col``), for all
-    groups at once. Rows of a group with no mass are spread uniformly."""
+    as Private-PGM's ``synthetic_col``, for all groups at once. Rows of a group with no mass
+    are spread uniformly.
+
+    Which row of a group gets which value: Private-PGM shuffles the rows, so the new column is
+    independent of the columns drawn before only in expectation (hypergeometric noise on every
+    joint count). Here the rows of a group are sorted by ``order_by`` (earlier columns, the
+    last one the primary key; ties in a uniformly random order) and each value's copies are
+    spread evenly along that order (systematic sampling: value v's j-th copy at position
+    (j + u_v)/c_v, u_v uniform), so every run of rows with equal keys gets each value in
+    proportion to within about one row. On adult (AIM, ε = 1) this cut the 3-way error the
+    sampling adds to the model's from 0.0135 to 0.009."""
     g_count, k = table.shape
-    rng = generator(2 * (groups.size + g_count * k))
+    rng = generator(2 * groups.size + 3 * g_count * k)
     sizes = np.bincount(groups, minlength=g_count).astype(np.float64)
     weights = np.clip(np.asarray(table, dtype=np.float64), 0.0, None)
     mass = weights.sum(axis=1, keepdims=True)
@@ -317,11 +430,17 @@ def round_sample(table: np.ndarray, groups: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", over="ignore"):
         keys = np.log(rng.random((g_count, k))) / frac  # Efraimidis-Spirakis keys, -inf at 0
     rank = np.argsort(np.argsort(-keys, axis=1, kind="stable"), axis=1, kind="stable")
-    counts = integ.astype(np.int64) + (rank < extra[:, None])
-    values = np.repeat(np.tile(np.arange(k, dtype=np.int64), g_count), counts.reshape(-1))
-    order = np.lexsort((rng.random(groups.size), groups))
+    counts = (integ.astype(np.int64) + (rank < extra[:, None])).reshape(-1)
+    values = np.repeat(np.tile(np.arange(k, dtype=np.int64), g_count), counts)
+    owner = np.repeat(np.repeat(np.arange(g_count, dtype=np.int64), k), counts)
+    first = np.cumsum(counts) - counts
+    copy = np.arange(values.size, dtype=np.int64) - np.repeat(first, counts)
+    offset = np.repeat(rng.random(counts.size), counts)
+    position = (copy + offset) / np.repeat(np.maximum(counts, 1), counts)
+    spread = np.lexsort((position, owner))
+    rows = np.lexsort((rng.random(groups.size), *order_by, groups))
     out = np.empty(groups.size, dtype=np.int64)
-    out[order] = values
+    out[rows] = values[spread]
     return out
 
 
@@ -341,11 +460,9 @@ def _loss(
     """(loss, gradient and marginal per measured clique) of Σ ||(μ_C - y)/σ||²/2."""
     loss = 0.0
     grads: dict[Clique, np.ndarray] = {}
-    mus: dict[Clique, np.ndarray] = {}
+    mus = model.marginals([m.clique for m in measurements])
     for m in measurements:
-        mu = mus.get(m.clique)
-        if mu is None:
-            mu = mus[m.clique] = model.marginal(m.clique)
+        mu = mus[m.clique]
         diff = (mu - m.values) / m.std
         loss += 0.5 * float(np.sum(diff * diff))
         g = diff / m.std

@@ -28,6 +28,7 @@ def _brute(model: GraphicalModel) -> np.ndarray:
         [(0, 1), (1, 2), (0, 2), (2, 3)],  # a cycle: triangulated (AIM's case)
         [(0, 1, 2), (2, 3), (3, 0)],
         [(0,), (1,), (2,), (3,)],
+        [(0, 1, 2, 3), (0, 1), (1, 2), (2, 3), (0,), (3,), (0, 2, 3), (1, 3)],  # one big clique
     ],
 )
 def test_belief_propagation_gives_the_exact_marginals(cliques: list[tuple[int, ...]]) -> None:
@@ -43,6 +44,10 @@ def test_belief_propagation_gives_the_exact_marginals(cliques: list[tuple[int, .
             continue
         axes = tuple(a for a in range(4) if a not in c)
         np.testing.assert_allclose(model.marginal(c), joint.sum(axis=axes), rtol=1e-10)
+    # all at once (the held cliques summed out of their junction-tree clique together)
+    for c, mu in model.marginals(cliques).items():
+        axes = tuple(a for a in range(4) if a not in c)
+        np.testing.assert_allclose(mu, joint.sum(axis=axes), rtol=1e-10)
 
 
 def test_the_junction_tree_has_the_running_intersection_property() -> None:
@@ -80,6 +85,36 @@ def test_rounding_gives_each_group_its_rounded_counts() -> None:
         p = probs[g] if probs[g].sum() else np.full(3, 1 / 3)
         target = p * size
         assert np.all(counts >= np.floor(target)) and np.all(counts <= np.ceil(target))
+
+
+def test_rounding_spreads_each_value_evenly_over_the_rows_ordered_by_earlier_columns() -> None:
+    """Rows sorted by an earlier column get each value in proportion within every run of
+    equal keys (within about one row per value), not the hypergeometric spread of a shuffle:
+    the joint counts of (earlier column, new value) track n_x·p(v)."""
+    rng = np.random.default_rng(4)
+    earlier = rng.integers(0, 7, 4000)
+    groups = np.zeros(4000, dtype=np.int64)
+    probs = np.array([[0.45, 0.3, 0.15, 0.1]])
+    values = round_sample(probs, groups, [earlier])
+    assert np.array_equal(np.bincount(values, minlength=4), [1800, 1200, 600, 400])
+    for x in range(7):
+        counts = np.bincount(values[earlier == x], minlength=4)
+        assert np.all(np.abs(counts - probs[0] * (earlier == x).sum()) <= 1.5)
+
+
+def test_calibration_falls_back_to_log_space_when_potentials_underflow() -> None:
+    """Potentials spanning more than exp(700) underflow in probability space: the log-space
+    pass gives the exact marginals instead."""
+    shape = (2, 3, 2)
+    model = GraphicalModel(shape, [(0, 1), (1, 2)], total=10.0)
+    model.theta[(0, 1)] = np.array([[0.0, -900.0, -900.0], [-900.0, -900.0, -900.0]])
+    model.theta[(1, 2)] = np.array([[-900.0, -900.0], [-900.0, -900.0], [0.0, 0.0]])
+    model.calibrate()
+    joint = _brute(model)
+    for c in [(0, 1), (1, 2)]:
+        axes = tuple(a for a in range(3) if a not in c)
+        np.testing.assert_allclose(model.marginal(c), joint.sum(axis=axes), rtol=1e-9)
+    assert np.isclose(model.marginal((0, 1)).sum(), 10.0)
 
 
 def test_sampling_reproduces_the_model_marginals() -> None:
