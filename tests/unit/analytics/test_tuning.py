@@ -323,3 +323,67 @@ def test_count_forecast_is_the_calibrated_noise() -> None:
     forecast = report.forecasts["count"]
     assert forecast.std == pytest.approx(np.sqrt(2) * released.accuracy["count"].expected_abs)
     assert forecast.halfwidth == released.accuracy["count"].halfwidth
+
+
+def _panel_counts(persons: int = 20_000) -> np.ndarray:
+    """Rows per person of a 40-wave panel: stayers (30-40 rows), leavers and late joiners."""
+    rng = np.random.default_rng(2)
+    kind = rng.choice(3, size=persons, p=[1 / 3, 0.45, 1 - 1 / 3 - 0.45])
+    rows = np.where(
+        kind == 0,
+        rng.integers(30, 41, persons),
+        np.where(
+            kind == 1, np.minimum(rng.geometric(1 / 6, persons), 40), rng.integers(1, 16, persons)
+        ),
+    )
+    return np.asarray(rows)
+
+
+def test_a_flat_law_is_rejected_by_the_empty_tail() -> None:
+    """A panel's rows stop at 40: the law fitted to its flat survival (α = 1 at the floor)
+    would put ~3,300 persons beyond 64; the noisy counts there (0) reject it, so nothing is
+    added and no row is forecast dropped at 64 (the extrapolation once did, and the tuning
+    chose max_rows = 128 instead of 45-64)."""
+    exact = tuning._bins(_panel_counts(), tuning.COUNT_EDGES).astype(np.float64)
+    estimate = tuning._denoise(exact, Fraction(1, 10), 1, extrapolate=True)
+    assert _survival(estimate)[tuning.COUNT_EDGES.index(64)] == 0
+    assert tuning.dropped_rows(estimate, tuning.COUNT_EDGES, 64) == 0
+
+
+def test_hidden_bin_read_alone_and_thresholded() -> None:
+    """Past the significant run, the next bin is read by its own noisy count (sd √2/ε), kept
+    above 2.5 sd: 50 units at ε = 0.1 (sd 14) are seen, 30 (noise-sized) are not."""
+    for units, seen in ((50, True), (30, False)):
+        exact = np.zeros(len(tuning.COUNT_EDGES))
+        exact[:8] = 1000.0
+        exact[8] = units
+        estimate = tuning._denoise(exact, Fraction(1, 10), 1)
+        assert bool(estimate[8] == pytest.approx(units)) is seen
+        assert estimate[9:].sum() == 0
+
+
+def test_dropped_rows_follow_the_histograms_shape() -> None:
+    """The rows a cap drops, from the exact binned histogram, against the exact answer: within
+    15% on Zipf(2) (power law inside each bin) at every cap from 16 up to the 99.9th
+    percentile, and on a TPC-H-like steep fall (many units at 64-127, few at 128+) the last
+    bin's units sit near its lower edge: a cap of 181 drops a few rows, not ~53 per unit."""
+    rng = np.random.default_rng(1)
+    counts = np.minimum(rng.zipf(2.0, 20_000), 10**6)
+    hist = tuning._bins(counts, tuning.COUNT_EDGES).astype(np.float64)
+    for cap in (16, 45, 64, 181, 512, 1024):
+        exact = float(np.maximum(counts - cap, 0).sum())
+        assert tuning.dropped_rows(hist, tuning.COUNT_EDGES, cap) == pytest.approx(exact, rel=0.15)
+    assert tuning.dropped_rows(hist, tuning.COUNT_EDGES, 0) == pytest.approx(counts.sum(), rel=0.05)
+    steep = np.concatenate(
+        [rng.integers(20, 64, 5000), rng.integers(64, 120, 4000), 128 + rng.integers(0, 20, 50)]
+    )
+    hist = tuning._bins(steep, tuning.COUNT_EDGES).astype(np.float64)
+    at_181 = tuning.dropped_rows(hist, tuning.COUNT_EDGES, 181)
+    assert 0 < at_181 < 50 * 10
+    assert tuning.dropped_rows(hist, tuning.COUNT_EDGES, 256) == 0
+
+
+def test_cap_candidates_hold_the_edges_and_their_geometric_means() -> None:
+    assert tuning.CAP_CANDIDATES[:12] == (1, 2, 3, 4, 5, 6, 7, 8, 11, 16, 23, 32)
+    assert {45, 64, 91, 128, 181, 256} <= set(tuning.CAP_CANDIDATES)
+    assert set(tuning.COUNT_EDGES) <= set(tuning.CAP_CANDIDATES)
