@@ -66,7 +66,7 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs in the env
 
 from dpkit._door import Stage, release
 from dpkit._exact import Number, check_epsilon
-from dpkit.analytics._engines._base import BoundedPlan, Output
+from dpkit.analytics._engines._base import BoundedPlan, Output, ValueSpec
 from dpkit.analytics._planner import Mechanism
 from dpkit.analytics._query import (
     Aggregate,
@@ -160,6 +160,7 @@ class TuningReport:
         spend: the budget the forecasts assume for the main release.
         loss: what the tuning release was charged; ``parts``: its parts' losses.
         receipt: the ledger's receipt of the tuning release.
+        means: per column of a sum or mean with known bounds, its estimated mean.
     """
 
     max_rows: int | None
@@ -177,6 +178,9 @@ class TuningReport:
     parts: Mapping[str, PrivacyLoss]
     alpha: float
     receipt: Any = None
+    means: Mapping[str, float] = field(default_factory=dict)
+    """Per column of a sum or mean with known bounds, the estimated mean of its clamped
+    values (the forecasts' magnitude of a sum's dropped rows, and of a mean's noise)."""
 
     def text(self) -> str:
         """The report as people read it (the command line prints this)."""
@@ -189,6 +193,8 @@ class TuningReport:
         lines.append(f"contribution bounds: {bounding}")
         for column, (lo, hi) in self.bounds.items():
             lines.append(f"clamping bounds of {column}: [{lo:g}, {hi:g}]")
+        for column, m in self.means.items():
+            lines.append(f"estimated mean of {column} (clamped): {m:.4g}")
         lines.append(
             f"estimated: {self.units:,.0f} units, {self.rows:,.0f} rows; rows dropped by "
             f"max_rows: {100 * self.dropped_rows_share:.1f}%"
@@ -239,6 +245,8 @@ class _Found:
     max_rows: int | None = None
     max_groups: int | None = None
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    sums: dict[str, tuple[float, int, float, float]] = field(default_factory=dict)
+    """per located column: (noisy sum of its clamped values at a cap, that cap, its bounds)"""
     used: list[tuple[str, PrivacyLoss]] = field(default_factory=list)
     """(part, loss of the mechanism actually run): what the privacy tests recompose."""
 
@@ -492,8 +500,13 @@ def tune(
     names += [f"bounds of {c}" for c in to_bound]
     if private_keys:
         names.append("selection")
-    share = eps / len(names)
-    parts: dict[str, PrivacyLoss] = {name: PureDP(share) for name in names}
+    located = _located(written, session.bounds)
+    names += [f"values of {c}" for c in located]
+    # each part an equal share, but a column's values (one noisy sum, precise at a small ε)
+    # half of one
+    weights = {n: Fraction(1, 2) if n.startswith("values of") else Fraction(1) for n in names}
+    share = eps / sum(weights.values())
+    parts: dict[str, PrivacyLoss] = {name: PureDP(share * weights[name]) for name in names}
     charged_parts = dict(parts) if parts_of is None else dict(parts_of(dict(parts)))
     charge = compose(*charged_parts.values())
 
@@ -560,6 +573,28 @@ def tune(
     def bounds_plan(column: str, cap: int) -> Any:
         return session._bounds_plan(column, checked, cap, salt)
 
+    def values_plan(column: str, cap: int) -> tuple[BoundedPlan, int, int]:
+        """The plan summing ``column``'s values clamped to its bounds, at most ``cap`` rows per
+        unit, on the grid ``2^exponent`` (at most 2^20 steps from 0): (plan, exponent,
+        the largest |grid value|, so one unit moves the sum by at most cap times it)."""
+        lo, hi = located[column]
+        top = max(abs(lo), abs(hi))
+        exponent = math.ceil(math.log2(top)) - 20
+        largest = math.ceil(math.ldexp(top, -exponent))
+        plan = BoundedPlan(
+            rewrite(checked.steps, frozenset({unit, column})),
+            unit,
+            (),
+            None,
+            cap,
+            None,
+            None,
+            salt,
+            (ValueSpec(column, lo, hi, exponent),),
+            (Output("sum", 0),),
+        )
+        return plan, exponent, largest
+
     def rehearse() -> None:
         check_engine(session.engine, counts_plan)
         guess = _Found(max_rows=declared.max_rows or 1, max_groups=declared.max_groups or 1)
@@ -569,6 +604,8 @@ def tune(
             plan, choose = bounds_plan(column, guess.max_rows or 1)
             check_engine(session.engine, plan)
             choose(np.zeros(len(plan.bins.edges) - 1, dtype=np.int64), Fraction(share))
+        for column in located:
+            check_engine(session.engine, values_plan(column, guess.max_rows or 1)[0])
 
     def body(stage: Stage) -> _Found:
         found = _Found()
@@ -606,6 +643,23 @@ def tune(
             counts[np.asarray(bins, dtype=np.int64)] = np.asarray(values, dtype=np.int64)
             found.bounds[column] = choose(counts, Fraction(share))
             found.used.append((f"bounds of {column}", PureDP(share)))
+        for column in located:
+            # the sum of the column's clamped values, at most `provisional` rows per unit: one
+            # unit moves it by at most provisional·largest (grid units), the geometric
+            # mechanism's sensitivity; the cap is a post-processing of the rows part
+            plan, exponent, largest = values_plan(column, provisional)
+            stage(reading=True, doing=f"summing {column}")
+            summed = session.engine.run(plan).column(plan.output_columns[0]).to_pylist()
+            stage(reading=False)
+            exact = int(sum(v for v in summed if v is not None))
+            loss = parts[f"values of {column}"]
+            sum_mechanism = make_geometric(
+                sensitivity=provisional * largest, epsilon=cast(PureDP, loss).epsilon
+            )
+            noisy = int(sum_mechanism(exact))
+            found.sums[column] = (math.ldexp(noisy, exponent), provisional, *located[column])
+            found.used.append((f"values of {column}", sum_mechanism.loss))
+        calibrate.locations = _locations(found, rows_hist)
         if declared.max_rows is not None:
             found.max_rows = declared.max_rows
         else:
@@ -666,18 +720,65 @@ def _first_groups(unit_ids: Any, m: int) -> Any:
     return pa.array(keep)
 
 
-def _magnitudes(q: Query) -> dict[str, tuple[str, float, float]]:
-    """Per aggregation name: (function, typical magnitude |x|, half-width of its bounds)."""
-    out: dict[str, tuple[str, float, float]] = {}
-    node = cast("Aggregate", q.plan)  # built by tune from an Aggregate
-    for a in written_aggregations(node.aggregations):
-        bounds = getattr(a, "bounds", None)
-        kind = type(a).__name__.lower()
-        if bounds is None:
-            out[a.name] = (kind, 1.0, 0.5)
+def _located(
+    written: tuple[Any, ...], registered: Mapping[str, tuple[Any, Any]]
+) -> dict[str, tuple[float, float]]:
+    """The columns of sums and means whose bounds are known before tuning (written or
+    registered; public), with those bounds: the tuning estimates where their values lie."""
+    out: dict[str, tuple[float, float]] = {}
+    for a in written:
+        if isinstance(a, Unbounded):
+            kind, bounds = a.function, registered.get(a.column)
+        else:
+            kind, bounds = type(a).__name__.lower(), getattr(a, "bounds", None)
+        if kind not in ("sum", "mean") or bounds is None:
             continue
         lo, hi = float(bounds[0]), float(bounds[1])
-        out[a.name] = (kind, max((abs(lo) + abs(hi)) / 2, 1e-300), (hi - lo) / 2)
+        if lo < hi and max(abs(lo), abs(hi)) > 0:
+            out.setdefault(a.column, (lo, hi))
+    return out
+
+
+def _locations(found: _Found, rows_hist: np.ndarray) -> dict[str, float]:
+    """Per located column, the estimated mean of its clamped values: the noisy sum over the
+    rows the histogram says its cap kept, inside the bounds (post-processing, free)."""
+    out: dict[str, float] = {}
+    total = dropped_rows(rows_hist, COUNT_EDGES, 0)
+    for column, (noisy, cap, lo, hi) in found.sums.items():
+        kept = total - dropped_rows(rows_hist, COUNT_EDGES, cap)
+        out[column] = min(max(noisy / max(kept, 1.0), lo), hi)
+    return out
+
+
+def _magnitudes(q: Query, calibrate: Any) -> dict[str, tuple[str, float, float, float, float]]:
+    """Per aggregation name: (function, typical magnitude |x|, half-width of its bounds,
+    distance of the values' mean from the bounds' centre, the values' spread). Without a
+    private estimate of the mean (``calibrate.locations``), the mean is taken at the centre;
+    the spread is the smaller of a uniform's over the bounds (half/√3) and the largest any
+    values with that mean can have, √((mean − lo)(hi − mean)) (Bhatia-Davis)."""
+    out: dict[str, tuple[str, float, float, float, float]] = {}
+    node = cast("Aggregate", q.plan)  # built by tune from an Aggregate
+    registered = calibrate.session.bounds
+    locations: Mapping[str, float] = getattr(calibrate, "locations", {})
+    for a in written_aggregations(node.aggregations):
+        if isinstance(a, Unbounded):
+            kind, bounds = a.function, registered.get(a.column)
+        else:
+            kind, bounds = type(a).__name__.lower(), getattr(a, "bounds", None)
+        if bounds is None:
+            out[a.name] = (kind, 1.0, 0.5, 0.0, 0.5 / math.sqrt(3))
+            continue
+        lo, hi = float(bounds[0]), float(bounds[1])
+        half, mid = (hi - lo) / 2, (hi + lo) / 2
+        column = str(getattr(a, "column", ""))
+        spread = half / math.sqrt(3)
+        if column in locations:
+            m = locations[column]
+            magnitude, offset = abs(m), abs(m - mid)
+            spread = min(spread, math.sqrt(max((m - lo) * (hi - m), 0.0)))
+        else:
+            magnitude, offset = (abs(lo) + abs(hi)) / 2, 0.0
+        out[a.name] = (kind, max(magnitude, 1e-300), half, offset, spread)
     return out
 
 
@@ -702,10 +803,12 @@ def _forecasts(
     total = dropped_rows(rows_hist, COUNT_EDGES, 0)
     dropped = dropped_rows(rows_hist, COUNT_EDGES, cap)
     kept = max(total - dropped, 1.0)
-    magnitudes = _magnitudes(tuned)
+    magnitudes = _magnitudes(tuned, calibrate)
     out: dict[str, Forecast] = {}
     for name, acc in accuracy.items():
-        function, magnitude, half = magnitudes.get(name, ("", 1.0, 0.5))
+        function, magnitude, half, offset, spread = magnitudes.get(
+            name, ("", 1.0, 0.5, 0.0, 0.5 / math.sqrt(3))
+        )
         std = _std(acc.kind, acc.mechanism, acc.expected_abs, acc.halfwidth)
         bias = 0.0
         halfwidth = acc.halfwidth
@@ -715,15 +818,17 @@ def _forecasts(
             bias = -dropped * magnitude
         elif function == "mean":
             # the mean's two noisy sums (values centred on the bounds, and rows) each spend half
-            # of its loss: its error is about σ(centred sum) / rows, σ(centred sum) = σ1·half
+            # of its loss, σ1·half and σ1: mean − centre = S/n, so its error is about
+            # (δS − (mean − centre)·δn)/n, of std σ1·√(half² + offset²)/rows (the offset is
+            # the estimated mean's distance from the centre: 0 when not estimated)
             unit_std = _count_std(tuned, name, calibrate, alpha)
-            std = None if unit_std is None else unit_std * half / kept
+            std = None if unit_std is None else unit_std * math.hypot(half, offset) / kept
             if std is not None:
                 halfwidth = std * _z(alpha)
             # dropping rows leaves a subsample: its mean differs from all rows' by about
-            # sd(x)·√(1/kept − 1/rows), sd(x) taken as a uniform's over the bounds (half/√3)
+            # sd(x)·√(1/kept − 1/rows), sd(x) the spread above
             total = kept + dropped
-            bias = half / math.sqrt(3) * math.sqrt(max(1 / kept - 1 / total, 0.0))
+            bias = spread * math.sqrt(max(1 / kept - 1 / total, 0.0))
         out[name] = Forecast(name, acc.kind, std, halfwidth, bias, acc.mechanism)
     return out, kept, dropped
 
@@ -770,6 +875,8 @@ class _Calibrate:
         self, session: Session, budget: dict[str, Any], mechanism: Mechanism, alpha: float
     ) -> None:
         self.session, self.budget, self.mechanism, self.alpha = session, budget, mechanism, alpha
+        self.locations: dict[str, float] = {}
+        """Estimated means of located columns (set by the tuning, from its release)."""
 
     def __call__(self, q: Query) -> Any:
         return self.session.compile(
@@ -797,12 +904,12 @@ def _best_cap(
             forecasts, _, _ = _forecasts(tuned_query(found, cap), calibrate, alpha, rows_hist, cap)
         except DPError:
             continue
-        magnitudes = _magnitudes(tuned_query(found, cap))
+        magnitudes = _magnitudes(tuned_query(found, cap), calibrate)
         score = 0.0
         for name, f in forecasts.items():
             if f.rmse is None:
                 continue
-            function, magnitude, half = magnitudes.get(name, ("", 1.0, 0.5))
+            function, magnitude, half, _, _ = magnitudes.get(name, ("", 1.0, 0.5, 0.0, 0.0))
             scale = total * magnitude if function in ("sum",) else total
             if function == "mean":
                 scale = max(half, 1e-300)
@@ -857,6 +964,7 @@ def _report(
         parts=dict(parts),
         alpha=alpha,
         receipt=receipt,
+        means=dict(calibrate.locations),
     )
 
 

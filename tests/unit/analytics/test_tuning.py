@@ -73,7 +73,12 @@ def test_declared_bounds_are_kept_and_registered_bounds_used() -> None:
     )
     query, report = session.tune(session.query().agg(count(), mean("x")), epsilon=0.5)
     assert report.max_rows == 2 and report.chosen == () and report.bounds == {}
-    assert report.parts == {"rows": dp.PureDP(Fraction(1, 2))}
+    # the rows histogram, and half a share for where the registered column's values lie
+    assert report.parts == {
+        "rows": dp.PureDP(Fraction(1, 3)),
+        "values of x": dp.PureDP(Fraction(1, 6)),
+    }
+    assert set(report.means) == {"x"} and 0 <= report.means["x"] <= 50
     assert query.plan.bounding.max_rows == 2
 
 
@@ -365,7 +370,8 @@ def test_hidden_bin_read_alone_and_thresholded() -> None:
 def test_dropped_rows_follow_the_histograms_shape() -> None:
     """The rows a cap drops, from the exact binned histogram, against the exact answer: within
     15% on Zipf(2) (power law inside each bin) at caps from 16 to 512 (beyond, one person's
-    place inside the last occupied bin decides: 14,773 rows read as 11,585), and on a TPC-H-like steep fall (many units at 64-127, few at 128+) the last
+    place inside the last occupied bin decides: 14,773 rows read as 11,585), and on a
+    TPC-H-like steep fall (many units at 64-127, few at 128+) the last
     bin's units sit near its lower edge: a cap of 181 drops a few rows, not ~53 per unit."""
     rng = np.random.default_rng(1)
     counts = np.minimum(rng.zipf(2.0, 20_000), 10**6)
@@ -387,3 +393,53 @@ def test_cap_candidates_hold_the_edges_and_their_geometric_means() -> None:
     assert tuning.CAP_CANDIDATES[:12] == (1, 2, 3, 4, 5, 6, 7, 8, 11, 16, 23, 32)
     assert {45, 64, 91, 128, 181, 256} <= set(tuning.CAP_CANDIDATES)
     assert set(tuning.COUNT_EDGES) <= set(tuning.CAP_CANDIDATES)
+
+
+def test_values_part_is_charged_and_its_sensitivity_holds_for_a_heavy_neighbour(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sum or mean with known bounds adds one part: the noisy sum of the column's clamped
+    values at the provisional cap, with geometric noise of sensitivity cap × the largest grid
+    value. Recomputed from what ran: the charge is the composition of the mechanisms run, and
+    adding one person with 3,000 rows at the upper bound moves the exact sum the mechanism
+    noised by at most its sensitivity (so the mechanism's ε holds), though it moves the
+    chosen max_rows."""
+    import dpkit.mechanisms as mechanisms
+
+    make = mechanisms.make_geometric
+    runs: list[list[tuple[Any, int, Any]]] = []
+
+    def recording(*args: Any, **kw: Any) -> Any:
+        measurement = make(*args, **kw)
+
+        class Recorded:
+            loss = measurement.loss
+
+            def __call__(self, data: Any) -> Any:
+                runs[-1].append((measurement.loss, int(kw["sensitivity"]), np.asarray(data)))
+                return measurement(data)
+
+        return Recorded()
+
+    monkeypatch.setattr(mechanisms, "make_geometric", recording)
+    chosen = []
+    for heavy in (0, 3000):
+        frame = zipf_frame(heavy=heavy)
+        frame.loc[frame["user"] == 600, "x"] = 50.0
+        session = Session(frame, privacy_unit="user", budget=dp.PureDP(10**5))
+        runs.append([])
+        before = len(charges(session))
+        query = session.query().agg(dp_sum("x", (0, 50)), mean("x", (0, 50)))
+        _, report = session.tune(query, epsilon=3 * 10**4, spend=dp.PureDP(100))
+        (charged,) = charges(session)[before:]
+        assert [name for name in report.parts] == ["rows", "values of x"]
+        assert charged == compose(*(loss for loss, _, _ in runs[-1])) == dp.PureDP(3 * 10**4)
+        if not heavy:  # (with the heavy person: the mean of the rows a cap keeps, ~25)
+            assert report.means["x"] == pytest.approx(frame["x"].mean(), rel=0.2)
+        chosen.append(report.max_rows)
+    (_, _, hist0), (_, sens0, sum0) = runs[0]
+    (_, _, hist1), (_, sens1, sum1) = runs[1]
+    assert int(np.abs(hist0 - hist1).sum()) == 1
+    assert sens0 == sens1  # the provisional cap (90th percentile) is not moved by one person
+    assert 0 < abs(int(sum1) - int(sum0)) <= sens0
+    assert chosen[0] < chosen[1]
