@@ -300,7 +300,8 @@ def _denoise(
       the tuning doubled the cap.
     * Beyond, with ``extrapolate``, a power law ``S(e) ∝ e^−α`` fitted to the significant
       edges from 8 (:data:`_TAIL_FROM`) and the median up, least squares in logs weighted by
-      each edge's precision, fills in the units too few to see: on heavy-tailed data (rows per
+      each edge's precision, taking the heaviest slope within 2 standard errors of the fit,
+      fills in the units too few to see: on heavy-tailed data (rows per
       person following a power law) the few heaviest units drop most of the rows a cap drops.
       A light tail fits a steep α (>= 4) and gets nothing; the law (α at least 1) is extended
       while at least one unit is expected beyond an edge, and only while it agrees with the noisy
