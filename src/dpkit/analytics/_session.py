@@ -1053,7 +1053,9 @@ class Session:
         each aggregation written without bounds whose column has none registered (the
         estimator of :meth:`estimate_bounds`). ``epsilon`` is split equally among these parts
         (and, with private group keys, a histogram of units per group that forecasts the
-        groups partition selection suppresses); the charge is their composition.
+        groups partition selection suppresses), but each column of a sum or mean with known
+        bounds gets half a share (a noisy sum that estimates where its values lie, for the
+        forecast); the charge is their composition.
 
         Returns a :class:`~dpkit.analytics._tuning.Tuning`: ``.query`` (the tuned query, to
         pass to :meth:`evaluate`, or not) and ``.report`` (expected std, half-width, bias and
